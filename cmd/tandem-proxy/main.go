@@ -1,0 +1,198 @@
+// Command tandem-proxy is Tandem's node agent: a CRI proxy that kubelet talks to instead of containerd.
+// It forwards every call to the runtime and lets QoS policies adjust pod and container resources on the
+// lifecycle calls.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/proxy"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if errors.Is(err, pflag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		klog.ErrorS(err, "tandem-proxy exited")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+// option binds one flag to its config-file key and TANDEM_* variable.
+type option struct{ flag, key string }
+
+var options = []option{
+	{"listen", "listen"},
+	{"runtime-endpoint", "runtimeEndpoint"},
+	{"image-endpoint", "imageEndpoint"},
+	{"state-dir", "stateDir"},
+	{"metrics-addr", "metricsAddr"},
+	{"socket-mode", "socketMode"},
+	{"socket-owner", "socketOwner"},
+	{"max-msg-size", "maxMsgSize"},
+	{"shutdown-timeout", "shutdownTimeout"},
+	{"resync-period", "resyncPeriod"},
+	{"runtime-timeout", "runtimeTimeout"},
+}
+
+func run(ctx context.Context, args []string) error {
+	def := proxy.DefaultConfig()
+	fs := pflag.NewFlagSet("tandem-proxy", pflag.ContinueOnError)
+	fs.String("config", "", "YAML or JSON config file; its keys are the camelCase forms of these flags (runtimeEndpoint, stateDir, ...)")
+	fs.String("listen", def.Listen, "unix socket that kubelet connects to (--container-runtime-endpoint=unix://<this>)")
+	fs.String("runtime-endpoint", def.RuntimeEndpoint, "CRI endpoint of the container runtime")
+	fs.String("image-endpoint", "", "CRI endpoint for the ImageService (default: --runtime-endpoint)")
+	fs.String("state-dir", def.StateDir, "directory for the store checkpoint")
+	fs.String("metrics-addr", "127.0.0.1:9316", "address for /metrics, /healthz, /readyz and /debug/store; empty disables")
+	fs.String("socket-mode", fmt.Sprintf("%04o", def.SocketMode), "permission bits of the listen socket, octal")
+	fs.String("socket-owner", "", "numeric uid:gid of the listen socket (default: the owner of the runtime socket)")
+	fs.Int("max-msg-size", def.MaxMsgSize, "largest gRPC message accepted or sent, in bytes (kubelet uses 16 MiB)")
+	fs.Duration("shutdown-timeout", def.ShutdownTimeout, "how long in-flight calls may finish after SIGTERM")
+	fs.Duration("resync-period", def.ResyncPeriod, "how often the store is reconciled with the runtime")
+	fs.Duration("runtime-timeout", def.RuntimeTimeout, "timeout of the proxy's own calls to the runtime (recovery, resync)")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	v := viper.New()
+	for _, o := range options {
+		if err := v.BindPFlag(o.key, fs.Lookup(o.flag)); err != nil {
+			return fmt.Errorf("bind flag --%s: %w", o.flag, err)
+		}
+		if err := v.BindEnv(o.key, "TANDEM_"+strings.ToUpper(strings.ReplaceAll(o.flag, "-", "_"))); err != nil {
+			return fmt.Errorf("bind env for --%s: %w", o.flag, err)
+		}
+	}
+	configFile, _ := fs.GetString("config")
+	if configFile == "" {
+		configFile = os.Getenv("TANDEM_CONFIG")
+	}
+	if configFile != "" {
+		v.SetConfigFile(configFile)
+		if err := v.ReadInConfig(); err != nil {
+			return fmt.Errorf("read --config %s: %w", configFile, err)
+		}
+	}
+	cfg, err := configFrom(v)
+	if err != nil {
+		return err
+	}
+
+	logger := klog.Background().WithName("tandem-proxy")
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting", "listen", cfg.Listen, "runtimeEndpoint", cfg.RuntimeEndpoint, "stateDir", cfg.StateDir, "config", configFile)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := proxy.New(cfg, proxy.Deps{Registerer: reg})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	if err := srv.Recover(ctx); err != nil {
+		return err
+	}
+	lis, err := proxy.Listen(ctx, cfg)
+	if err != nil {
+		return err
+	}
+
+	if addr := v.GetString("metricsAddr"); addr != "" {
+		stopHTTP, err := serveHTTP(ctx, addr, srv, reg)
+		if err != nil {
+			_ = lis.Close()
+			return err
+		}
+		defer stopHTTP()
+	}
+	return srv.Serve(ctx, lis)
+}
+
+func configFrom(v *viper.Viper) (proxy.Config, error) {
+	mode, err := strconv.ParseUint(v.GetString("socketMode"), 8, 32)
+	if err != nil {
+		return proxy.Config{}, fmt.Errorf("socket-mode %q: want octal permission bits such as 0660: %w", v.GetString("socketMode"), err)
+	}
+	cfg := proxy.Config{
+		Listen:          v.GetString("listen"),
+		RuntimeEndpoint: v.GetString("runtimeEndpoint"),
+		ImageEndpoint:   v.GetString("imageEndpoint"),
+		StateDir:        v.GetString("stateDir"),
+		SocketMode:      uint32(mode),
+		SocketOwner:     v.GetString("socketOwner"),
+		MaxMsgSize:      v.GetInt("maxMsgSize"),
+		ShutdownTimeout: v.GetDuration("shutdownTimeout"),
+		ResyncPeriod:    v.GetDuration("resyncPeriod"),
+		RuntimeTimeout:  v.GetDuration("runtimeTimeout"),
+	}
+	if err := cfg.Validate(); err != nil {
+		return proxy.Config{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// serveHTTP serves metrics, health and the store dump; the returned func shuts it down.
+func serveHTTP(ctx context.Context, addr string, srv *proxy.Server, reg *prometheus.Registry) (func(), error) {
+	logger := klog.FromContext(ctx)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := srv.Ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/debug/store", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(srv.Store().Snapshot())
+	})
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --metrics-addr %s (choose a free address, or empty to disable): %w", addr, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "Metrics server stopped", "addr", addr)
+		}
+	}()
+	logger.Info("Serving metrics and health", "addr", lis.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}, nil
+}

@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+)
+
+type metrics struct {
+	requests         *prometheus.CounterVec
+	duration         *prometheus.HistogramVec
+	checkpointErrors prometheus.Counter
+	released         prometheus.Counter
+	reconciles       *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "proxy", Name: "requests_total",
+			Help: "CRI calls handled by tandem-proxy, by full gRPC method and status code.",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "tandem", Subsystem: "proxy", Name: "request_duration_seconds",
+			Help:    "Time from receiving a CRI call to returning its result, including the runtime's time.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"method"}),
+		checkpointErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "proxy", Name: "checkpoint_errors_total",
+			Help: "Failed writes of the store checkpoint; the store stays correct in memory, but a restart would lose the latest decisions.",
+		}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "proxy", Name: "released_containers_total",
+			Help: "Containers forgotten because the runtime no longer had them when the store was reconciled.",
+		}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "proxy", Name: "reconciles_total",
+			Help: "Reconciliations of the store with the runtime, by result (ok, error).",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.checkpointErrors, m.released, m.reconciles} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(method string, err error, d time.Duration) {
+	m.requests.WithLabelValues(method, status.Code(err).String()).Inc()
+	m.duration.WithLabelValues(method).Observe(d.Seconds())
+}

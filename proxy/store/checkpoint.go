@@ -1,0 +1,140 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// checkpointVersion is bumped when the on-disk format changes incompatibly.
+const checkpointVersion = 1
+
+// CheckpointFile is the checkpoint's name inside the state directory.
+const CheckpointFile = "store.json"
+
+// ErrCorrupt marks a checkpoint that exists but cannot be trusted. It wraps errdefs.ErrDataLoss.
+var ErrCorrupt = fmt.Errorf("checkpoint corrupt: %w", errdefs.ErrDataLoss)
+
+type checkpointFile struct {
+	Version int `json:"version"`
+	// Checksum is the SHA-256 of Data, so a torn or hand-edited file is detected rather than half-trusted.
+	Checksum string          `json:"checksum"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// Checkpoint persists snapshots atomically: write a temporary file, fsync it, rename it over the old one
+// and fsync the directory, so a crash at any point leaves either the old or the new checkpoint whole.
+type Checkpoint struct {
+	path string
+	// mu serialises writers; each writer takes its snapshot while holding it, so the newest state is
+	// always the one written last.
+	mu sync.Mutex
+}
+
+// NewCheckpoint returns a checkpoint in dir, creating dir if needed.
+func NewCheckpoint(dir string) (*Checkpoint, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state dir %s (set --state-dir to a writable directory): %w", dir, err)
+	}
+	return &Checkpoint{path: filepath.Join(dir, CheckpointFile)}, nil
+}
+
+// Path is where the checkpoint lives.
+func (c *Checkpoint) Path() string { return c.path }
+
+// Save writes the snapshot that snap returns; snap is called under the writer lock.
+func (c *Checkpoint) Save(snap func() *Snapshot) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	data, err := json.Marshal(snap())
+	if err != nil {
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	out, err := json.Marshal(checkpointFile{Version: checkpointVersion, Checksum: hex.EncodeToString(sum[:]), Data: data})
+	if err != nil {
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	return writeAtomic(c.path, out)
+}
+
+func writeAtomic(path string, data []byte) (retErr error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write checkpoint in %s: %w", dir, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("sync checkpoint %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close checkpoint %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("replace checkpoint %s: %w", path, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync state dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync state dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Load reads the checkpoint. A missing file returns an empty snapshot and no error; a file that fails
+// to parse or whose checksum does not match returns an error wrapping ErrCorrupt.
+func (c *Checkpoint) Load() (*Snapshot, error) {
+	raw, err := os.ReadFile(c.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Snapshot{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint %s: %w", c.path, err)
+	}
+	var f checkpointFile
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf("%s: %v: %w", c.path, err, ErrCorrupt)
+	}
+	if f.Version != checkpointVersion {
+		return nil, fmt.Errorf("%s: version %d, want %d: %w", c.path, f.Version, checkpointVersion, ErrCorrupt)
+	}
+	sum := sha256.Sum256(f.Data)
+	if hex.EncodeToString(sum[:]) != f.Checksum {
+		return nil, fmt.Errorf("%s: checksum mismatch: %w", c.path, ErrCorrupt)
+	}
+	var snap Snapshot
+	if err := json.Unmarshal(f.Data, &snap); err != nil {
+		return nil, fmt.Errorf("%s: %v: %w", c.path, err, ErrCorrupt)
+	}
+	return &snap, nil
+}
+
+// SetAside renames a corrupt checkpoint out of the way, keeping it for inspection, and returns its new path.
+func (c *Checkpoint) SetAside(now time.Time) (string, error) {
+	dst := fmt.Sprintf("%s.corrupt-%s", c.path, now.UTC().Format("20060102T150405.000000000Z"))
+	if err := os.Rename(c.path, dst); err != nil {
+		return "", fmt.Errorf("set aside corrupt checkpoint %s: %w", c.path, err)
+	}
+	return dst, nil
+}
