@@ -46,21 +46,31 @@ func main() {
 // option binds one flag to its config-file key and TANDEM_* variable.
 type option struct{ flag, key string }
 
-var options = []option{
-	{"listen", "listen"},
-	{"runtime-endpoint", "runtimeEndpoint"},
-	{"image-endpoint", "imageEndpoint"},
-	{"state-dir", "stateDir"},
-	{"metrics-addr", "metricsAddr"},
-	{"socket-mode", "socketMode"},
-	{"socket-owner", "socketOwner"},
-	{"max-msg-size", "maxMsgSize"},
-	{"shutdown-timeout", "shutdownTimeout"},
-	{"resync-period", "resyncPeriod"},
-	{"runtime-timeout", "runtimeTimeout"},
+func options() []option {
+	return []option{
+		{"listen", "listen"},
+		{"runtime-endpoint", "runtimeEndpoint"},
+		{"image-endpoint", "imageEndpoint"},
+		{"state-dir", "stateDir"},
+		{"metrics-addr", "metricsAddr"},
+		{"socket-mode", "socketMode"},
+		{"socket-owner", "socketOwner"},
+		{"max-msg-size", "maxMsgSize"},
+		{"shutdown-timeout", "shutdownTimeout"},
+		{"resync-period", "resyncPeriod"},
+		{"runtime-timeout", "runtimeTimeout"},
+	}
 }
 
-func run(ctx context.Context, args []string) error {
+// settings is what the command line, environment and config file resolve to.
+type settings struct {
+	proxy       proxy.Config
+	metricsAddr string
+	configFile  string
+}
+
+// load resolves flags over TANDEM_* variables over the config file over defaults.
+func load(args []string, getenv func(string) string) (settings, error) {
 	def := proxy.DefaultConfig()
 	fs := pflag.NewFlagSet("tandem-proxy", pflag.ContinueOnError)
 	fs.String("config", "", "YAML or JSON config file; its keys are the camelCase forms of these flags (runtimeEndpoint, stateDir, ...)")
@@ -79,36 +89,46 @@ func run(ctx context.Context, args []string) error {
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return settings{}, err
 	}
 
 	v := viper.New()
-	for _, o := range options {
+	for _, o := range options() {
 		if err := v.BindPFlag(o.key, fs.Lookup(o.flag)); err != nil {
-			return fmt.Errorf("bind flag --%s: %w", o.flag, err)
+			return settings{}, fmt.Errorf("bind flag --%s: %w", o.flag, err)
 		}
-		if err := v.BindEnv(o.key, "TANDEM_"+strings.ToUpper(strings.ReplaceAll(o.flag, "-", "_"))); err != nil {
-			return fmt.Errorf("bind env for --%s: %w", o.flag, err)
+		// Read the environment through getenv rather than viper's AutomaticEnv, so tests need not
+		// touch the process environment.
+		if val := getenv("TANDEM_" + strings.ToUpper(strings.ReplaceAll(o.flag, "-", "_"))); val != "" && !fs.Changed(o.flag) {
+			v.Set(o.key, val)
 		}
 	}
 	configFile, _ := fs.GetString("config")
 	if configFile == "" {
-		configFile = os.Getenv("TANDEM_CONFIG")
+		configFile = getenv("TANDEM_CONFIG")
 	}
 	if configFile != "" {
 		v.SetConfigFile(configFile)
 		if err := v.ReadInConfig(); err != nil {
-			return fmt.Errorf("read --config %s: %w", configFile, err)
+			return settings{}, fmt.Errorf("read --config %s: %w", configFile, err)
 		}
 	}
 	cfg, err := configFrom(v)
 	if err != nil {
+		return settings{}, err
+	}
+	return settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile}, nil
+}
+
+func run(ctx context.Context, args []string) error {
+	st, err := load(args, os.Getenv)
+	if err != nil {
 		return err
 	}
-
+	cfg := st.proxy
 	logger := klog.Background().WithName("tandem-proxy")
 	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting", "listen", cfg.Listen, "runtimeEndpoint", cfg.RuntimeEndpoint, "stateDir", cfg.StateDir, "config", configFile)
+	logger.Info("Starting", "listen", cfg.Listen, "runtimeEndpoint", cfg.RuntimeEndpoint, "stateDir", cfg.StateDir, "config", st.configFile)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -125,8 +145,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	if addr := v.GetString("metricsAddr"); addr != "" {
-		stopHTTP, err := serveHTTP(ctx, addr, srv, reg)
+	if st.metricsAddr != "" {
+		stopHTTP, err := serveHTTP(ctx, st.metricsAddr, srv, reg)
 		if err != nil {
 			_ = lis.Close()
 			return err

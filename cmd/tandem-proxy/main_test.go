@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadPrecedence(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tandem.yaml")
+	if err := os.WriteFile(file, []byte("stateDir: /from/file\nlisten: /from/file.sock\nshutdownTimeout: 3s\nsocketMode: \"0600\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		wantState string
+		wantSock  string
+		wantErr   string
+	}{
+		{name: "defaults", wantState: "/var/lib/tandem", wantSock: "/var/run/tandem/tandem.sock"},
+		{name: "file", args: []string{"--config", file}, wantState: "/from/file", wantSock: "/from/file.sock"},
+		{name: "env beats file", args: []string{"--config", file}, env: map[string]string{"TANDEM_STATE_DIR": "/from/env"}, wantState: "/from/env", wantSock: "/from/file.sock"},
+		{name: "flag beats env", args: []string{"--config", file, "--state-dir", "/from/flag"}, env: map[string]string{"TANDEM_STATE_DIR": "/from/env"}, wantState: "/from/flag", wantSock: "/from/file.sock"},
+		{name: "config file from env", env: map[string]string{"TANDEM_CONFIG": file}, wantState: "/from/file", wantSock: "/from/file.sock"},
+		{name: "invalid value names the flag", args: []string{"--runtime-endpoint", "tcp://10.0.0.1:1"}, wantErr: "runtime-endpoint"},
+		{name: "bad socket mode", args: []string{"--socket-mode", "rw"}, wantErr: "socket-mode"},
+		{name: "missing file", args: []string{"--config", filepath.Join(dir, "nope.yaml")}, wantErr: "nope.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := load(tt.args, func(k string) string { return tt.env[k] })
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("load = %v, want an error naming %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.proxy.StateDir != tt.wantState || got.proxy.Listen != tt.wantSock {
+				t.Fatalf("stateDir, listen = %q, %q; want %q, %q", got.proxy.StateDir, got.proxy.Listen, tt.wantState, tt.wantSock)
+			}
+		})
+	}
+	got, err := load([]string{"--config", file}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.proxy.ShutdownTimeout != 3*time.Second || got.proxy.SocketMode != 0o600 {
+		t.Fatalf("durations and modes from the file: %v %#o", got.proxy.ShutdownTimeout, got.proxy.SocketMode)
+	}
+}

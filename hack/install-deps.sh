@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what Tandem's build, tests and demo need on Debian 12: containerd and runc for the e2e tier,
+# busybox-static for the test image, the CNI plugins for pod networking. Idempotent.
+set -euo pipefail
+
+pkgs=(containerd runc busybox-static containernetworking-plugins make git ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: need root to install: ${missing[*]} (run with sudo)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  if [ -x /usr/local/go/bin/go ]; then
+    export PATH=$PATH:/usr/local/go/bin
+  else
+    echo "install-deps: Go 1.26 or newer is required (https://go.dev/doc/install)" >&2
+    exit 1
+  fi
+fi
+cd "$(dirname "$0")/.."
+go mod download
