@@ -1,0 +1,161 @@
+package hooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+)
+
+// Skip labels: pods carrying either skip remote hooks. The second is Koordinator's, so a hook server
+// deployed for koord-runtime-proxy is recognised as it is.
+const (
+	LabelSkipHooks       = "tandem.io/skip-hooks"
+	LabelSkipHookServer  = "runtimeproxy.koordinator.sh/skip-hookserver"
+	labelSkipHooksEnable = "true"
+)
+
+// SkipsRemote reports whether a pod's labels ask to skip remote hooks.
+func SkipsRemote(labels map[string]string) bool {
+	return labels[LabelSkipHooks] == labelSkipHooksEnable || labels[LabelSkipHookServer] == labelSkipHooksEnable
+}
+
+// Dispatcher runs the hooks of a stage. The set of hooks is swapped atomically on reload, so a call in
+// flight finishes with the set it started with.
+type Dispatcher struct {
+	builtin []*entry
+	set     atomic.Pointer[hookSet]
+	metrics *metrics
+}
+
+// NewDispatcher builds the in-process hooks. Remote hooks are added with SetRemote. reg receives the
+// hook metrics; nil keeps them unexposed.
+func NewDispatcher(ctx context.Context, builtin []Registration, reg prometheus.Registerer) (*Dispatcher, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register hook metrics: %w", err)
+	}
+	entries, err := build(ctx, builtin)
+	if err != nil {
+		return nil, err
+	}
+	hs, err := newHookSet(entries)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{builtin: entries, metrics: m}
+	d.set.Store(hs)
+	return d, nil
+}
+
+// SetRemote replaces the remote hooks. On error the previous set stays in force.
+func (d *Dispatcher) SetRemote(ctx context.Context, remote []Registration) error {
+	for i := range remote {
+		remote[i].Remote = true
+	}
+	entries, err := build(ctx, remote)
+	if err != nil {
+		return err
+	}
+	all := append(append([]*entry(nil), d.builtin...), entries...)
+	hs, err := newHookSet(all)
+	if err != nil {
+		return err
+	}
+	d.set.Store(hs)
+	return nil
+}
+
+// HookInfo describes a registered hook, for status output.
+type HookInfo struct {
+	Name          string        `json:"name"`
+	Order         int           `json:"order"`
+	Stages        []Stage       `json:"stages"`
+	FailurePolicy FailurePolicy `json:"failurePolicy"`
+	Timeout       time.Duration `json:"timeout"`
+	Remote        bool          `json:"remote"`
+}
+
+// Hooks lists the hooks in force, in order.
+func (d *Dispatcher) Hooks() []HookInfo {
+	hs := d.set.Load()
+	out := make([]HookInfo, 0, len(hs.entries))
+	for _, e := range hs.entries {
+		hi := HookInfo{Name: e.name, Order: e.order, FailurePolicy: e.policy, Timeout: e.timeout, Remote: e.remote}
+		for _, s := range Stages() {
+			if _, ok := e.calls[s]; ok {
+				hi.Stages = append(hi.Stages, s)
+			}
+		}
+		out = append(out, hi)
+	}
+	return out
+}
+
+// Run runs the stage's hooks in order and returns their merged adjustment (nil when nothing changed).
+// pod and ctr are not modified; ctr is nil for sandbox stages. A hook whose call fails, times out or
+// conflicts with an earlier hook is handled by its failure policy: Fail returns the error, prefixed with
+// the hook's name and carrying its class (DeadlineExceeded, Unavailable, Conflict…); Ignore drops its
+// adjustment. Post stages never return an error: the runtime has already acted.
+func (d *Dispatcher) Run(ctx context.Context, stage Stage, pod *PodInfo, ctr *ContainerInfo) (*Adjustment, error) {
+	bs := d.set.Load().byStage[stage]
+	if len(bs) == 0 {
+		return nil, nil
+	}
+	logger := klog.FromContext(ctx)
+	skipRemote := SkipsRemote(pod.Labels)
+	m := newMerger(stage, pod, ctr)
+	for _, b := range bs {
+		if b.remote && skipRemote {
+			logger.V(4).Info("Remote hook skipped: pod asks to skip hook servers", "hook", b.name, "stage", stage)
+			continue
+		}
+		adj, err := d.call(ctx, stage, b, m.pod, m.ctr)
+		if err == nil && !stage.post() {
+			err = m.apply(b.name, adj)
+			if err != nil {
+				d.metrics.conflicts.WithLabelValues(b.name, string(stage)).Inc()
+			}
+		}
+		if err == nil {
+			if !adj.Empty() {
+				logger.V(4).Info("Hook adjusted", "hook", b.name, "stage", stage, "fields", fieldsOf(adj))
+			}
+			continue
+		}
+		err = fmt.Errorf("hook %s at %s: %w", b.name, stage, err)
+		if b.policy == Fail && !stage.post() {
+			d.metrics.errors.WithLabelValues(b.name, string(stage)).Inc()
+			logger.Error(err, "Hook failed; the call fails (failure policy Fail)", "hook", b.name, "stage", stage)
+			return nil, err
+		}
+		d.metrics.ignored.WithLabelValues(b.name, string(stage)).Inc()
+		d.metrics.errors.WithLabelValues(b.name, string(stage)).Inc()
+		logger.Error(err, "Hook failed; going on without its adjustment", "hook", b.name, "stage", stage, "failurePolicy", b.policy)
+	}
+	return m.result(), nil
+}
+
+// call runs one hook under its timeout. A hook that returns after its deadline counts as timed out even
+// if it ignored ctx, so a slow in-process hook is visible; remote calls are cut off by gRPC at the deadline.
+func (d *Dispatcher) call(ctx context.Context, stage Stage, b binding, pod *PodInfo, ctr *ContainerInfo) (*Adjustment, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	start := time.Now()
+	adj, err := b.call(ctx, pod, ctr)
+	elapsed := time.Since(start)
+	d.metrics.calls.WithLabelValues(b.name, string(stage)).Inc()
+	d.metrics.duration.WithLabelValues(b.name, string(stage)).Observe(elapsed.Seconds())
+	if ctx.Err() == context.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+		d.metrics.timeouts.WithLabelValues(b.name, string(stage)).Inc()
+		return nil, fmt.Errorf("no answer within %v (raise its timeout or fix the hook): %w", b.timeout, context.DeadlineExceeded)
+	}
+	return adj, err
+}
