@@ -18,30 +18,29 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy"
-	"github.com/tandemkit/tandem/proxy/store"
 )
 
 // pinHook is a policy written for this test: containers of pods labelled tandem.io/e2e-pin get 512 CPU
-// shares and CPU 0, and keep CPU 0 across kubelet's later updates. It stands in for the policies of the
-// hook framework to prove the seam changes what the runtime really applies.
-type pinHook struct{ proxy.NopHooks }
+// shares and CPU 0, and keep CPU 0 across kubelet's later updates. It runs through the real hook
+// dispatcher to prove a policy changes what the runtime really applies.
+type pinHook struct{}
 
-func (pinHook) PreCreateContainer(_ context.Context, pod *store.Pod, req *runtimeapi.CreateContainerRequest) error {
+func (pinHook) Name() string { return "e2e-pin" }
+
+func (pinHook) PreCreateContainer(_ context.Context, pod *hooks.PodInfo, _ *hooks.ContainerInfo) (*hooks.Adjustment, error) {
 	if pod.Labels["tandem.io/e2e-pin"] != "true" {
-		return nil
+		return nil, nil
 	}
-	r := req.GetConfig().GetLinux().GetResources()
-	r.CpuShares = 512
-	r.CpusetCpus = "0"
-	return nil
+	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{CPUShares: hooks.Int64(512), CpusetCpus: hooks.String("0")}}, nil
 }
 
-func (pinHook) PreUpdateContainerResources(_ context.Context, pod *store.Pod, _ *store.Container, req *runtimeapi.UpdateContainerResourcesRequest) error {
-	if pod.Labels["tandem.io/e2e-pin"] == "true" && req.GetLinux() != nil {
-		req.Linux.CpusetCpus = "0"
+func (pinHook) PreUpdateContainerResources(_ context.Context, pod *hooks.PodInfo, _ *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	if pod.Labels["tandem.io/e2e-pin"] != "true" {
+		return nil, nil
 	}
-	return nil
+	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{CpusetCpus: hooks.String("0")}}, nil
 }
 
 // hostCgroupFile reads a cgroup v1 file of a process from the host's hierarchy, as an operator would.
@@ -124,7 +123,11 @@ func TestHookSeamChangesRealCgroups(t *testing.T) {
 			cfg.Listen = filepath.Join(dir, "tandem.sock")
 			cfg.RuntimeEndpoint = ctrd.Endpoint
 			cfg.StateDir = filepath.Join(dir, "state")
-			srv, err := proxy.New(cfg, proxy.Deps{Hooks: pinHook{}})
+			d, err := hooks.NewDispatcher(ctx, []hooks.Registration{{Name: "e2e-pin", Order: 100, New: func() (hooks.Hook, error) { return pinHook{}, nil }}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := proxy.New(cfg, proxy.Deps{Hooks: d})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"maps"
+	"slices"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 func podFromConfig(id string, cfg *runtimeapi.PodSandboxConfig) *store.Pod {
@@ -19,6 +22,7 @@ func podFromConfig(id string, cfg *runtimeapi.PodSandboxConfig) *store.Pod {
 		CgroupParent: cfg.GetLinux().GetCgroupParent(),
 		Labels:       maps.Clone(cfg.GetLabels()),
 		Annotations:  maps.Clone(cfg.GetAnnotations()),
+		Resources:    resourcesFromCRI(cfg.GetLinux().GetResources()),
 	}
 }
 
@@ -35,12 +39,12 @@ func containerFromConfig(id, podID string, cfg *runtimeapi.ContainerConfig) *sto
 	}
 }
 
-// resourcesFromCRI converts CRI resources for the store; nil stays nil.
-func resourcesFromCRI(r *runtimeapi.LinuxContainerResources) *store.Resources {
+// resourcesFromCRI converts CRI resources; nil stays nil.
+func resourcesFromCRI(r *runtimeapi.LinuxContainerResources) *hooks.Resources {
 	if r == nil {
 		return nil
 	}
-	out := &store.Resources{
+	out := &hooks.Resources{
 		CPUPeriod:              r.GetCpuPeriod(),
 		CPUQuota:               r.GetCpuQuota(),
 		CPUShares:              r.GetCpuShares(),
@@ -58,4 +62,145 @@ func resourcesFromCRI(r *runtimeapi.LinuxContainerResources) *store.Resources {
 		out.HugepageLimits[h.GetPageSize()] = h.GetLimit()
 	}
 	return out
+}
+
+func podInfo(p *store.Pod) *hooks.PodInfo {
+	return &hooks.PodInfo{
+		ID: p.ID, Name: p.Name, Namespace: p.Namespace, UID: p.UID, Attempt: p.Attempt,
+		RuntimeHandler: p.RuntimeHandler, Labels: p.Labels, Annotations: p.Annotations,
+		CgroupParent: p.CgroupParent, Resources: p.Resources,
+	}
+}
+
+func sandboxInfo(req *runtimeapi.RunPodSandboxRequest) *hooks.PodInfo {
+	cfg := req.GetConfig()
+	md := cfg.GetMetadata()
+	return &hooks.PodInfo{
+		Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), Attempt: md.GetAttempt(),
+		RuntimeHandler: req.GetRuntimeHandler(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
+		CgroupParent: cfg.GetLinux().GetCgroupParent(),
+		Resources:    resourcesFromCRI(cfg.GetLinux().GetResources()),
+		Overhead:     resourcesFromCRI(cfg.GetLinux().GetOverhead()),
+	}
+}
+
+func containerInfo(id string, cfg *runtimeapi.ContainerConfig) *hooks.ContainerInfo {
+	ci := &hooks.ContainerInfo{
+		ID: id, Name: cfg.GetMetadata().GetName(), Attempt: cfg.GetMetadata().GetAttempt(),
+		Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
+		Resources: resourcesFromCRI(cfg.GetLinux().GetResources()),
+	}
+	for _, kv := range cfg.GetEnvs() {
+		if ci.Env == nil {
+			ci.Env = map[string]string{}
+		}
+		ci.Env[kv.GetKey()] = string(kv.GetValue())
+	}
+	return ci
+}
+
+func storedContainerInfo(c *store.Container) *hooks.ContainerInfo {
+	return &hooks.ContainerInfo{
+		ID: c.ID, Name: c.Name, Attempt: c.Attempt, Labels: c.Labels, Annotations: c.Annotations, Resources: c.Resources,
+	}
+}
+
+// applySandbox writes a PreRunPodSandbox adjustment into the request.
+func applySandbox(cfg *runtimeapi.PodSandboxConfig, a *hooks.Adjustment) {
+	if a == nil {
+		return
+	}
+	cfg.Labels = mergeMap(cfg.Labels, a.Labels)
+	cfg.Annotations = mergeMap(cfg.Annotations, a.Annotations)
+	if a.CgroupParent != nil {
+		if cfg.Linux == nil {
+			cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{}
+		}
+		cfg.Linux.CgroupParent = *a.CgroupParent
+	}
+}
+
+// applyContainer writes a PreCreateContainer adjustment into the request.
+func applyContainer(cfg *runtimeapi.ContainerConfig, a *hooks.Adjustment) {
+	if a == nil {
+		return
+	}
+	cfg.Labels = mergeMap(cfg.Labels, a.Labels)
+	cfg.Annotations = mergeMap(cfg.Annotations, a.Annotations)
+	for _, k := range slices.Sorted(maps.Keys(a.Env)) {
+		replaced := false
+		for _, kv := range cfg.Envs {
+			if kv.Key == k {
+				kv.Value, replaced = []byte(a.Env[k]), true
+			}
+		}
+		if !replaced {
+			cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(a.Env[k])})
+		}
+	}
+	if a.Resources != nil {
+		if cfg.Linux == nil {
+			cfg.Linux = &runtimeapi.LinuxContainerConfig{}
+		}
+		if cfg.Linux.Resources == nil {
+			cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{}
+		}
+		applyResources(cfg.Linux.Resources, a.Resources)
+	}
+}
+
+// applyResources writes a resource adjustment into CRI resources.
+func applyResources(r *runtimeapi.LinuxContainerResources, a *hooks.ResourceAdjustment) {
+	if a == nil {
+		return
+	}
+	set := func(dst *int64, v *int64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&r.CpuPeriod, a.CPUPeriod)
+	set(&r.CpuQuota, a.CPUQuota)
+	set(&r.CpuShares, a.CPUShares)
+	set(&r.MemoryLimitInBytes, a.MemoryLimitInBytes)
+	set(&r.MemorySwapLimitInBytes, a.MemorySwapLimitInBytes)
+	set(&r.OomScoreAdj, a.OomScoreAdj)
+	if a.CpusetCpus != nil {
+		r.CpusetCpus = *a.CpusetCpus
+	}
+	if a.CpusetMems != nil {
+		r.CpusetMems = *a.CpusetMems
+	}
+	for _, size := range slices.Sorted(maps.Keys(a.HugepageLimits)) {
+		replaced := false
+		for _, h := range r.HugepageLimits {
+			if h.PageSize == size {
+				h.Limit, replaced = a.HugepageLimits[size], true
+			}
+		}
+		if !replaced {
+			r.HugepageLimits = append(r.HugepageLimits, &runtimeapi.HugepageLimit{PageSize: size, Limit: a.HugepageLimits[size]})
+		}
+	}
+	r.Unified = mergeMap(r.Unified, a.Unified)
+}
+
+func mergeMap(dst, src map[string]string) map[string]string {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = make(map[string]string, len(src))
+	}
+	maps.Copy(dst, src)
+	return dst
+}
+
+// cgroupSettings turns a pod-level adjustment into cgroup file settings.
+func cgroupSettings(a *hooks.ResourceAdjustment) cgroup.Settings {
+	return cgroup.Settings{
+		CPUShares: a.CPUShares, CPUQuota: a.CPUQuota, CPUPeriod: a.CPUPeriod,
+		CpusetCpus: a.CpusetCpus, CpusetMems: a.CpusetMems, MemoryLimit: a.MemoryLimitInBytes,
+		Files: a.Unified,
+	}
 }

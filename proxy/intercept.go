@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy/store"
 )
 
@@ -42,6 +43,38 @@ func intercept[Req any, PReq interface {
 	}
 }
 
+// runHooks runs a stage's hooks; without a dispatcher nothing runs.
+func (s *Server) runHooks(ctx context.Context, stage hooks.Stage, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	if s.hooks == nil {
+		return nil, nil
+	}
+	return s.hooks.Run(ctx, stage, pod, ctr)
+}
+
+// applyPodResources writes pod-level settings to the pod's cgroup, which CRI cannot reach, and records
+// them in the store. The runtime has acted by then, so a failure is logged, not returned.
+func (s *Server) applyPodResources(ctx context.Context, podID, parent string, a *hooks.Adjustment) {
+	if a == nil || a.PodResources == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	switch {
+	case s.cgroups == nil:
+		logger.Info("Pod-level settings not applied: no cgroup hierarchy found at start", "podResources", a.PodResources)
+		return
+	case parent == "":
+		logger.Info("Pod-level settings not applied: the pod has no cgroup parent", "podResources", a.PodResources)
+		return
+	}
+	if err := s.cgroups.Write(parent, cgroupSettings(a.PodResources)); err != nil {
+		s.metrics.podCgroupErrors.Inc()
+		logger.Error(err, "Pod-level settings not applied", "cgroupParent", parent)
+		return
+	}
+	s.store.UpdatePod(podID, func(p *store.Pod) { p.Resources = hooks.ApplyResources(p.Resources, a.PodResources) })
+	logger.V(4).Info("Pod cgroup updated", "cgroupParent", parent, "podResources", a.PodResources)
+}
+
 // persist writes the checkpoint after a change. A failed write is logged and counted but does not fail
 // the call: the runtime has already acted, and the store in memory is still right.
 func (s *Server) persist(ctx context.Context) {
@@ -51,8 +84,8 @@ func (s *Server) persist(ctx context.Context) {
 	}
 }
 
-// lookup returns the stored pod of a container, or nil with a log line when the store does not know it:
-// such calls pass through without hooks rather than fail, since the runtime may know what the store does not.
+// lookup returns the stored pod and container: calls for containers the store does not know pass
+// through without hooks rather than fail, since the runtime may know what the store does not.
 func (s *Server) lookup(ctx context.Context, ctrID string) (context.Context, *store.Pod, *store.Container) {
 	logger := klog.FromContext(ctx).WithValues("containerID", ctrID)
 	ctr, ok := s.store.Container(ctrID)
@@ -69,13 +102,30 @@ func (s *Server) lookup(ctx context.Context, ctrID string) (context.Context, *st
 	return klog.NewContext(ctx, logger), pod, ctr
 }
 
+// postHooks runs a post stage; its failures are logged by the dispatcher and never fail the call.
+func (s *Server) postHooks(ctx context.Context, stage hooks.Stage, pod *store.Pod, ctr *store.Container) {
+	if pod == nil {
+		return
+	}
+	var ci *hooks.ContainerInfo
+	if ctr != nil {
+		ci = storedContainerInfo(ctr)
+	}
+	_, _ = s.runHooks(ctx, stage, podInfo(pod), ci)
+}
+
 func (s *Server) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest, opts []grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
 	md := req.GetConfig().GetMetadata()
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(md.GetNamespace(), md.GetName()))
 	ctx = klog.NewContext(ctx, logger)
-	if err := s.hooks.PreRunPodSandbox(ctx, req); err != nil {
+	if req.Config == nil {
+		req.Config = &runtimeapi.PodSandboxConfig{}
+	}
+	adj, err := s.runHooks(ctx, hooks.PreRunPodSandbox, sandboxInfo(req), nil)
+	if err != nil {
 		return nil, err
 	}
+	applySandbox(req.Config, adj)
 	resp, err := s.rt.RunPodSandbox(ctx, req, opts...)
 	if err != nil {
 		return nil, err
@@ -84,6 +134,7 @@ func (s *Server) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	pod.RuntimeHandler = req.GetRuntimeHandler()
 	pod.State = runtimeapi.PodSandboxState_SANDBOX_READY.String()
 	s.store.PutPod(pod)
+	s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
 	s.persist(ctx)
 	logger.V(2).Info("Pod sandbox started", "podSandboxID", pod.ID)
 	return resp, nil
@@ -96,23 +147,17 @@ func (s *Server) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 	}
 	id := req.GetPodSandboxId()
 	known := s.store.UpdatePod(id, func(p *store.Pod) { p.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY.String() })
-	// Stopping a sandbox stops its containers.
-	for _, c := range s.store.Snapshot().Containers {
-		if c.PodSandboxID == id && c.State != runtimeapi.ContainerState_CONTAINER_EXITED.String() {
-			s.store.UpdateContainer(c.ID, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
-		}
-	}
 	if !known {
 		klog.FromContext(ctx).V(2).Info("Stopped pod sandbox unknown to the store", "podSandboxID", id)
 		return resp, nil
 	}
+	// Stopping a sandbox stops its containers.
+	s.store.UpdatePodContainers(id, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
 	s.persist(ctx)
 	if pod, ok := s.store.Pod(id); ok {
-		logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name))
-		if err := s.hooks.PostStopPodSandbox(klog.NewContext(ctx, logger), pod); err != nil {
-			logger.Error(err, "Post-stop hook failed; the sandbox is stopped regardless")
-		}
-		logger.V(2).Info("Pod sandbox stopped", "podSandboxID", id)
+		ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name)))
+		s.postHooks(ctx, hooks.PostStopPodSandbox, pod, nil)
+		klog.FromContext(ctx).V(2).Info("Pod sandbox stopped", "podSandboxID", id)
 	}
 	return resp, nil
 }
@@ -123,9 +168,6 @@ func (s *Server) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 		return nil, err
 	}
 	pod, removed := s.store.RemovePod(req.GetPodSandboxId())
-	for _, c := range removed {
-		s.hooks.ContainerReleased(ctx, c)
-	}
 	if pod != nil || len(removed) > 0 {
 		s.persist(ctx)
 	}
@@ -138,26 +180,32 @@ func (s *Server) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, opts []grpc.CallOption) (*runtimeapi.CreateContainerResponse, error) {
 	logger := klog.FromContext(ctx).WithValues("container", req.GetConfig().GetMetadata().GetName())
 	pod, known := s.store.Pod(req.GetPodSandboxId())
+	var adj *hooks.Adjustment
 	if known {
 		logger = logger.WithValues("pod", klog.KRef(pod.Namespace, pod.Name))
 		ctx = klog.NewContext(ctx, logger)
-		if err := s.hooks.PreCreateContainer(ctx, pod, req); err != nil {
+		if req.Config == nil {
+			req.Config = &runtimeapi.ContainerConfig{}
+		}
+		var err error
+		if adj, err = s.runHooks(ctx, hooks.PreCreateContainer, podInfo(pod), containerInfo("", req.Config)); err != nil {
 			return nil, err
 		}
+		applyContainer(req.Config, adj)
 	} else {
 		logger.Info("Pod sandbox unknown to the store; container passed through without hooks", "podSandboxID", req.GetPodSandboxId())
 		ctx = klog.NewContext(ctx, logger)
 	}
 	resp, err := s.rt.CreateContainer(ctx, req, opts...)
 	if err != nil {
-		if known {
-			s.hooks.CreateContainerFailed(ctx, pod, req)
-		}
 		return nil, err
 	}
 	ctr := containerFromConfig(resp.GetContainerId(), req.GetPodSandboxId(), req.GetConfig())
 	ctr.State = runtimeapi.ContainerState_CONTAINER_CREATED.String()
 	s.store.PutContainer(ctr)
+	if known {
+		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+	}
 	s.persist(ctx)
 	logger.V(2).Info("Container created", "containerID", ctr.ID, "resources", ctr.Resources)
 	return resp, nil
@@ -166,9 +214,17 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContainerRequest, opts []grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	if pod != nil {
-		if err := s.hooks.PreStartContainer(ctx, pod, ctr); err != nil {
+		adj, err := s.runHooks(ctx, hooks.PreStartContainer, podInfo(pod), storedContainerInfo(ctr))
+		if err != nil {
 			return nil, err
 		}
+		if adj != nil && adj.Resources != nil {
+			// CRI's StartContainer carries no resources: a pre-start change reaches the runtime as an update.
+			if err := s.updateBeforeStart(ctx, ctr, adj.Resources, opts); err != nil {
+				return nil, err
+			}
+		}
+		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
 	}
 	resp, err := s.rt.StartContainer(ctx, req, opts...)
 	if err != nil {
@@ -177,15 +233,37 @@ func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContai
 	if ctr != nil {
 		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_RUNNING.String() })
 		s.persist(ctx)
-		ctr.State = runtimeapi.ContainerState_CONTAINER_RUNNING.String()
-	}
-	if pod != nil {
-		if err := s.hooks.PostStartContainer(ctx, pod, ctr); err != nil {
-			klog.FromContext(ctx).Error(err, "Post-start hook failed; the container runs regardless")
+		if c, ok := s.store.Container(ctr.ID); ok {
+			s.postHooks(ctx, hooks.PostStartContainer, pod, c)
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Container started")
 	return resp, nil
+}
+
+func (s *Server) updateBeforeStart(ctx context.Context, ctr *store.Container, a *hooks.ResourceAdjustment, opts []grpc.CallOption) error {
+	r := &runtimeapi.LinuxContainerResources{}
+	applyResourcesFrom(r, ctr.Resources)
+	applyResources(r, a)
+	if _, err := s.rt.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: ctr.ID, Linux: r}, opts...); err != nil {
+		return err
+	}
+	applied := resourcesFromCRI(r)
+	s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.Resources = applied })
+	return nil
+}
+
+// applyResourcesFrom fills CRI resources from stored ones.
+func applyResourcesFrom(r *runtimeapi.LinuxContainerResources, from *hooks.Resources) {
+	if from == nil {
+		return
+	}
+	applyResources(r, &hooks.ResourceAdjustment{
+		CPUPeriod: &from.CPUPeriod, CPUQuota: &from.CPUQuota, CPUShares: &from.CPUShares,
+		MemoryLimitInBytes: &from.MemoryLimitInBytes, MemorySwapLimitInBytes: &from.MemorySwapLimitInBytes,
+		OomScoreAdj: &from.OomScoreAdj, CpusetCpus: &from.CpusetCpus, CpusetMems: &from.CpusetMems,
+		HugepageLimits: from.HugepageLimits, Unified: from.Unified,
+	})
 }
 
 func (s *Server) stopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest, opts []grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
@@ -198,11 +276,7 @@ func (s *Server) stopContainer(ctx context.Context, req *runtimeapi.StopContaine
 		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
 		s.persist(ctx)
 		ctr.State = runtimeapi.ContainerState_CONTAINER_EXITED.String()
-	}
-	if pod != nil {
-		if err := s.hooks.PostStopContainer(ctx, pod, ctr); err != nil {
-			klog.FromContext(ctx).Error(err, "Post-stop hook failed; the container is stopped regardless")
-		}
+		s.postHooks(ctx, hooks.PostStopContainer, pod, ctr)
 	}
 	klog.FromContext(ctx).V(2).Info("Container stopped")
 	return resp, nil
@@ -211,7 +285,7 @@ func (s *Server) stopContainer(ctx context.Context, req *runtimeapi.StopContaine
 func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest, opts []grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error) {
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	if pod != nil {
-		if err := s.hooks.PreRemoveContainer(ctx, pod, ctr); err != nil {
+		if _, err := s.runHooks(ctx, hooks.PreRemoveContainer, podInfo(pod), storedContainerInfo(ctr)); err != nil {
 			return nil, err
 		}
 	}
@@ -219,8 +293,7 @@ func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveCont
 	if err != nil {
 		return nil, err
 	}
-	if removed, ok := s.store.RemoveContainer(req.GetContainerId()); ok {
-		s.hooks.ContainerReleased(ctx, removed)
+	if _, ok := s.store.RemoveContainer(req.GetContainerId()); ok {
 		s.persist(ctx)
 	}
 	klog.FromContext(ctx).V(2).Info("Container removed")
@@ -230,9 +303,19 @@ func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveCont
 func (s *Server) updateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest, opts []grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	if pod != nil {
-		if err := s.hooks.PreUpdateContainerResources(ctx, pod, ctr, req); err != nil {
+		ci := storedContainerInfo(ctr)
+		ci.Resources = resourcesFromCRI(req.GetLinux())
+		adj, err := s.runHooks(ctx, hooks.PreUpdateContainerResources, podInfo(pod), ci)
+		if err != nil {
 			return nil, err
 		}
+		if adj != nil && adj.Resources != nil {
+			if req.Linux == nil {
+				req.Linux = &runtimeapi.LinuxContainerResources{}
+			}
+			applyResources(req.Linux, adj.Resources)
+		}
+		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
 	}
 	// Always forwarded: kubelet's in-place resize depends on its update reaching the runtime.
 	resp, err := s.rt.UpdateContainerResources(ctx, req, opts...)

@@ -12,61 +12,54 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/hooks"
 )
 
-// sharesHook is the test hook that proves a policy can modify a request on its way to the runtime: it
-// sets CPU shares on containers of pods labelled tandem.io/test-shares, merges a cpuset into kubelet's
-// updates, and records the releases it is told about.
+// sharesHook is the test policy that proves hooks reach the runtime through the proxy: containers of pods
+// labelled tandem.io/test-shares get 4242 CPU shares and a pod-level cpu.idle, kubelet's updates get
+// cpuset 1 merged in, and removals can be refused.
 type sharesHook struct {
-	NopHooks
 	mu       sync.Mutex
-	released []string
-	failed   int
 	rejectRM bool
 }
 
-func (h *sharesHook) PreCreateContainer(_ context.Context, pod *store.Pod, req *runtimeapi.CreateContainerRequest) error {
-	if pod.Labels["tandem.io/test-shares"] == "" {
-		return nil
+var (
+	_ hooks.PreCreateContainerHook          = (*sharesHook)(nil)
+	_ hooks.PreUpdateContainerResourcesHook = (*sharesHook)(nil)
+	_ hooks.PreRemoveContainerHook          = (*sharesHook)(nil)
+)
+
+func (h *sharesHook) Name() string { return "test-shares" }
+
+func (h *sharesHook) PreCreateContainer(_ context.Context, pod *hooks.PodInfo, _ *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	switch pod.Labels["tandem.io/test-shares"] {
+	case "":
+		return nil, nil
+	case "bad":
+		return nil, fmt.Errorf("pod %s: label tandem.io/test-shares is not a number: %w", pod.Name, errdefs.ErrInvalidArgument)
 	}
-	if pod.Labels["tandem.io/test-shares"] == "bad" {
-		return fmt.Errorf("pod %s: label tandem.io/test-shares is not a number: %w", pod.Name, errdefs.ErrInvalidArgument)
-	}
-	if req.Config.Linux == nil {
-		req.Config.Linux = &runtimeapi.LinuxContainerConfig{}
-	}
-	if req.Config.Linux.Resources == nil {
-		req.Config.Linux.Resources = &runtimeapi.LinuxContainerResources{}
-	}
-	req.Config.Linux.Resources.CpuShares = 4242
-	return nil
+	return &hooks.Adjustment{
+		Resources:    &hooks.ResourceAdjustment{CPUShares: hooks.Int64(4242)},
+		Env:          map[string]string{"TANDEM_TEST": "1"},
+		PodResources: &hooks.ResourceAdjustment{Unified: map[string]string{"cpu.idle": "1"}},
+	}, nil
 }
 
-func (h *sharesHook) CreateContainerFailed(context.Context, *store.Pod, *runtimeapi.CreateContainerRequest) {
+func (h *sharesHook) PreUpdateContainerResources(context.Context, *hooks.PodInfo, *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{CpusetCpus: hooks.String("1")}}, nil
+}
+
+func (h *sharesHook) PreRemoveContainer(context.Context, *hooks.PodInfo, *hooks.ContainerInfo) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.failed++
-}
-
-func (h *sharesHook) PreUpdateContainerResources(_ context.Context, _ *store.Pod, _ *store.Container, req *runtimeapi.UpdateContainerResourcesRequest) error {
-	if req.Linux != nil {
-		req.Linux.CpusetCpus = "1"
-	}
-	return nil
-}
-
-func (h *sharesHook) PreRemoveContainer(context.Context, *store.Pod, *store.Container) error {
 	if h.rejectRM {
 		return fmt.Errorf("test refuses removal: %w", errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }
 
-func (h *sharesHook) ContainerReleased(_ context.Context, c *store.Container) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.released = append(h.released, c.ID)
+func (h *sharesHook) registration() []hooks.Registration {
+	return []hooks.Registration{{Name: h.Name(), Order: 100, New: func() (hooks.Hook, error) { return h, nil }}}
 }
 
 func podConfig(name string, labels map[string]string) *runtimeapi.PodSandboxConfig {
@@ -88,7 +81,8 @@ func ctrConfig(name string) *runtimeapi.ContainerConfig {
 func TestLifecycleThroughHooksAndStore(t *testing.T) {
 	t.Parallel()
 	hook := &sharesHook{}
-	h := newHarness(t, harnessOpts{hooks: hook})
+	cg := fakeCgroupV1(t, "/kubepods/besteffort/podweb-uid", "cpu.idle")
+	h := newHarness(t, harnessOpts{hooks: hook.registration(), cgroups: cg.writer})
 	ctx := testCtx(t)
 	rs := h.rs()
 
@@ -105,6 +99,12 @@ func TestLifecycleThroughHooksAndStore(t *testing.T) {
 	}
 	if got := h.rt.lastCreate.GetConfig().GetLinux().GetResources().GetMemoryLimitInBytes(); got != 64<<20 {
 		t.Fatalf("runtime saw memory limit %d, want kubelet's %d untouched", got, 64<<20)
+	}
+	if envs := h.rt.lastCreate.GetConfig().GetEnvs(); len(envs) != 1 || envs[0].GetKey() != "TANDEM_TEST" || string(envs[0].GetValue()) != "1" {
+		t.Fatalf("runtime saw env %v, want the hook's TANDEM_TEST=1", envs)
+	}
+	if got := cg.read(t, "cpu.idle"); got != "1" {
+		t.Fatalf("pod cgroup cpu.idle = %q, want the hook's pod-level 1", got)
 	}
 	if _, err := rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
 		t.Fatal(err)
@@ -133,11 +133,15 @@ func TestLifecycleThroughHooksAndStore(t *testing.T) {
 	}
 
 	// A hook may refuse a removal with a classed error, which kubelet sees as a gRPC code.
+	hook.mu.Lock()
 	hook.rejectRM = true
+	hook.mu.Unlock()
 	if _, err := rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr.ContainerId}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("refused removal: %v, want FailedPrecondition", err)
 	}
+	hook.mu.Lock()
 	hook.rejectRM = false
+	hook.mu.Unlock()
 
 	if _, err := rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
 		t.Fatal(err)
@@ -150,9 +154,6 @@ func TestLifecycleThroughHooksAndStore(t *testing.T) {
 	}
 	if _, ok := h.srv.Store().Container(ctr.ContainerId); ok {
 		t.Fatal("container still stored after RemoveContainer")
-	}
-	if len(hook.released) != 1 || hook.released[0] != ctr.ContainerId {
-		t.Fatalf("released = %v, want [%s]", hook.released, ctr.ContainerId)
 	}
 	if _, err := rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId}); err != nil {
 		t.Fatal(err)
@@ -181,18 +182,17 @@ func TestCreateContainerBadInput(t *testing.T) {
 		sandbox    string // empty: the pod created by the test
 		runtimeErr error
 		wantCode   codes.Code
-		wantFailed int
 	}{
 		{name: "hook rejects with a classed error", labels: map[string]string{"tandem.io/test-shares": "bad"}, wantCode: codes.InvalidArgument},
 		{name: "runtime rejects: its error passes unchanged and the hook may roll back", labels: map[string]string{"tandem.io/test-shares": "yes"},
-			runtimeErr: status.Error(codes.ResourceExhausted, "no space left"), wantCode: codes.ResourceExhausted, wantFailed: 1},
+			runtimeErr: status.Error(codes.ResourceExhausted, "no space left"), wantCode: codes.ResourceExhausted},
 		{name: "sandbox unknown to the store passes through", sandbox: "unknown-pod", wantCode: codes.NotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			hook := &sharesHook{}
-			h := newHarness(t, harnessOpts{hooks: hook})
+			h := newHarness(t, harnessOpts{hooks: hook.registration()})
 			ctx := testCtx(t)
 			pod, err := h.rs().RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("p", tt.labels)})
 			if err != nil {
@@ -211,9 +211,6 @@ func TestCreateContainerBadInput(t *testing.T) {
 			}
 			if tt.runtimeErr != nil && status.Convert(err).Message() != status.Convert(tt.runtimeErr).Message() {
 				t.Fatalf("runtime message changed: %q", status.Convert(err).Message())
-			}
-			if hook.failed != tt.wantFailed {
-				t.Fatalf("CreateContainerFailed calls = %d, want %d", hook.failed, tt.wantFailed)
 			}
 			if n := len(h.srv.Store().Snapshot().Containers); n != 0 {
 				t.Fatalf("store holds %d containers after a failed create", n)

@@ -13,6 +13,7 @@ type metrics struct {
 	checkpointErrors prometheus.Counter
 	released         prometheus.Counter
 	reconciles       *prometheus.CounterVec
+	podCgroupErrors  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,8 +39,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "tandem", Subsystem: "proxy", Name: "reconciles_total",
 			Help: "Reconciliations of the store with the runtime, by result (ok, error).",
 		}, []string{"result"}),
+		podCgroupErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "proxy", Name: "pod_cgroup_errors_total",
+			Help: "Pod-level settings from hooks that could not be written to the pod's cgroup.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.checkpointErrors, m.released, m.reconciles} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.checkpointErrors, m.released, m.reconciles, m.podCgroupErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy/store"
 )
 
@@ -53,7 +54,6 @@ func (s *Server) reconcile(ctx context.Context) error {
 	res := s.store.Reconcile(since, listed)
 	for _, c := range res.ReleasedContainers {
 		logger.Info("Released container the runtime no longer has", "containerID", c.ID, "container", c.Name, "podSandboxID", c.PodSandboxID)
-		s.hooks.ContainerReleased(ctx, c)
 	}
 	for _, p := range res.ReleasedPods {
 		logger.Info("Released pod sandbox the runtime no longer has", "pod", klog.KRef(p.Namespace, p.Name), "podSandboxID", p.ID)
@@ -130,7 +130,7 @@ func (s *Server) podCgroupParent(ctx context.Context, id string) string {
 
 // containerResources reads what the runtime applied: the status' resources where the runtime reports
 // them (containerd 1.7+), else the resources of the creation config from the verbose info.
-func (s *Server) containerResources(ctx context.Context, id string) *store.Resources {
+func (s *Server) containerResources(ctx context.Context, id string) *hooks.Resources {
 	st, err := s.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Container status unavailable; resources unknown", "containerID", id, "err", err)

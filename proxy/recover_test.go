@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy/store"
 )
 
@@ -44,16 +46,15 @@ func TestRecoverReconcilesCheckpointWithRuntime(t *testing.T) {
 		return &store.Snapshot{
 			Pods: []*store.Pod{{ID: "pod-1", Name: "web", Namespace: "default", CgroupParent: "/kubepods/besteffort/podweb-uid"}},
 			Containers: []*store.Container{
-				{ID: "ctr-2", PodSandboxID: "pod-1", Name: "kept", Resources: &store.Resources{CpusetCpus: "2-3", CPUShares: 2}},
-				{ID: "ctr-9", PodSandboxID: "pod-1", Name: "gone", Resources: &store.Resources{CpusetCpus: "4"}},
+				{ID: "ctr-2", PodSandboxID: "pod-1", Name: "kept", Resources: &hooks.Resources{CpusetCpus: "2-3", CPUShares: 2}},
+				{ID: "ctr-9", PodSandboxID: "pod-1", Name: "gone", Resources: &hooks.Resources{CpusetCpus: "4"}},
 			},
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hook := &sharesHook{}
-	h := newHarness(t, harnessOpts{rt: rt, stateDir: stateDir, hooks: hook})
+	h := newHarness(t, harnessOpts{rt: rt, stateDir: stateDir})
 
 	kept, ok := h.srv.Store().Container("ctr-2")
 	if !ok || kept.Resources.CpusetCpus != "2-3" || kept.State != "CONTAINER_RUNNING" {
@@ -66,8 +67,8 @@ func TestRecoverReconcilesCheckpointWithRuntime(t *testing.T) {
 	if _, ok := h.srv.Store().Container("ctr-9"); ok {
 		t.Fatal("container gone from the runtime is still stored")
 	}
-	if len(hook.released) != 1 || hook.released[0] != "ctr-9" {
-		t.Fatalf("released = %v, want [ctr-9]", hook.released)
+	if got := testutil.ToFloat64(h.srv.metrics.released); got != 1 {
+		t.Fatalf("released containers metric = %v, want 1 (ctr-9)", got)
 	}
 	if p, _ := h.srv.Store().Pod("pod-1"); p.CgroupParent != "/kubepods/besteffort/podweb-uid" {
 		t.Fatalf("pod cgroup parent = %q", p.CgroupParent)
@@ -129,8 +130,7 @@ func TestRecoverSetsAsideCorruptCheckpoint(t *testing.T) {
 func TestResyncReleasesContainersThatDied(t *testing.T) {
 	t.Parallel()
 	rt := seededRuntime(t)
-	hook := &sharesHook{}
-	h := newHarness(t, harnessOpts{rt: rt, hooks: hook})
+	h := newHarness(t, harnessOpts{rt: rt})
 	// The runtime loses a container behind the proxy's back (kubelet talked to it directly, or it was
 	// removed while the proxy was down).
 	rt.mu.Lock()
@@ -147,9 +147,7 @@ func TestResyncReleasesContainersThatDied(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	hook.mu.Lock()
-	defer hook.mu.Unlock()
-	if len(hook.released) != 1 || hook.released[0] != "ctr-2" {
-		t.Fatalf("released = %v, want [ctr-2]", hook.released)
+	if got := testutil.ToFloat64(h.srv.metrics.released); got != 1 {
+		t.Fatalf("released containers metric = %v, want 1", got)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +19,49 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
+
+// fakeCg is a cgroup v1 tree in a temp dir with one pod cgroup; the e2e suite writes real cgroups.
+type fakeCg struct {
+	root, parent string
+	writer       cgroup.Writer
+}
+
+func fakeCgroupV1(t testing.TB, parent string, files ...string) *fakeCg {
+	t.Helper()
+	root := t.TempDir()
+	for _, f := range files {
+		ctrl, _, _ := strings.Cut(f, ".")
+		p := filepath.Join(root, ctrl, parent, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "cpu"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err := cgroup.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeCg{root: root, parent: parent, writer: w}
+}
+
+func (c *fakeCg) read(t testing.TB, file string) string {
+	t.Helper()
+	ctrl, _, _ := strings.Cut(file, ".")
+	b, err := os.ReadFile(filepath.Join(c.root, ctrl, c.parent, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 // fakeRuntime is an in-memory CRI runtime for unit tests of the proxy's own logic (forwarding, store,
 // recovery) where starting containerd would only slow the test down; the e2e suite runs the same paths
@@ -241,7 +285,8 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	hooks    Hooks
+	hooks    []hooks.Registration
+	cgroups  cgroup.Writer
 	stateDir string
 	rt       *fakeRuntime
 }
@@ -288,12 +333,16 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		cfg.StateDir = filepath.Join(dir, "state")
 	}
 	cfg.ShutdownTimeout = 2 * time.Second
-	srv, err := New(cfg, Deps{Hooks: o.hooks})
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := hooks.NewDispatcher(ctx, o.hooks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Deps{Hooks: d, Cgroups: o.cgroups})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.srv = srv
-	_, ctx := ktesting.NewTestContext(t)
 	if err := srv.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -19,13 +19,17 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 // Deps are the collaborators a Server uses; tests pass their own.
 type Deps struct {
-	// Hooks adjust lifecycle calls; nil means NopHooks.
-	Hooks Hooks
+	// Hooks run the policies on lifecycle calls; nil runs none.
+	Hooks *hooks.Dispatcher
+	// Cgroups writes pod-level settings that hooks ask for; nil leaves them unapplied, with a log line.
+	Cgroups cgroup.Writer
 	// Registerer receives the proxy's metrics; nil means they are kept but not exposed.
 	Registerer prometheus.Registerer
 }
@@ -33,7 +37,8 @@ type Deps struct {
 // Server is the CRI proxy.
 type Server struct {
 	cfg        Config
-	hooks      Hooks
+	hooks      *hooks.Dispatcher
+	cgroups    cgroup.Writer
 	codec      *codec
 	runtime    *grpc.ClientConn
 	image      *grpc.ClientConn
@@ -82,16 +87,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg:          cfg,
 		hooks:        deps.Hooks,
+		cgroups:      deps.Cgroups,
 		codec:        c,
 		store:        store.New(),
 		checkpoint:   cp,
 		metrics:      m,
 		reconcileNow: make(chan struct{}, 1),
 	}
-	if s.hooks == nil {
-		s.hooks = NopHooks{}
-	}
-	s.draining, s.drain = context.WithCancel(context.Background())
 
 	if s.runtime, err = s.dial(cfg.RuntimeEndpoint); err != nil {
 		return nil, err

@@ -25,7 +25,9 @@ import (
 	"github.com/spf13/viper"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy"
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 func main() {
@@ -59,6 +61,8 @@ func options() []option {
 		{"shutdown-timeout", "shutdownTimeout"},
 		{"resync-period", "resyncPeriod"},
 		{"runtime-timeout", "runtimeTimeout"},
+		{"hooks-dir", "hooksDir"},
+		{"cgroup-root", "cgroupRoot"},
 	}
 }
 
@@ -67,6 +71,8 @@ type settings struct {
 	proxy       proxy.Config
 	metricsAddr string
 	configFile  string
+	hooksDir    string
+	cgroupRoot  string
 }
 
 // load resolves flags over TANDEM_* variables over the config file over defaults.
@@ -85,6 +91,8 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	fs.Duration("shutdown-timeout", def.ShutdownTimeout, "how long in-flight calls may finish after SIGTERM")
 	fs.Duration("resync-period", def.ResyncPeriod, "how often the store is reconciled with the runtime")
 	fs.Duration("runtime-timeout", def.RuntimeTimeout, "timeout of the proxy's own calls to the runtime (recovery, resync)")
+	fs.String("hooks-dir", "/etc/tandem/hooks.d", "directory of remote hook server registrations (*.json; Koordinator's hookserver.d files are accepted too), reloaded on change")
+	fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount, for the pod-level settings hooks ask for")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -117,7 +125,8 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
-	return settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile}, nil
+	return settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile,
+		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot")}, nil
 }
 
 func run(ctx context.Context, args []string) error {
@@ -132,7 +141,17 @@ func run(ctx context.Context, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := proxy.New(cfg, proxy.Deps{Registerer: reg})
+	dispatcher, err := hooks.NewDispatcher(ctx, nil, reg)
+	if err != nil {
+		return err
+	}
+	cgroups, err := cgroup.New(st.cgroupRoot)
+	if err != nil {
+		// Pod-level settings are optional: the proxy still forwards and runs container-level policies.
+		logger.Info("No cgroup hierarchy; pod-level settings from hooks will not be applied", "cgroupRoot", st.cgroupRoot, "err", err)
+		cgroups = nil
+	}
+	srv, err := proxy.New(cfg, proxy.Deps{Hooks: dispatcher, Cgroups: cgroups, Registerer: reg})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/tandemkit/tandem/hooks"
 )
 
 // Pod is a pod sandbox as the proxy saw it.
@@ -24,6 +26,8 @@ type Pod struct {
 	RuntimeHandler string            `json:"runtimeHandler,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	Annotations    map[string]string `json:"annotations,omitempty"`
+	// Resources are the pod-level resources: kubelet's, with what hooks set on the pod cgroup.
+	Resources *hooks.Resources `json:"resources,omitempty"`
 	// CreatedAt is the runtime's creation time in Unix nanoseconds.
 	CreatedAt int64 `json:"createdAt,omitempty"`
 }
@@ -40,40 +44,15 @@ type Container struct {
 	Annotations  map[string]string `json:"annotations,omitempty"`
 	// Resources are the Linux resources last applied through the proxy (or read back from the runtime
 	// when the proxy did not see the container being created).
-	Resources *Resources `json:"resources,omitempty"`
-	CreatedAt int64      `json:"createdAt,omitempty"`
-}
-
-// Resources mirrors the CRI LinuxContainerResources in a form that is stable on disk and free of
-// protobuf internals, so the checkpoint format does not move with the vendored CRI API.
-type Resources struct {
-	CPUPeriod              int64             `json:"cpuPeriod,omitempty"`
-	CPUQuota               int64             `json:"cpuQuota,omitempty"`
-	CPUShares              int64             `json:"cpuShares,omitempty"`
-	MemoryLimitInBytes     int64             `json:"memoryLimitInBytes,omitempty"`
-	MemorySwapLimitInBytes int64             `json:"memorySwapLimitInBytes,omitempty"`
-	OomScoreAdj            int64             `json:"oomScoreAdj,omitempty"`
-	CpusetCpus             string            `json:"cpusetCpus,omitempty"`
-	CpusetMems             string            `json:"cpusetMems,omitempty"`
-	HugepageLimits         map[string]uint64 `json:"hugepageLimits,omitempty"`
-	Unified                map[string]string `json:"unified,omitempty"`
-}
-
-// Clone returns a deep copy; nil stays nil.
-func (r *Resources) Clone() *Resources {
-	if r == nil {
-		return nil
-	}
-	c := *r
-	c.HugepageLimits = maps.Clone(r.HugepageLimits)
-	c.Unified = maps.Clone(r.Unified)
-	return &c
+	Resources *hooks.Resources `json:"resources,omitempty"`
+	CreatedAt int64            `json:"createdAt,omitempty"`
 }
 
 func (p *Pod) clone() *Pod {
 	c := *p
 	c.Labels = maps.Clone(p.Labels)
 	c.Annotations = maps.Clone(p.Annotations)
+	c.Resources = p.Resources.Clone()
 	return &c
 }
 
@@ -184,6 +163,18 @@ func (s *Store) UpdateContainer(id string, fn func(*Container)) bool {
 	return true
 }
 
+// UpdatePodContainers applies fn to every stored container of a pod.
+func (s *Store) UpdatePodContainers(podID string, fn func(*Container)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, c := range s.containers {
+		if c.PodSandboxID == podID {
+			fn(c)
+			s.touch(id)
+		}
+	}
+}
+
 // RemoveContainer forgets a container and returns what was stored.
 func (s *Store) RemoveContainer(id string) (*Container, bool) {
 	s.mu.Lock()
@@ -275,10 +266,15 @@ func (s *Store) Reconcile(since uint64, runtime *Snapshot) ReconcileResult {
 		if s.changedSince(p.ID, since) {
 			continue
 		}
-		if _, ok := s.pods[p.ID]; !ok {
+		n := p.clone()
+		if old, ok := s.pods[p.ID]; ok {
+			if n.Resources == nil {
+				n.Resources = old.Resources
+			}
+		} else {
 			res.AdoptedPods++
 		}
-		s.pods[p.ID] = p.clone()
+		s.pods[p.ID] = n
 		s.touched[p.ID] = s.gen
 	}
 	for _, c := range runtime.Containers {

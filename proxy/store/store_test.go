@@ -7,13 +7,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tandemkit/tandem/hooks"
 )
 
 func TestReconcileRespectsChangesDuringListing(t *testing.T) {
 	t.Parallel()
 	s := New()
 	s.PutPod(&Pod{ID: "p1"})
-	s.PutContainer(&Container{ID: "old", PodSandboxID: "p1", Resources: &Resources{CpusetCpus: "0-1"}})
+	s.PutContainer(&Container{ID: "old", PodSandboxID: "p1", Resources: &hooks.Resources{CpusetCpus: "0-1"}})
 	s.PutContainer(&Container{ID: "dead", PodSandboxID: "p1"})
 	s.PutContainer(&Container{ID: "removed-during-list", PodSandboxID: "p1"})
 
@@ -27,7 +29,7 @@ func TestReconcileRespectsChangesDuringListing(t *testing.T) {
 		Containers: []*Container{
 			{ID: "old", PodSandboxID: "p1", State: "CONTAINER_RUNNING"},
 			{ID: "removed-during-list", PodSandboxID: "p1"},
-			{ID: "adopted", PodSandboxID: "p1", Resources: &Resources{CPUShares: 2}},
+			{ID: "adopted", PodSandboxID: "p1", Resources: &hooks.Resources{CPUShares: 2}},
 		},
 	})
 
@@ -76,7 +78,7 @@ func TestRemovePodRemovesItsContainers(t *testing.T) {
 func TestStoreReturnsCopies(t *testing.T) {
 	t.Parallel()
 	s := New()
-	s.PutContainer(&Container{ID: "c", Labels: map[string]string{"k": "v"}, Resources: &Resources{Unified: map[string]string{"cpu.idle": "1"}}})
+	s.PutContainer(&Container{ID: "c", Labels: map[string]string{"k": "v"}, Resources: &hooks.Resources{Unified: map[string]string{"cpu.idle": "1"}}})
 	c, _ := s.Container("c")
 	c.Labels["k"] = "changed"
 	c.Resources.Unified["cpu.idle"] = "0"
@@ -99,7 +101,7 @@ func TestCheckpointRoundTripAndConcurrentSaves(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.PutContainer(&Container{ID: string(rune('a' + i)), Resources: &Resources{CPUShares: int64(i + 2)}})
+			s.PutContainer(&Container{ID: string(rune('a' + i)), Resources: &hooks.Resources{CPUShares: int64(i + 2)}})
 			if err := cp.Save(s.Snapshot); err != nil {
 				t.Error(err)
 			}

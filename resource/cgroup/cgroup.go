@@ -1,0 +1,181 @@
+// Package cgroup writes resource settings into cgroup files, on cgroup v1 (one hierarchy per controller,
+// as on hybrid hosts) and on cgroup v2 (the unified hierarchy). Tandem needs it for what CRI has no call
+// for: pod-level cgroups, which kubelet creates and the runtime never touches.
+//
+// The root is a constructor argument so tests run against a fake tree; production passes /sys/fs/cgroup.
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/errdefs"
+)
+
+// Settings are the values to write; nil fields are left alone. Files holds further files by name
+// ("cpu.idle", "memory.high"), written as they are.
+type Settings struct {
+	CPUShares   *int64
+	CPUQuota    *int64
+	CPUPeriod   *int64
+	CpusetCpus  *string
+	CpusetMems  *string
+	MemoryLimit *int64
+	Files       map[string]string
+}
+
+// Writer writes settings into a cgroup named as kubelet names a pod's cgroup parent.
+type Writer interface {
+	// Write applies s to the cgroup; it fails with errdefs.ErrNotFound when the cgroup does not exist.
+	Write(parent string, s Settings) error
+	// Version is 1 or 2.
+	Version() int
+}
+
+// New detects the hierarchy under root: cgroup v2 when root has cgroup.controllers, else v1.
+func New(root string) (Writer, error) {
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		return &v2{root: root}, nil
+	}
+	if fi, err := os.Stat(filepath.Join(root, "cpu")); err == nil && fi.IsDir() {
+		return &v1{root: root}, nil
+	}
+	return nil, fmt.Errorf("no cgroup hierarchy under %s (neither cgroup.controllers nor cpu/): %w", root, errdefs.ErrNotFound)
+}
+
+// Path turns a cgroup parent into a path relative to the hierarchy. cgroupfs parents are paths already;
+// a systemd slice name expands to its nested slices, as systemd lays them out
+// (kubepods-besteffort-pod1.slice → kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice).
+func Path(parent string) string {
+	if !strings.HasSuffix(parent, ".slice") || strings.Contains(parent, "/") {
+		return filepath.Clean("/" + parent)
+	}
+	name := strings.TrimSuffix(parent, ".slice")
+	parts := strings.Split(name, "-")
+	p := "/"
+	for i := range parts {
+		p = filepath.Join(p, strings.Join(parts[:i+1], "-")+".slice")
+	}
+	return p
+}
+
+type v1 struct{ root string }
+
+func (w *v1) Version() int { return 1 }
+
+func (w *v1) Write(parent string, s Settings) error {
+	files := map[string]string{}
+	setInt(files, "cpu.shares", s.CPUShares)
+	setInt(files, "cpu.cfs_period_us", s.CPUPeriod)
+	setInt(files, "cpu.cfs_quota_us", s.CPUQuota)
+	setInt(files, "memory.limit_in_bytes", s.MemoryLimit)
+	setStr(files, "cpuset.cpus", s.CpusetCpus)
+	setStr(files, "cpuset.mems", s.CpusetMems)
+	for k, v := range s.Files {
+		files[k] = v
+	}
+	rel := Path(parent)
+	return writeAll(files, func(name string) string {
+		// On v1 each file lives in the hierarchy of the controller its prefix names.
+		ctrl, _, _ := strings.Cut(name, ".")
+		return filepath.Join(w.root, ctrl, rel, name)
+	})
+}
+
+type v2 struct{ root string }
+
+func (w *v2) Version() int { return 2 }
+
+func (w *v2) Write(parent string, s Settings) error {
+	files := map[string]string{}
+	if s.CPUShares != nil {
+		files["cpu.weight"] = strconv.FormatInt(SharesToWeight(*s.CPUShares), 10)
+	}
+	if s.CPUQuota != nil || s.CPUPeriod != nil {
+		period := int64(100000)
+		if s.CPUPeriod != nil && *s.CPUPeriod > 0 {
+			period = *s.CPUPeriod
+		}
+		quota := "max"
+		if s.CPUQuota != nil && *s.CPUQuota > 0 {
+			quota = strconv.FormatInt(*s.CPUQuota, 10)
+		}
+		files["cpu.max"] = quota + " " + strconv.FormatInt(period, 10)
+	}
+	if s.MemoryLimit != nil {
+		files["memory.max"] = "max"
+		if *s.MemoryLimit > 0 {
+			files["memory.max"] = strconv.FormatInt(*s.MemoryLimit, 10)
+		}
+	}
+	setStr(files, "cpuset.cpus", s.CpusetCpus)
+	setStr(files, "cpuset.mems", s.CpusetMems)
+	for k, v := range s.Files {
+		files[k] = v
+	}
+	dir := filepath.Join(w.root, Path(parent))
+	return writeAll(files, func(name string) string { return filepath.Join(dir, name) })
+}
+
+// SharesToWeight converts cgroup v1 cpu.shares [2, 262144] to cgroup v2 cpu.weight [1, 10000], as the
+// runtimes do, so that a v1 value means the same on v2.
+func SharesToWeight(shares int64) int64 {
+	if shares < 2 {
+		shares = 2
+	}
+	if shares > 262144 {
+		shares = 262144
+	}
+	return 1 + ((shares-2)*9999)/262142
+}
+
+func setInt(m map[string]string, k string, v *int64) {
+	if v != nil {
+		m[k] = strconv.FormatInt(*v, 10)
+	}
+}
+
+func setStr(m map[string]string, k string, v *string) {
+	if v != nil {
+		m[k] = *v
+	}
+}
+
+// writeAll writes every file, in a stable order, and reports every failure. A cgroup that does not exist
+// is ErrNotFound: the settings cannot be applied, and creating it here would leave a cgroup behind that
+// nothing removes.
+func writeAll(files map[string]string, path func(string) string) error {
+	names := make([]string, 0, len(files))
+	for k := range files {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var errs []error
+	for _, name := range names {
+		p := path(name)
+		if _, err := os.Stat(filepath.Dir(p)); errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("cgroup %s does not exist: %w", filepath.Dir(p), errdefs.ErrNotFound))
+			continue
+		}
+		// O_WRONLY without O_CREATE: a file the kernel does not offer is an error, not a new file.
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("write %s: %w", p, err))
+			continue
+		}
+		_, err = f.WriteString(files[name])
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("write %q to %s: %w", files[name], p, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,136 @@
+package cgroup
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+func i64(v int64) *int64    { return &v }
+func str(v string) *string { return &v }
+
+// fakeTree builds a cgroup tree with the given files, empty. Real cgroupfs cannot be created in a temp
+// dir; the e2e suite writes the real files.
+func fakeTree(t *testing.T, files ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, f := range files {
+		p := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func read(t *testing.T, root, f string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestWrite(t *testing.T) {
+	t.Parallel()
+	pod := "kubepods/besteffort/pod1"
+	tests := []struct {
+		name     string
+		files    []string
+		parent   string
+		settings Settings
+		want     map[string]string
+		wantErr  func(error) bool
+	}{
+		{
+			name:   "v1 writes each file to its controller",
+			files:  []string{"cpu/" + pod + "/cpu.shares", "cpu/" + pod + "/cpu.cfs_quota_us", "cpu/" + pod + "/cpu.idle", "cpuset/" + pod + "/cpuset.cpus", "memory/" + pod + "/memory.limit_in_bytes"},
+			parent: "/" + pod,
+			settings: Settings{CPUShares: i64(2), CPUQuota: i64(-1), CpusetCpus: str("2-15"), MemoryLimit: i64(1 << 30),
+				Files: map[string]string{"cpu.idle": "1"}},
+			want: map[string]string{"cpu/" + pod + "/cpu.shares": "2", "cpu/" + pod + "/cpu.cfs_quota_us": "-1", "cpu/" + pod + "/cpu.idle": "1",
+				"cpuset/" + pod + "/cpuset.cpus": "2-15", "memory/" + pod + "/memory.limit_in_bytes": "1073741824"},
+		},
+		{
+			name:     "v2 translates to the unified files",
+			files:    []string{"cgroup.controllers", pod + "/cpu.weight", pod + "/cpu.max", pod + "/memory.max", pod + "/cpu.idle"},
+			parent:   "/" + pod,
+			settings: Settings{CPUShares: i64(1024), CPUQuota: i64(50000), MemoryLimit: i64(0), Files: map[string]string{"cpu.idle": "1"}},
+			want:     map[string]string{pod + "/cpu.weight": "39", pod + "/cpu.max": "50000 100000", pod + "/memory.max": "max", pod + "/cpu.idle": "1"},
+		},
+		{
+			name:     "systemd slice parent",
+			files:    []string{"cgroup.controllers", "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cpu.max"},
+			parent:   "kubepods-besteffort-pod1.slice",
+			settings: Settings{CPUQuota: i64(-1), CPUPeriod: i64(100000)},
+			want:     map[string]string{"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cpu.max": "max 100000"},
+		},
+		{
+			name:     "missing cgroup is NotFound and nothing is created",
+			files:    []string{"cpu/other/cpu.shares"},
+			parent:   "/" + pod,
+			settings: Settings{CPUShares: i64(2)},
+			wantErr:  errdefs.IsNotFound,
+		},
+		{
+			name:     "file the kernel lacks is an error, not a new file",
+			files:    []string{"cpu/" + pod + "/cpu.shares"},
+			parent:   "/" + pod,
+			settings: Settings{Files: map[string]string{"cpu.idle": "1"}},
+			wantErr:  func(err error) bool { return err != nil && !errdefs.IsNotFound(err) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			root := fakeTree(t, tt.files...)
+			w, err := New(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = w.Write(tt.parent, tt.settings)
+			if tt.wantErr != nil {
+				if !tt.wantErr(err) {
+					t.Fatalf("Write = %v, want a matching error", err)
+				}
+				if _, err := os.Stat(filepath.Join(root, "cpu", pod)); err == nil && tt.name == "missing cgroup is NotFound and nothing is created" {
+					t.Fatal("Write created the missing cgroup")
+				}
+				if _, err := os.Stat(filepath.Join(root, "cpu", pod, "cpu.idle")); err == nil {
+					t.Fatal("Write created a file the kernel does not offer")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for f, want := range tt.want {
+				if got := read(t, root, f); got != want {
+					t.Errorf("%s = %q, want %q", f, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestSharesToWeight(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ shares, want int64 }{{2, 1}, {0, 1}, {1024, 39}, {262144, 10000}, {1 << 40, 10000}} {
+		if got := SharesToWeight(tt.shares); got != tt.want {
+			t.Errorf("SharesToWeight(%d) = %d, want %d", tt.shares, got, tt.want)
+		}
+	}
+}
+
+func TestNewWithoutHierarchy(t *testing.T) {
+	t.Parallel()
+	if _, err := New(t.TempDir()); !errdefs.IsNotFound(err) {
+		t.Fatalf("New(empty) = %v, want NotFound", err)
+	}
+}
