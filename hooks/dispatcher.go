@@ -46,7 +46,7 @@ func NewDispatcher(ctx context.Context, builtin []Registration, reg prometheus.R
 	if err != nil {
 		return nil, err
 	}
-	hs, err := newHookSet(entries)
+	hs, err := newHookSet(entries, m)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (d *Dispatcher) SetRemote(ctx context.Context, remote []Registration) error
 		return err
 	}
 	all := append(append([]*entry(nil), d.builtin...), entries...)
-	hs, err := newHookSet(all)
+	hs, err := newHookSet(all, d.metrics)
 	if err != nil {
 		return err
 	}
@@ -125,8 +125,8 @@ func (d *Dispatcher) Run(ctx context.Context, stage Stage, pod *PodInfo, ctr *Co
 			}
 		}
 		if err == nil {
-			if !adj.Empty() {
-				logger.V(4).Info("Hook adjusted", "hook", b.name, "stage", stage, "fields", fieldsOf(adj))
+			if v := logger.V(4); v.Enabled() && !adj.Empty() {
+				v.Info("Hook adjusted", "hook", b.name, "stage", stage, "fields", fieldsOf(adj))
 			}
 			continue
 		}
@@ -150,9 +150,8 @@ func (d *Dispatcher) call(ctx context.Context, stage Stage, b binding, pod *PodI
 	defer cancel()
 	start := time.Now()
 	adj, err := b.call(ctx, pod, ctr)
-	elapsed := time.Since(start)
-	d.metrics.calls.WithLabelValues(b.name, string(stage)).Inc()
-	d.metrics.duration.WithLabelValues(b.name, string(stage)).Observe(elapsed.Seconds())
+	b.calls.Inc()
+	b.duration.Observe(time.Since(start).Seconds())
 	if ctx.Err() == context.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
 		d.metrics.timeouts.WithLabelValues(b.name, string(stage)).Inc()
 		return nil, fmt.Errorf("no answer within %v (raise its timeout or fix the hook): %w", b.timeout, context.DeadlineExceeded)

@@ -18,18 +18,40 @@ type merger struct {
 	stage Stage
 	pod   *PodInfo
 	ctr   *ContainerInfo
-	out   Adjustment
-	owner map[string]string
+	// The inputs are copied on the first change only: most hooks change nothing for most pods.
+	copied  bool
+	out     Adjustment
+	owner   map[field]string
+	changed []field // scratch, reused across hooks
 }
 
 func newMerger(stage Stage, pod *PodInfo, ctr *ContainerInfo) *merger {
-	return &merger{stage: stage, pod: pod.Clone(), ctr: ctr.Clone(), owner: map[string]string{}}
+	return &merger{stage: stage, pod: pod, ctr: ctr}
 }
 
-// change is one field an adjustment changes.
-type change struct {
-	field string
-	apply func()
+// Field groups. Scalars have group "" in their field key only for cgroupParent.
+const (
+	groupLabels       = "labels"
+	groupAnnotations  = "annotations"
+	groupEnv          = "env"
+	groupResources    = "resources"
+	groupPodResources = "podResources"
+)
+
+// field names one adjustable field: a group and a name within it (a scalar's name, or a map key, with
+// sub set for the resource maps). Strings are kept apart, not joined, so claims allocate nothing.
+type field struct{ group, sub, name string }
+
+func (f field) String() string {
+	switch {
+	case f.group == "":
+		return f.name
+	case f.sub != "":
+		return f.group + "." + f.sub + "[" + f.name + "]"
+	case f.group == groupResources || f.group == groupPodResources:
+		return f.group + "." + f.name
+	}
+	return f.group + "[" + f.name + "]"
 }
 
 // ConflictError names the hooks that changed the same fields differently. It wraps errdefs.ErrConflict.
@@ -53,19 +75,29 @@ func (m *merger) apply(hook string, a *Adjustment) error {
 	if a.Empty() {
 		return nil
 	}
-	changes := m.changes(a)
-	conflicts := map[string]string{}
-	for _, c := range changes {
-		if o, ok := m.owner[c.field]; ok && o != hook {
-			conflicts[c.field] = o
+	m.changed = m.diff(m.changed[:0], a)
+	if len(m.changed) == 0 {
+		return nil
+	}
+	var conflicts map[string]string
+	for _, f := range m.changed {
+		if o, ok := m.owner[f]; ok && o != hook {
+			if conflicts == nil {
+				conflicts = map[string]string{}
+			}
+			conflicts[f.String()] = o
 		}
 	}
-	if len(conflicts) > 0 {
+	if conflicts != nil {
 		return &ConflictError{Hook: hook, Fields: conflicts}
 	}
-	for _, c := range changes {
-		m.owner[c.field] = hook
-		c.apply()
+	if !m.copied {
+		m.pod, m.ctr, m.copied = m.pod.Clone(), m.ctr.Clone(), true
+		m.owner = map[field]string{}
+	}
+	for _, f := range m.changed {
+		m.owner[f] = hook
+		m.set(f, a)
 	}
 	return nil
 }
@@ -79,82 +111,142 @@ func (m *merger) result() *Adjustment {
 	return &out
 }
 
-func (m *merger) changes(a *Adjustment) []change {
-	var cs []change
-	sandbox := m.stage == PreRunPodSandbox
-	if sandbox {
-		cs = mapChanges(cs, "labels", a.Labels, &m.pod.Labels, &m.out.Labels)
-		cs = mapChanges(cs, "annotations", a.Annotations, &m.pod.Annotations, &m.out.Annotations)
+// target returns the labels and annotations an adjustment addresses at this stage: the sandbox's in
+// PreRunPodSandbox, the container's otherwise.
+func (m *merger) target() (labels, annotations *map[string]string) {
+	if m.stage == PreRunPodSandbox || m.ctr == nil {
+		return &m.pod.Labels, &m.pod.Annotations
+	}
+	return &m.ctr.Labels, &m.ctr.Annotations
+}
+
+// diff appends the fields a changes relative to the current state.
+func (m *merger) diff(out []field, a *Adjustment) []field {
+	labels, annotations := m.target()
+	out = mapDiff(out, groupLabels, "", a.Labels, *labels)
+	out = mapDiff(out, groupAnnotations, "", a.Annotations, *annotations)
+	if m.stage == PreRunPodSandbox {
 		if a.CgroupParent != nil && *a.CgroupParent != m.pod.CgroupParent {
-			v := *a.CgroupParent
-			cs = append(cs, change{"cgroupParent", func() { m.pod.CgroupParent = v; m.out.CgroupParent = &v }})
+			out = append(out, field{name: "cgroupParent"})
 		}
 	} else if m.ctr != nil {
-		cs = mapChanges(cs, "labels", a.Labels, &m.ctr.Labels, &m.out.Labels)
-		cs = mapChanges(cs, "annotations", a.Annotations, &m.ctr.Annotations, &m.out.Annotations)
-		cs = mapChanges(cs, "env", a.Env, &m.ctr.Env, &m.out.Env)
-		if a.Resources != nil {
-			if m.ctr.Resources == nil {
-				m.ctr.Resources = &Resources{}
-			}
-			if m.out.Resources == nil {
-				m.out.Resources = &ResourceAdjustment{}
-			}
-			cs = resourceChanges(cs, "resources.", a.Resources, m.ctr.Resources, m.out.Resources)
+		out = mapDiff(out, groupEnv, "", a.Env, m.ctr.Env)
+		out = resourceDiff(out, groupResources, a.Resources, m.ctr.Resources)
+	}
+	return resourceDiff(out, groupPodResources, a.PodResources, m.pod.Resources)
+}
+
+func mapDiff[V comparable](out []field, group, sub string, want, cur map[string]V) []field {
+	for k, v := range want {
+		if old, ok := cur[k]; !ok || old != v {
+			out = append(out, field{group, sub, k})
 		}
 	}
-	if a.PodResources != nil {
+	return out
+}
+
+func resourceDiff(out []field, group string, a *ResourceAdjustment, cur *Resources) []field {
+	if a == nil {
+		return out
+	}
+	if cur == nil {
+		cur = &Resources{}
+	}
+	i64 := func(name string, want *int64, have int64) {
+		if want != nil && *want != have {
+			out = append(out, field{group: group, name: name})
+		}
+	}
+	str := func(name string, want *string, have string) {
+		if want != nil && *want != have {
+			out = append(out, field{group: group, name: name})
+		}
+	}
+	i64("cpuPeriod", a.CPUPeriod, cur.CPUPeriod)
+	i64("cpuQuota", a.CPUQuota, cur.CPUQuota)
+	i64("cpuShares", a.CPUShares, cur.CPUShares)
+	i64("memoryLimitInBytes", a.MemoryLimitInBytes, cur.MemoryLimitInBytes)
+	i64("memorySwapLimitInBytes", a.MemorySwapLimitInBytes, cur.MemorySwapLimitInBytes)
+	i64("oomScoreAdj", a.OomScoreAdj, cur.OomScoreAdj)
+	str("cpusetCpus", a.CpusetCpus, cur.CpusetCpus)
+	str("cpusetMems", a.CpusetMems, cur.CpusetMems)
+	out = mapDiff(out, group, "hugepageLimits", a.HugepageLimits, cur.HugepageLimits)
+	return mapDiff(out, group, "unified", a.Unified, cur.Unified)
+}
+
+// set copies one changed field from a into the current state and into the merged result.
+func (m *merger) set(f field, a *Adjustment) {
+	switch f.group {
+	case "":
+		v := *a.CgroupParent
+		m.pod.CgroupParent, m.out.CgroupParent = v, &v
+	case groupLabels:
+		labels, _ := m.target()
+		putBoth(labels, &m.out.Labels, f.name, a.Labels[f.name])
+	case groupAnnotations:
+		_, annotations := m.target()
+		putBoth(annotations, &m.out.Annotations, f.name, a.Annotations[f.name])
+	case groupEnv:
+		putBoth(&m.ctr.Env, &m.out.Env, f.name, a.Env[f.name])
+	case groupResources:
+		if m.ctr.Resources == nil {
+			m.ctr.Resources = &Resources{}
+		}
+		if m.out.Resources == nil {
+			m.out.Resources = &ResourceAdjustment{}
+		}
+		setResource(f, a.Resources, m.ctr.Resources, m.out.Resources)
+	case groupPodResources:
 		if m.pod.Resources == nil {
 			m.pod.Resources = &Resources{}
 		}
 		if m.out.PodResources == nil {
 			m.out.PodResources = &ResourceAdjustment{}
 		}
-		cs = resourceChanges(cs, "podResources.", a.PodResources, m.pod.Resources, m.out.PodResources)
+		setResource(f, a.PodResources, m.pod.Resources, m.out.PodResources)
 	}
-	return cs
 }
 
-func mapChanges[V comparable](cs []change, name string, want map[string]V, cur, out *map[string]V) []change {
-	for _, k := range slices.Sorted(maps.Keys(want)) {
-		v := want[k]
-		if old, ok := (*cur)[k]; ok && old == v {
-			continue
-		}
-		cs = append(cs, change{name + "[" + k + "]", func() {
-			if *cur == nil {
-				*cur = map[string]V{}
-			}
-			if *out == nil {
-				*out = map[string]V{}
-			}
-			(*cur)[k] = v
-			(*out)[k] = v
-		}})
+func putBoth[V any](cur, out *map[string]V, k string, v V) {
+	if *cur == nil {
+		*cur = map[string]V{}
 	}
-	return cs
+	if *out == nil {
+		*out = map[string]V{}
+	}
+	(*cur)[k] = v
+	(*out)[k] = v
 }
 
-func scalarChange[V comparable](cs []change, field string, want *V, cur *V, out **V) []change {
-	if want == nil || *want == *cur {
-		return cs
+func setResource(f field, a *ResourceAdjustment, cur *Resources, out *ResourceAdjustment) {
+	i64 := func(dst *int64, o **int64, v *int64) { *dst = *v; x := *v; *o = &x }
+	str := func(dst *string, o **string, v *string) { *dst = *v; x := *v; *o = &x }
+	switch f.sub {
+	case "hugepageLimits":
+		putBoth(&cur.HugepageLimits, &out.HugepageLimits, f.name, a.HugepageLimits[f.name])
+		return
+	case "unified":
+		putBoth(&cur.Unified, &out.Unified, f.name, a.Unified[f.name])
+		return
 	}
-	v := *want
-	return append(cs, change{field, func() { *cur = v; *out = &v }})
-}
-
-func resourceChanges(cs []change, prefix string, a *ResourceAdjustment, cur *Resources, out *ResourceAdjustment) []change {
-	cs = scalarChange(cs, prefix+"cpuPeriod", a.CPUPeriod, &cur.CPUPeriod, &out.CPUPeriod)
-	cs = scalarChange(cs, prefix+"cpuQuota", a.CPUQuota, &cur.CPUQuota, &out.CPUQuota)
-	cs = scalarChange(cs, prefix+"cpuShares", a.CPUShares, &cur.CPUShares, &out.CPUShares)
-	cs = scalarChange(cs, prefix+"memoryLimitInBytes", a.MemoryLimitInBytes, &cur.MemoryLimitInBytes, &out.MemoryLimitInBytes)
-	cs = scalarChange(cs, prefix+"memorySwapLimitInBytes", a.MemorySwapLimitInBytes, &cur.MemorySwapLimitInBytes, &out.MemorySwapLimitInBytes)
-	cs = scalarChange(cs, prefix+"oomScoreAdj", a.OomScoreAdj, &cur.OomScoreAdj, &out.OomScoreAdj)
-	cs = scalarChange(cs, prefix+"cpusetCpus", a.CpusetCpus, &cur.CpusetCpus, &out.CpusetCpus)
-	cs = scalarChange(cs, prefix+"cpusetMems", a.CpusetMems, &cur.CpusetMems, &out.CpusetMems)
-	cs = mapChanges(cs, prefix+"hugepageLimits", a.HugepageLimits, &cur.HugepageLimits, &out.HugepageLimits)
-	cs = mapChanges(cs, prefix+"unified", a.Unified, &cur.Unified, &out.Unified)
-	return cs
+	switch f.name {
+	case "cpuPeriod":
+		i64(&cur.CPUPeriod, &out.CPUPeriod, a.CPUPeriod)
+	case "cpuQuota":
+		i64(&cur.CPUQuota, &out.CPUQuota, a.CPUQuota)
+	case "cpuShares":
+		i64(&cur.CPUShares, &out.CPUShares, a.CPUShares)
+	case "memoryLimitInBytes":
+		i64(&cur.MemoryLimitInBytes, &out.MemoryLimitInBytes, a.MemoryLimitInBytes)
+	case "memorySwapLimitInBytes":
+		i64(&cur.MemorySwapLimitInBytes, &out.MemorySwapLimitInBytes, a.MemorySwapLimitInBytes)
+	case "oomScoreAdj":
+		i64(&cur.OomScoreAdj, &out.OomScoreAdj, a.OomScoreAdj)
+	case "cpusetCpus":
+		str(&cur.CpusetCpus, &out.CpusetCpus, a.CpusetCpus)
+	case "cpusetMems":
+		str(&cur.CpusetMems, &out.CpusetMems, a.CpusetMems)
+	}
 }
 
 // ApplyResources returns r with the adjustment applied; r is not modified.

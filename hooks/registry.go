@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 )
 
@@ -121,11 +122,15 @@ type hookSet struct {
 
 type binding struct {
 	*entry
-	call call
+	call  call
+	stage Stage
+	// Metric children resolved once, so a call does not hash label values.
+	calls    prometheus.Counter
+	duration prometheus.Observer
 }
 
 // newHookSet orders entries and rejects duplicate names and orders.
-func newHookSet(entries []*entry) (*hookSet, error) {
+func newHookSet(entries []*entry, m *metrics) (*hookSet, error) {
 	sorted := slices.Clone(entries)
 	slices.SortStableFunc(sorted, func(a, b *entry) int { return a.order - b.order })
 	var errs []error
@@ -146,7 +151,8 @@ func newHookSet(entries []*entry) (*hookSet, error) {
 	for _, e := range sorted {
 		for _, s := range Stages() {
 			if c, ok := e.calls[s]; ok {
-				hs.byStage[s] = append(hs.byStage[s], binding{entry: e, call: c})
+				hs.byStage[s] = append(hs.byStage[s], binding{entry: e, call: c, stage: s,
+					calls: m.calls.WithLabelValues(e.name, string(s)), duration: m.duration.WithLabelValues(e.name, string(s))})
 			}
 		}
 	}

@@ -1,0 +1,325 @@
+package hooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// fnHook is a hook whose PreCreateContainer and PostStartContainer are given by the test.
+type fnHook struct {
+	name   string
+	create func(ctx context.Context, pod *PodInfo, ctr *ContainerInfo) (*Adjustment, error)
+	post   func(ctx context.Context) error
+	mu     sync.Mutex
+	seen   []*ContainerInfo
+}
+
+func (h *fnHook) Name() string { return h.name }
+
+func (h *fnHook) PreCreateContainer(ctx context.Context, pod *PodInfo, ctr *ContainerInfo) (*Adjustment, error) {
+	h.mu.Lock()
+	h.seen = append(h.seen, ctr.Clone())
+	h.mu.Unlock()
+	return h.create(ctx, pod, ctr)
+}
+
+func (h *fnHook) PostStartContainer(ctx context.Context, _ *PodInfo, _ *ContainerInfo) error {
+	if h.post == nil {
+		return nil
+	}
+	return h.post(ctx)
+}
+
+func reg(h *fnHook, order int, policy FailurePolicy, timeout time.Duration) Registration {
+	return Registration{Name: h.name, Order: order, FailurePolicy: policy, Timeout: timeout, New: func() (Hook, error) { return h, nil }}
+}
+
+func shares(v int64) func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+	return func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+		return &Adjustment{Resources: &ResourceAdjustment{CPUShares: Int64(v)}}, nil
+	}
+}
+
+func testPod() *PodInfo {
+	return &PodInfo{Name: "web", Namespace: "default", Labels: map[string]string{"app": "web"}}
+}
+
+func testCtr() *ContainerInfo {
+	return &ContainerInfo{Name: "app", Resources: &Resources{CPUShares: 2, MemoryLimitInBytes: 1 << 30}}
+}
+
+func TestRunMergesInOrder(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	qos := &fnHook{name: "qos", create: func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+		return &Adjustment{Annotations: map[string]string{"tandem.io/qos": "BE"}, Resources: &ResourceAdjustment{CPUShares: Int64(2)}}, nil
+	}}
+	cpuset := &fnHook{name: "cpuset", create: func(_ context.Context, _ *PodInfo, c *ContainerInfo) (*Adjustment, error) {
+		// A later hook sees what earlier hooks decided.
+		if c.Annotations["tandem.io/qos"] != "BE" {
+			return nil, errors.New("qos annotation missing: hooks ran out of order")
+		}
+		return &Adjustment{Resources: &ResourceAdjustment{CpusetCpus: String("2-15")}}, nil
+	}}
+	idle := &fnHook{name: "cpuidle", create: func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+		return &Adjustment{PodResources: &ResourceAdjustment{Unified: map[string]string{"cpu.idle": "1"}}}, nil
+	}}
+	// Registered out of order: Order decides, not the slice.
+	d, err := NewDispatcher(ctx, []Registration{reg(cpuset, 200, Fail, 0), reg(idle, 300, Fail, 0), reg(qos, 100, Fail, 0)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := testCtr()
+	adj, err := d.Run(ctx, PreCreateContainer, testPod(), ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adj.Annotations["tandem.io/qos"] != "BE" || *adj.Resources.CpusetCpus != "2-15" || adj.PodResources.Unified["cpu.idle"] != "1" {
+		t.Fatalf("merged = %+v", adj)
+	}
+	// qos set shares to the value kubelet already had: that is no change, so it is not in the result.
+	if adj.Resources.CPUShares != nil {
+		t.Fatalf("unchanged shares reported as a change: %d", *adj.Resources.CPUShares)
+	}
+	if ctr.Annotations != nil || ctr.Resources.CpusetCpus != "" {
+		t.Fatalf("Run modified its input: %+v", ctr)
+	}
+	names := []string{}
+	for _, h := range d.Hooks() {
+		names = append(names, h.Name)
+	}
+	if strings.Join(names, ",") != "qos,cpuset,cpuidle" {
+		t.Fatalf("hook order = %v", names)
+	}
+}
+
+func TestRunConflictsAndFailurePolicies(t *testing.T) {
+	t.Parallel()
+	boom := func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+		return nil, fmt.Errorf("no free CPUs: %w", errdefs.ErrResourceExhausted)
+	}
+	hang := func(ctx context.Context, _ *PodInfo, _ *ContainerInfo) (*Adjustment, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	tests := []struct {
+		name        string
+		second      func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error)
+		policy      FailurePolicy
+		wantErr     func(error) bool
+		wantShares  int64 // in the merged result; 0 = unset
+		wantIgnored float64
+		wantTimeout float64
+	}{
+		{name: "same value is no conflict", second: shares(512), policy: Fail, wantShares: 512},
+		{name: "conflict under Fail", second: shares(1024), policy: Fail, wantErr: errdefs.IsConflict},
+		{name: "conflict under Ignore drops the second", second: shares(1024), policy: Ignore, wantShares: 512, wantIgnored: 1},
+		{name: "error under Fail keeps its class", second: boom, policy: Fail, wantErr: errdefs.IsResourceExhausted},
+		{name: "error under Ignore", second: boom, policy: Ignore, wantShares: 512, wantIgnored: 1},
+		{name: "timeout under Fail", second: hang, policy: Fail, wantErr: func(err error) bool { return errors.Is(err, context.DeadlineExceeded) }, wantTimeout: 1},
+		{name: "timeout under Ignore", second: hang, policy: Ignore, wantShares: 512, wantIgnored: 1, wantTimeout: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			first := &fnHook{name: "first", create: shares(512)}
+			second := &fnHook{name: "second", create: tt.second}
+			d, err := NewDispatcher(ctx, []Registration{reg(first, 100, Fail, 0), reg(second, 200, tt.policy, 50*time.Millisecond)}, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			adj, err := d.Run(ctx, PreCreateContainer, testPod(), testCtr())
+			if time.Since(start) > time.Second {
+				t.Fatalf("Run took %v; the 50ms timeout did not bound it", time.Since(start))
+			}
+			if tt.wantErr != nil {
+				if err == nil || !tt.wantErr(err) {
+					t.Fatalf("Run = %v, want a classed error", err)
+				}
+				if !strings.Contains(err.Error(), "hook second") {
+					t.Fatalf("error %q does not name the hook", err)
+				}
+				if errdefs.IsConflict(err) && !strings.Contains(err.Error(), "already set by first") {
+					t.Fatalf("conflict %q does not name the first hook", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if adj == nil || adj.Resources.CPUShares == nil || *adj.Resources.CPUShares != tt.wantShares {
+				t.Fatalf("merged = %+v, want shares %d", adj, tt.wantShares)
+			}
+			if got := testutil.ToFloat64(d.metrics.ignored.WithLabelValues("second", string(PreCreateContainer))); got != tt.wantIgnored {
+				t.Fatalf("ignored failures = %v, want %v", got, tt.wantIgnored)
+			}
+			if got := testutil.ToFloat64(d.metrics.timeouts.WithLabelValues("second", string(PreCreateContainer))); got != tt.wantTimeout {
+				t.Fatalf("timeouts = %v, want %v", got, tt.wantTimeout)
+			}
+		})
+	}
+}
+
+func TestPostStageErrorsAreNotReturned(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	h := &fnHook{name: "post", create: shares(2), post: func(context.Context) error { return errors.New("cleanup failed") }}
+	d, err := NewDispatcher(ctx, []Registration{reg(h, 100, Fail, 0)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(ctx, PostStartContainer, testPod(), testCtr()); err != nil {
+		t.Fatalf("post stage returned %v; the runtime already acted, so it must not fail the call", err)
+	}
+	if got := testutil.ToFloat64(d.metrics.errors.WithLabelValues("post", string(PostStartContainer))); got != 1 {
+		t.Fatalf("post-stage errors counted = %v, want 1", got)
+	}
+}
+
+func TestSkipLabelsSkipRemoteHooksOnly(t *testing.T) {
+	t.Parallel()
+	for _, label := range []string{LabelSkipHooks, LabelSkipHookServer} {
+		t.Run(label, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			local := &fnHook{name: "local", create: shares(512)}
+			remote := &fnHook{name: "remote", create: func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+				return &Adjustment{Env: map[string]string{"X": "1"}}, nil
+			}}
+			d, err := NewDispatcher(ctx, []Registration{reg(local, 100, Fail, 0)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.SetRemote(ctx, []Registration{reg(remote, 1000, Fail, 0)}); err != nil {
+				t.Fatal(err)
+			}
+			pod := testPod()
+			pod.Labels[label] = "true"
+			adj, err := d.Run(ctx, PreCreateContainer, pod, testCtr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(remote.seen) != 0 || adj.Env != nil {
+				t.Fatalf("remote hook ran for a pod labelled %s", label)
+			}
+			if len(local.seen) != 1 || *adj.Resources.CPUShares != 512 {
+				t.Fatal("in-process hook did not run")
+			}
+		})
+	}
+}
+
+func TestRegistrationErrors(t *testing.T) {
+	t.Parallel()
+	ok := func(name string) *fnHook { return &fnHook{name: name, create: shares(2)} }
+	tests := []struct {
+		name    string
+		regs    []Registration
+		wantErr func(error) bool
+		want    int // hooks in force
+	}{
+		{name: "duplicate name", regs: []Registration{reg(ok("a"), 100, Fail, 0), reg(ok("a"), 200, Fail, 0)}, wantErr: errdefs.IsAlreadyExists},
+		{name: "duplicate order", regs: []Registration{reg(ok("a"), 100, Fail, 0), reg(ok("b"), 100, Fail, 0)}, wantErr: errdefs.IsAlreadyExists},
+		{name: "bad policy", regs: []Registration{reg(ok("a"), 100, "Sometimes", 0)}, wantErr: errdefs.IsInvalidArgument},
+		{name: "stage not implemented", regs: []Registration{{Name: "a", Order: 1, Stages: []Stage{PreRunPodSandbox}, New: func() (Hook, error) { return ok("a"), nil }}}, wantErr: errdefs.IsInvalidArgument},
+		{name: "skipped hook is left out", regs: []Registration{
+			reg(ok("a"), 100, Fail, 0),
+			{Name: "rdt", Order: 200, New: func() (Hook, error) { return nil, fmt.Errorf("no /sys/fs/resctrl: %w", ErrSkip) }},
+		}, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			d, err := NewDispatcher(ctx, tt.regs, nil)
+			if tt.wantErr != nil {
+				if err == nil || !tt.wantErr(err) {
+					t.Fatalf("NewDispatcher = %v, want a classed error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Hooks()) != tt.want {
+				t.Fatalf("hooks = %v, want %d", d.Hooks(), tt.want)
+			}
+		})
+	}
+}
+
+func TestSetRemoteKeepsOldSetOnError(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := NewDispatcher(ctx, []Registration{reg(&fnHook{name: "qos", create: shares(2)}, 100, Fail, 0)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetRemote(ctx, []Registration{reg(&fnHook{name: "koordlet", create: shares(2)}, 1000, Ignore, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	// Order 100 is the built-in's: rejected, and the previous remote set stays.
+	if err := d.SetRemote(ctx, []Registration{reg(&fnHook{name: "other", create: shares(2)}, 100, Ignore, 0)}); !errdefs.IsAlreadyExists(err) {
+		t.Fatalf("SetRemote with a taken order = %v, want AlreadyExists", err)
+	}
+	hs := d.Hooks()
+	if len(hs) != 2 || hs[1].Name != "koordlet" || !hs[1].Remote {
+		t.Fatalf("hooks after a rejected reload = %+v", hs)
+	}
+}
+
+func TestMergeSandboxAndMaps(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	a := &sandboxHook{name: "a", adj: &Adjustment{Labels: map[string]string{"x": "1"}, CgroupParent: String("/kubepods/besteffort/pod1")}}
+	b := &sandboxHook{name: "b", adj: &Adjustment{Labels: map[string]string{"x": "2", "y": "1"}}}
+	d, err := NewDispatcher(ctx, []Registration{
+		{Name: "a", Order: 1, New: func() (Hook, error) { return a, nil }},
+		{Name: "b", Order: 2, FailurePolicy: Ignore, New: func() (Hook, error) { return b, nil }},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adj, err := d.Run(ctx, PreRunPodSandbox, testPod(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b conflicts on labels[x]; all of b is dropped, including its non-conflicting y.
+	if adj.Labels["x"] != "1" || adj.Labels["y"] != "" || *adj.CgroupParent != "/kubepods/besteffort/pod1" {
+		t.Fatalf("merged = %+v", adj)
+	}
+}
+
+type sandboxHook struct {
+	name string
+	adj  *Adjustment
+}
+
+func (h *sandboxHook) Name() string { return h.name }
+func (h *sandboxHook) PreRunPodSandbox(context.Context, *PodInfo) (*Adjustment, error) {
+	return h.adj, nil
+}
+
+func TestParseStage(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"PreCreateContainer", "PreCreateContainerHook"} {
+		if s, err := ParseStage(in); err != nil || s != PreCreateContainer {
+			t.Errorf("ParseStage(%q) = %v, %v", in, s, err)
+		}
+	}
+	if _, err := ParseStage("PreBoot"); err == nil {
+		t.Error("ParseStage(PreBoot) accepted an unknown stage")
+	}
+}
