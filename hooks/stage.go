@@ -115,7 +115,9 @@ func bind(h Hook, s Stage) call {
 	switch s {
 	case PreRunPodSandbox:
 		if x, ok := h.(PreRunPodSandboxHook); ok {
-			return func(ctx context.Context, p *PodInfo, _ *ContainerInfo) (*Adjustment, error) { return x.PreRunPodSandbox(ctx, p) }
+			return func(ctx context.Context, p *PodInfo, _ *ContainerInfo) (*Adjustment, error) {
+				return x.PreRunPodSandbox(ctx, p)
+			}
 		}
 	case PostStopPodSandbox:
 		if x, ok := h.(PostStopPodSandboxHook); ok {
