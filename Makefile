@@ -3,7 +3,7 @@
 
 GO       ?= go
 BIN      ?= bin
-E2E_FLAGS ?= -count=1 -p 1 -timeout 45m
+E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 # Which containerd builds the e2e tier runs against: Debian's 1.6 and a v2.4.2 built once and cached.
 TANDEM_E2E_FLAVORS ?= 1.6 2
 export TANDEM_E2E_FLAVORS
@@ -34,7 +34,7 @@ unit:
 
 ## e2e: tier 1, real containerd + runc driven through tandem-proxy with k8s.io/cri-client (root)
 e2e:
-	$(GO) test -tags e2e $(E2E_FLAGS) ./e2e/...
+	$(GO) test -tags e2e $(E2E_FLAGS) -v ./e2e/
 
 ## bench: Go benchmarks, then the latency/idle-cost comparison against real containerd (root)
 bench: bench-unit
