@@ -1,0 +1,65 @@
+package qos
+
+import (
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		in           Input
+		want         Class
+		wantSource   Source
+		wantConflict bool
+		wantErr      bool
+	}{
+		{name: "koordinator label", in: Input{Labels: map[string]string{LabelKoordinator: "LSE"}}, want: LSE, wantSource: FromLabel},
+		{name: "label is case-insensitive", in: Input{Labels: map[string]string{LabelKoordinator: "be"}}, want: BE, wantSource: FromLabel},
+		{name: "openfuyao HLS is LSR", in: Input{Annotations: map[string]string{AnnotationOpenFuyao: "HLS"}}, want: LSR, wantSource: FromAnnotation},
+		{name: "openfuyao BE", in: Input{Annotations: map[string]string{AnnotationOpenFuyao: "BE"}}, want: BE, wantSource: FromAnnotation},
+		{name: "label wins over annotation, noted", in: Input{Labels: map[string]string{LabelKoordinator: "LS"}, Annotations: map[string]string{AnnotationOpenFuyao: "BE"}}, want: LS, wantSource: FromLabel, wantConflict: true},
+		{name: "agreeing dialects are no conflict", in: Input{Labels: map[string]string{LabelKoordinator: "LSR"}, Annotations: map[string]string{AnnotationOpenFuyao: "HLS"}}, want: LSR, wantSource: FromLabel},
+		{name: "besteffort cgroup", in: Input{CgroupParent: "/kubepods/besteffort/pod123"}, want: BE, wantSource: FromKubernetes},
+		{name: "burstable cgroup", in: Input{CgroupParent: "/kubepods/burstable/pod123"}, want: LS, wantSource: FromKubernetes},
+		{name: "guaranteed cgroup", in: Input{CgroupParent: "/kubepods/pod123"}, want: LS, wantSource: FromKubernetes},
+		{name: "guaranteed with static CPU manager", in: Input{CgroupParent: "/kubepods/pod123", StaticCPUManager: true}, want: LSR, wantSource: FromKubernetes},
+		{name: "systemd besteffort", in: Input{CgroupParent: "kubepods-besteffort-pod123.slice"}, want: BE, wantSource: FromKubernetes},
+		{name: "systemd guaranteed static", in: Input{CgroupParent: "kubepods-pod123.slice", StaticCPUManager: true}, want: LSR, wantSource: FromKubernetes},
+		{name: "no layout", in: Input{}, want: LS, wantSource: FromKubernetes},
+		{name: "bad label", in: Input{Labels: map[string]string{LabelKoordinator: "GOLD"}}, wantErr: true},
+		{name: "bad annotation", in: Input{Annotations: map[string]string{AnnotationOpenFuyao: "X"}}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := Resolve(tt.in)
+			if tt.wantErr {
+				if !errdefs.IsInvalidArgument(err) {
+					t.Fatalf("Resolve = %v, %v; want InvalidArgument", got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Class != tt.want || got.Source != tt.wantSource || (got.Conflict != "") != tt.wantConflict {
+				t.Fatalf("Resolve = %+v, want %s from %s (conflict %v)", got, tt.want, tt.wantSource, tt.wantConflict)
+			}
+		})
+	}
+}
+
+func FuzzResolve(f *testing.F) {
+	f.Add("LSE", "HLS", "/kubepods/pod1")
+	f.Fuzz(func(t *testing.T, label, ann, parent string) {
+		r, err := Resolve(Input{Labels: map[string]string{LabelKoordinator: label}, Annotations: map[string]string{AnnotationOpenFuyao: ann}, CgroupParent: parent})
+		if err == nil {
+			if _, perr := Parse(string(r.Class)); perr != nil {
+				t.Fatalf("resolved an invalid class %q", r.Class)
+			}
+		}
+	})
+}
