@@ -8,7 +8,7 @@ E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 TANDEM_E2E_FLAVORS ?= 1.6 2
 export TANDEM_E2E_FLAVORS
 
-.PHONY: all build test unit lint e2e bench bench-unit demo deps clean
+.PHONY: all build test unit lint e2e bench bench-unit demo deps generate clean
 
 all: build
 
@@ -41,11 +41,15 @@ bench: bench-unit
 	$(GO) run ./bench/crilatency
 
 bench-unit:
-	$(GO) test -run '^$$' -bench . -benchmem ./proxy/...
+	$(GO) test -run '^$$' -bench . -benchmem ./proxy/... ./hooks/...
 
 ## demo: start a private containerd, put tandem-proxy in front of it, run a sample pod through it (root)
 demo:
 	$(GO) run ./e2e/demo
+
+## generate: regenerate the Koordinator-compatible hook protocol code (hooks/remote/v1alpha1)
+generate:
+	bash hack/generate.sh
 
 clean:
 	rm -rf $(BIN)

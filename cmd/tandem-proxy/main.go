@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
@@ -141,10 +142,24 @@ func run(ctx context.Context, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	dispatcher, err := hooks.NewDispatcher(ctx, nil, reg)
+	var builtin []hooks.Registration // the in-process policies, in execution order
+	dispatcher, err := hooks.NewDispatcher(ctx, builtin, reg)
 	if err != nil {
 		return err
 	}
+	// Remote hooks are in force before the first call is served; the watcher then follows the directory.
+	loader := remote.NewLoader(remote.LoaderConfig{Dir: st.hooksDir, Builtin: builtin})
+	defer loader.Close()
+	if regs, err := loader.Load(ctx); err != nil {
+		logger.Error(err, "Hook directory not loaded; starting without remote hooks", "hooksDir", st.hooksDir)
+	} else if err := dispatcher.SetRemote(ctx, regs); err != nil {
+		logger.Error(err, "Remote hooks rejected; starting without them", "hooksDir", st.hooksDir)
+	}
+	go func() {
+		if err := remote.NewWatcher(loader, dispatcher.SetRemote).Run(ctx); err != nil {
+			logger.Error(err, "Hook directory not watched; changes need a restart", "hooksDir", st.hooksDir)
+		}
+	}()
 	cgroups, err := cgroup.New(st.cgroupRoot)
 	if err != nil {
 		// Pod-level settings are optional: the proxy still forwards and runs container-level policies.

@@ -323,6 +323,45 @@ func TestServerRestart(t *testing.T) {
 	}
 }
 
+// TestServerAway: while a server is away, calls fail fast instead of waiting for their timeout; once it
+// is back, calls reach it again within the reconnect backoff (at most a second), with no reload.
+func TestServerAway(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	path := socketPath(t, "h.sock")
+	srv := &testServer{}
+	kill := serve(t, path, srv)
+	d := newDispatcher(t, ctx, nil, []hooks.Registration{remoteReg(t, "away", path, 1000, hooks.Fail, 2*time.Second)})
+	if _, err := d.Run(ctx, hooks.PreCreateContainer, testPod(), testContainer()); err != nil {
+		t.Fatalf("before the server went away: %v", err)
+	}
+	kill()
+	for i := range 5 {
+		start := time.Now()
+		_, err := d.Run(ctx, hooks.PreCreateContainer, testPod(), testContainer())
+		if !errdefs.IsUnavailable(err) {
+			t.Fatalf("call %d while the server is away: err = %v, want Unavailable", i, err)
+		}
+		if elapsed := time.Since(start); elapsed > 500*time.Millisecond {
+			t.Errorf("call %d while the server is away took %v; it must fail fast", i, elapsed)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	serve(t, path, srv)
+	back := time.Now()
+	for {
+		_, err := d.Run(ctx, hooks.PreCreateContainer, testPod(), testContainer())
+		if err == nil {
+			break
+		}
+		if time.Since(back) > maxReconnectDelay+time.Second {
+			t.Fatalf("calls still fail %v after the server came back: %v", time.Since(back), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("calls succeeded again %v after the server came back", time.Since(back).Round(time.Millisecond))
+}
+
 // TestCallErrors: what a failing server turns into, under each policy.
 func TestCallErrors(t *testing.T) {
 	t.Parallel()

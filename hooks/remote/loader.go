@@ -38,12 +38,12 @@ type Loader struct {
 	dir      string
 	reserved map[string]string // builtin names and orders, as "name:x" / "order:n", → builtin name
 
-	mu      sync.Mutex
-	files   map[string]*fileState // by file name
-	conns   map[string]*Conn      // by socket target
-	inUse   map[string]bool       // targets of the last load
-	missing bool                  // the directory was missing at the last load
-	last    []*spec               // the specs of the last load, in order
+	mu            sync.Mutex
+	files         map[string]*fileState // by file name
+	conns         map[string]*Conn      // by socket target
+	inUse         map[string]bool       // targets of the last load
+	missingLogged bool
+	last          []*spec // the specs of the last load, in order
 }
 
 // fileState is what the loader knows of one file.
@@ -90,15 +90,15 @@ func (l *Loader) load(ctx context.Context) ([]hooks.Registration, bool, error) {
 	entries, err := os.ReadDir(l.dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if !l.missing {
+		// Once: a node without hook servers need not have the directory. Its removal later is logged
+		// by the Watcher.
+		if !l.missingLogged {
 			logger.Info("Hook directory does not exist; no hook servers until it is created", "dir", l.dir)
+			l.missingLogged = true
 		}
-		l.missing = true
 		entries = nil
 	case err != nil:
 		return nil, false, fmt.Errorf("read hook directory %s (check its permissions): %w", l.dir, err)
-	default:
-		l.missing = false
 	}
 
 	seen := map[string]bool{}

@@ -86,7 +86,7 @@ func (s *testServer) PreUpdateContainerResourcesHook(ctx context.Context, r *v1a
 
 // serve starts s on the socket path and returns a function that kills the server: open connections
 // are cut, calls in flight fail. The server is also killed when the test ends.
-func serve(t *testing.T, path string, s *testServer) (kill func()) {
+func serve(t testing.TB, path string, s *testServer) (kill func()) {
 	t.Helper()
 	lis, err := net.Listen("unix", path)
 	if err != nil {

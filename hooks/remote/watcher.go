@@ -28,6 +28,8 @@ const (
 type Watcher struct {
 	loader *Loader
 	apply  func(context.Context, []hooks.Registration) error
+	// lastWatchErr keeps a directory that cannot be watched from filling the log every retry.
+	lastWatchErr string
 }
 
 // NewWatcher returns a watcher of loader's directory. Close the loader after Run returns.
@@ -38,8 +40,7 @@ func NewWatcher(loader *Loader, apply func(context.Context, []hooks.Registration
 // Run applies the directory's registrations, then watches it until ctx is done. A directory that does not
 // exist yet is waited for. Run returns an error only when it cannot watch at all.
 func (w *Watcher) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx).WithValues("dir", w.loader.Dir())
-	ctx = klog.NewContext(ctx, logger)
+	logger := klog.FromContext(ctx)
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch hook directory %s (raise fs.inotify.max_user_instances if it is exhausted): %w", w.loader.Dir(), err)
@@ -71,7 +72,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			case ev.Name == dir && ev.Has(fsnotify.Create):
 				watchingDir = w.watchDir(ctx, fw)
 			case ev.Name == dir && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
-				logger.Info("Hook directory removed; its hooks are removed until it is back")
+				logger.Info("Hook directory removed; its hooks are removed until it is back", "dir", dir)
 				watchingDir = false
 				_ = fw.Remove(dir)
 				_ = fw.Add(parent)
@@ -84,7 +85,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				return nil
 			}
 			// An overflow loses events; a reload reads everything anew.
-			logger.Error(err, "Watching the hook directory")
+			logger.Error(err, "Watching the hook directory", "dir", dir)
 			timer.Reset(debounce)
 		case <-retry.C:
 			if !watchingDir {
@@ -106,9 +107,10 @@ func (w *Watcher) watchDir(ctx context.Context, fw *fsnotify.Watcher) bool {
 	if err == nil {
 		return true
 	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		klog.FromContext(ctx).Error(err, "Cannot watch the hook directory; retrying")
+	if !errors.Is(err, fs.ErrNotExist) && err.Error() != w.lastWatchErr {
+		klog.FromContext(ctx).Error(err, "Cannot watch the hook directory; retrying", "dir", w.loader.Dir())
 	}
+	w.lastWatchErr = err.Error()
 	return false
 }
 
@@ -126,7 +128,7 @@ func (w *Watcher) reload(ctx context.Context, force bool) bool {
 		return true
 	}
 	if err := w.apply(ctx, regs); err != nil {
-		logger.Error(err, "Hook servers not updated; the hooks in force stay")
+		logger.Error(err, "Hook servers not updated; the hooks in force stay", "dir", w.loader.Dir())
 		return false
 	}
 	w.loader.Prune(ctx)
@@ -134,6 +136,6 @@ func (w *Watcher) reload(ctx context.Context, force bool) bool {
 	for _, r := range regs {
 		names = append(names, r.Name)
 	}
-	logger.Info("Hook servers in force", "hooks", names)
+	logger.Info("Hook servers in force", "dir", w.loader.Dir(), "hooks", names)
 	return true
 }
