@@ -112,6 +112,8 @@ func (d *Dispatcher) Run(ctx context.Context, stage Stage, pod *PodInfo, ctr *Co
 	logger := klog.FromContext(ctx)
 	skipRemote := SkipsRemote(pod.Labels)
 	m := newMerger(stage, pod, ctr)
+	// kept are the hooks whose adjustment is in the result: if the call fails later, they roll back.
+	var kept []binding
 	for _, b := range bs {
 		if b.remote && skipRemote {
 			logger.V(4).Info("Remote hook skipped: pod asks to skip hook servers", "hook", b.name, "stage", stage)
@@ -128,12 +130,22 @@ func (d *Dispatcher) Run(ctx context.Context, stage Stage, pod *PodInfo, ctr *Co
 			if v := logger.V(4); v.Enabled() && !adj.Empty() {
 				v.Info("Hook adjusted", "hook", b.name, "stage", stage, "fields", fieldsOf(adj))
 			}
+			if b.rollback != nil {
+				kept = append(kept, b)
+			}
 			continue
+		}
+		// The hook may have reserved something before it failed or was dropped.
+		if b.rollback != nil && !stage.post() {
+			b.rollback(ctx, stage, pod, ctr)
 		}
 		err = fmt.Errorf("hook %s at %s: %w", b.name, stage, err)
 		if b.policy == Fail && !stage.post() {
 			d.metrics.errors.WithLabelValues(b.name, string(stage)).Inc()
 			logger.Error(err, "Hook failed; the call fails (failure policy Fail)", "hook", b.name, "stage", stage)
+			for i := len(kept) - 1; i >= 0; i-- {
+				kept[i].rollback(ctx, stage, pod, ctr)
+			}
 			return nil, err
 		}
 		d.metrics.ignored.WithLabelValues(b.name, string(stage)).Inc()
@@ -141,6 +153,18 @@ func (d *Dispatcher) Run(ctx context.Context, stage Stage, pod *PodInfo, ctr *Co
 		logger.Error(err, "Hook failed; going on without its adjustment", "hook", b.name, "stage", stage, "failurePolicy", b.policy)
 	}
 	return m.result(), nil
+}
+
+// Rollback tells the stage's hooks that the call did not go through (the runtime refused it), so they
+// release what they reserved. Hooks run in reverse order; remote hooks are not told (the protocol has no
+// such call).
+func (d *Dispatcher) Rollback(ctx context.Context, stage Stage, pod *PodInfo, ctr *ContainerInfo) {
+	bs := d.set.Load().byStage[stage]
+	for i := len(bs) - 1; i >= 0; i-- {
+		if bs[i].rollback != nil {
+			bs[i].rollback(ctx, stage, pod, ctr)
+		}
+	}
 }
 
 // call runs one hook under its timeout. A hook that returns after its deadline counts as timed out even

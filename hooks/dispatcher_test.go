@@ -323,3 +323,69 @@ func TestParseStage(t *testing.T) {
 		t.Error("ParseStage(PreBoot) accepted an unknown stage")
 	}
 }
+
+// reserver reserves on PreCreateContainer and gives back on Rollback, like the cpuset policy.
+type reserver struct {
+	name     string
+	fail     bool
+	mu       sync.Mutex
+	reserved int
+}
+
+func (r *reserver) Name() string { return r.name }
+func (r *reserver) PreCreateContainer(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reserved++
+	if r.fail {
+		return nil, fmt.Errorf("%s: %w", r.name, errdefs.ErrResourceExhausted)
+	}
+	return &Adjustment{Annotations: map[string]string{r.name: "1"}}, nil
+}
+func (r *reserver) Rollback(context.Context, Stage, *PodInfo, *ContainerInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reserved--
+}
+
+func TestRollback(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		secondFails bool
+		runtimeFail bool
+		wantErr     bool
+	}{
+		{name: "a later hook fails: earlier reservations go back", secondFails: true, wantErr: true},
+		{name: "the runtime refuses: every reservation goes back", runtimeFail: true},
+		{name: "success keeps the reservations"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			a, b := &reserver{name: "a"}, &reserver{name: "b", fail: tt.secondFails}
+			d, err := NewDispatcher(ctx, []Registration{
+				{Name: "a", Order: 1, New: func() (Hook, error) { return a, nil }},
+				{Name: "b", Order: 2, New: func() (Hook, error) { return b, nil }},
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = d.Run(ctx, PreCreateContainer, testPod(), testCtr())
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Run = %v, wantErr %v", err, tt.wantErr)
+			}
+			if tt.runtimeFail {
+				d.Rollback(ctx, PreCreateContainer, testPod(), testCtr())
+			}
+			want := 1
+			if tt.secondFails || tt.runtimeFail {
+				want = 0
+			}
+			if a.reserved != want || b.reserved != want {
+				t.Fatalf("reservations a=%d b=%d, want %d each", a.reserved, b.reserved, want)
+			}
+		})
+	}
+}

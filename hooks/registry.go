@@ -52,6 +52,8 @@ type entry struct {
 	timeout time.Duration
 	remote  bool
 	calls   map[Stage]call
+	// rollback is the hook's Rollback, or nil.
+	rollback func(ctx context.Context, stage Stage, pod *PodInfo, ctr *ContainerInfo)
 }
 
 // build constructs the hooks of regs. A hook whose New wraps ErrSkip is left out with a log line.
@@ -91,6 +93,9 @@ func build(ctx context.Context, regs []Registration) ([]*entry, error) {
 			continue
 		}
 		e := &entry{name: r.Name, order: r.Order, policy: policy, timeout: timeout, remote: r.Remote, calls: map[Stage]call{}}
+		if rb, ok := h.(RollbackHook); ok {
+			e.rollback = rb.Rollback
+		}
 		stages := r.Stages
 		if stages == nil {
 			stages = Stages()

@@ -103,6 +103,14 @@ type PreRemoveContainerHook interface {
 	PreRemoveContainer(ctx context.Context, pod *PodInfo, ctr *ContainerInfo) error
 }
 
+// RollbackHook is implemented by hooks that reserve something in a Pre stage (exclusive CPUs, say) and
+// must give it back when the call does not go through: a later hook failed, the hook's own adjustment was
+// dropped, or the runtime refused the call. Rollback must be idempotent and must not fail.
+type RollbackHook interface {
+	Hook
+	Rollback(ctx context.Context, stage Stage, pod *PodInfo, ctr *ContainerInfo)
+}
+
 // call is a hook bound to one stage, in the shape the dispatcher runs.
 type call func(ctx context.Context, pod *PodInfo, ctr *ContainerInfo) (*Adjustment, error)
 

@@ -51,6 +51,12 @@ func (s *Server) runHooks(ctx context.Context, stage hooks.Stage, pod *hooks.Pod
 	return s.hooks.Run(ctx, stage, pod, ctr)
 }
 
+func (s *Server) rollback(ctx context.Context, stage hooks.Stage, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) {
+	if s.hooks != nil {
+		s.hooks.Rollback(ctx, stage, pod, ctr)
+	}
+}
+
 // applyPodResources writes pod-level settings to the pod's cgroup, which CRI cannot reach, and records
 // them in the store. The runtime has acted by then, so a failure is logged, not returned.
 func (s *Server) applyPodResources(ctx context.Context, podID, parent string, a *hooks.Adjustment) {
@@ -121,13 +127,15 @@ func (s *Server) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	if req.Config == nil {
 		req.Config = &runtimeapi.PodSandboxConfig{}
 	}
-	adj, err := s.runHooks(ctx, hooks.PreRunPodSandbox, sandboxInfo(req), nil)
+	info := sandboxInfo(req)
+	adj, err := s.runHooks(ctx, hooks.PreRunPodSandbox, info, nil)
 	if err != nil {
 		return nil, err
 	}
 	applySandbox(req.Config, adj)
 	resp, err := s.rt.RunPodSandbox(ctx, req, opts...)
 	if err != nil {
+		s.rollback(ctx, hooks.PreRunPodSandbox, info, nil)
 		return nil, err
 	}
 	pod := podFromConfig(resp.GetPodSandboxId(), req.GetConfig())
@@ -181,14 +189,17 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 	logger := klog.FromContext(ctx).WithValues("container", req.GetConfig().GetMetadata().GetName())
 	pod, known := s.store.Pod(req.GetPodSandboxId())
 	var adj *hooks.Adjustment
+	var pi *hooks.PodInfo
+	var ci *hooks.ContainerInfo
 	if known {
 		logger = logger.WithValues("pod", klog.KRef(pod.Namespace, pod.Name))
 		ctx = klog.NewContext(ctx, logger)
 		if req.Config == nil {
 			req.Config = &runtimeapi.ContainerConfig{}
 		}
+		pi, ci = podInfo(pod), containerInfo("", req.Config)
 		var err error
-		if adj, err = s.runHooks(ctx, hooks.PreCreateContainer, podInfo(pod), containerInfo("", req.Config)); err != nil {
+		if adj, err = s.runHooks(ctx, hooks.PreCreateContainer, pi, ci); err != nil {
 			return nil, err
 		}
 		applyContainer(req.Config, adj)
@@ -198,6 +209,10 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 	}
 	resp, err := s.rt.CreateContainer(ctx, req, opts...)
 	if err != nil {
+		if known {
+			// What the hooks reserved for this container (exclusive CPUs) goes back.
+			s.rollback(ctx, hooks.PreCreateContainer, pi, ci)
+		}
 		return nil, err
 	}
 	ctr := containerFromConfig(resp.GetContainerId(), req.GetPodSandboxId(), req.GetConfig())
