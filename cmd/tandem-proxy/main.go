@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -64,6 +65,7 @@ func options() []option {
 		{"runtime-timeout", "runtimeTimeout"},
 		{"hooks-dir", "hooksDir"},
 		{"cgroup-root", "cgroupRoot"},
+		{"policies", "policies"},
 	}
 }
 
@@ -74,6 +76,7 @@ type settings struct {
 	configFile  string
 	hooksDir    string
 	cgroupRoot  string
+	policy      policy.Config
 }
 
 // load resolves flags over TANDEM_* variables over the config file over defaults.
@@ -94,6 +97,7 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	fs.Duration("runtime-timeout", def.RuntimeTimeout, "timeout of the proxy's own calls to the runtime (recovery, resync)")
 	fs.String("hooks-dir", "/etc/tandem/hooks.d", "directory of remote hook server registrations (*.json; Koordinator's hookserver.d files are accepted too), reloaded on change")
 	fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount, for the pod-level settings hooks ask for")
+	fs.StringSlice("policies", policy.Names(), "built-in policies to run, in their fixed order; empty runs none")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -126,8 +130,13 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
+	pol := policy.DefaultConfig()
+	pol.Enabled = v.GetStringSlice("policies")
+	if err := pol.Validate(); err != nil {
+		return settings{}, fmt.Errorf("invalid configuration: %w", err)
+	}
 	return settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile,
-		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot")}, nil
+		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot"), policy: pol}, nil
 }
 
 func run(ctx context.Context, args []string) error {
@@ -142,10 +151,19 @@ func run(ctx context.Context, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var builtin []hooks.Registration // the in-process policies, in execution order
+	cgroups, err := cgroup.New(st.cgroupRoot)
+	if err != nil {
+		// Pod-level settings are optional: the proxy still forwards and runs container-level policies.
+		logger.Info("No cgroup hierarchy; pod-level settings from hooks will not be applied", "cgroupRoot", st.cgroupRoot, "err", err)
+		cgroups = nil
+	}
+	builtin := policy.Builtin(st.policy, policy.Deps{Cgroups: cgroups})
 	dispatcher, err := hooks.NewDispatcher(ctx, builtin, reg)
 	if err != nil {
 		return err
+	}
+	for _, h := range dispatcher.Hooks() {
+		logger.Info("Hook in force", "hook", h.Name, "order", h.Order, "stages", h.Stages, "failurePolicy", h.FailurePolicy, "remote", h.Remote)
 	}
 	// Remote hooks are in force before the first call is served; the watcher then follows the directory.
 	loader := remote.NewLoader(remote.LoaderConfig{Dir: st.hooksDir, Builtin: builtin})
@@ -160,12 +178,6 @@ func run(ctx context.Context, args []string) error {
 			logger.Error(err, "Hook directory not watched; changes need a restart", "hooksDir", st.hooksDir)
 		}
 	}()
-	cgroups, err := cgroup.New(st.cgroupRoot)
-	if err != nil {
-		// Pod-level settings are optional: the proxy still forwards and runs container-level policies.
-		logger.Info("No cgroup hierarchy; pod-level settings from hooks will not be applied", "cgroupRoot", st.cgroupRoot, "err", err)
-		cgroups = nil
-	}
 	srv, err := proxy.New(cfg, proxy.Deps{Hooks: dispatcher, Cgroups: cgroups, Registerer: reg})
 	if err != nil {
 		return err

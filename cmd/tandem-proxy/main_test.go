@@ -30,6 +30,7 @@ func TestLoadPrecedence(t *testing.T) {
 		{name: "config file from env", env: map[string]string{"TANDEM_CONFIG": file}, wantState: "/from/file", wantSock: "/from/file.sock"},
 		{name: "invalid value names the flag", args: []string{"--runtime-endpoint", "tcp://10.0.0.1:1"}, wantErr: "runtime-endpoint"},
 		{name: "bad socket mode", args: []string{"--socket-mode", "rw"}, wantErr: "socket-mode"},
+		{name: "unknown policy", args: []string{"--policies", "qos,turbo"}, wantErr: "turbo"},
 		{name: "missing file", args: []string{"--config", filepath.Join(dir, "nope.yaml")}, wantErr: "nope.yaml"},
 	}
 	for _, tt := range tests {

@@ -36,6 +36,9 @@ type Writer interface {
 	Write(parent string, s Settings) error
 	// Version is 1 or 2.
 	Version() int
+	// Supports reports whether the kernel offers a cgroup file ("cpu.idle", "cpu.cfs_burst_us"), so a
+	// policy can switch itself off with one log line instead of failing every pod.
+	Supports(file string) bool
 }
 
 // New detects the hierarchy under root: cgroup v2 when root has cgroup.controllers, else v1.
@@ -69,6 +72,11 @@ type v1 struct{ root string }
 
 func (w *v1) Version() int { return 1 }
 
+func (w *v1) Supports(file string) bool {
+	ctrl, _, _ := strings.Cut(file, ".")
+	return exists(filepath.Join(w.root, ctrl, file))
+}
+
 func (w *v1) Write(parent string, s Settings) error {
 	files := map[string]string{}
 	setInt(files, "cpu.shares", s.CPUShares)
@@ -91,6 +99,28 @@ func (w *v1) Write(parent string, s Settings) error {
 type v2 struct{ root string }
 
 func (w *v2) Version() int { return 2 }
+
+// Supports looks below the root too: the root cgroup lacks many files its children have (cpu.idle).
+func (w *v2) Supports(file string) bool {
+	if exists(filepath.Join(w.root, file)) {
+		return true
+	}
+	entries, err := os.ReadDir(w.root)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.IsDir() && exists(filepath.Join(w.root, e.Name(), file)) {
+			return true
+		}
+	}
+	return false
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
 
 func (w *v2) Write(parent string, s Settings) error {
 	files := map[string]string{}

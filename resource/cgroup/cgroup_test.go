@@ -8,7 +8,7 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-func i64(v int64) *int64    { return &v }
+func i64(v int64) *int64   { return &v }
 func str(v string) *string { return &v }
 
 // fakeTree builds a cgroup tree with the given files, empty. Real cgroupfs cannot be created in a temp
@@ -132,5 +132,32 @@ func TestNewWithoutHierarchy(t *testing.T) {
 	t.Parallel()
 	if _, err := New(t.TempDir()); !errdefs.IsNotFound(err) {
 		t.Fatalf("New(empty) = %v, want NotFound", err)
+	}
+}
+
+func TestSupports(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		files []string
+		file  string
+		want  bool
+	}{
+		{"v1 has it", []string{"cpu/cpu.idle"}, "cpu.idle", true},
+		{"v1 lacks it", []string{"cpu/cpu.shares"}, "cpu.idle", false},
+		{"v2 child has it", []string{"cgroup.controllers", "kubepods/cpu.idle"}, "cpu.idle", true},
+		{"v2 lacks it", []string{"cgroup.controllers", "kubepods/cpu.weight"}, "cpu.idle", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w, err := New(fakeTree(t, tt.files...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := w.Supports(tt.file); got != tt.want {
+				t.Fatalf("Supports(%s) = %v, want %v", tt.file, got, tt.want)
+			}
+		})
 	}
 }

@@ -133,3 +133,21 @@ func fromKubernetes(parent string, static bool) Class {
 
 // Exclusive reports whether the class holds CPUs of its own, and so needs whole CPUs with request == limit.
 func (c Class) Exclusive() bool { return c == LSE || c == LSR }
+
+// ExclusiveCPUs checks what kubelet sent for a container of an exclusive class (LSE, LSR) and returns the
+// number of CPUs it holds. Kubelet encodes the limit as quota/period and the request as shares
+// (request × 1024 / 1000), so request == limit and whole CPUs read: quota is a multiple of period and the
+// shares match the limit.
+func ExclusiveCPUs(quota, period, shares int64) (int, error) {
+	if quota <= 0 || period <= 0 {
+		return 0, fmt.Errorf("needs a CPU limit equal to its request in whole CPUs, and has no CPU limit: %w", errdefs.ErrInvalidArgument)
+	}
+	limitMilli := quota * 1000 / period
+	if quota%period != 0 {
+		return 0, fmt.Errorf("needs whole CPUs with request == limit, and has a limit of %dm: %w", limitMilli, errdefs.ErrInvalidArgument)
+	}
+	if want := limitMilli * 1024 / 1000; shares != want {
+		return 0, fmt.Errorf("needs request == limit in whole CPUs, and has request %dm, limit %dm: %w", shares*1000/1024, limitMilli, errdefs.ErrInvalidArgument)
+	}
+	return int(quota / period), nil
+}

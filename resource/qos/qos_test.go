@@ -63,3 +63,31 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+func TestExclusiveCPUs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                  string
+		quota, period, shares int64
+		want                  int
+		wantErr               bool
+	}{
+		{name: "2 CPUs, request == limit", quota: 200000, period: 100000, shares: 2048, want: 2},
+		{name: "1 CPU", quota: 100000, period: 100000, shares: 1024, want: 1},
+		{name: "fractional", quota: 150000, period: 100000, shares: 1536, wantErr: true},
+		{name: "request below limit", quota: 200000, period: 100000, shares: 1024, wantErr: true},
+		{name: "no limit", quota: -1, period: 100000, shares: 2048, wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ExclusiveCPUs(tt.quota, tt.period, tt.shares)
+		if tt.wantErr {
+			if !errdefs.IsInvalidArgument(err) {
+				t.Errorf("%s: ExclusiveCPUs = %d, %v; want InvalidArgument", tt.name, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%s: ExclusiveCPUs = %d, %v; want %d", tt.name, got, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+// Package batchresource is the built-in hook that turns the batch resources of BE pods
+// (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) into cgroup settings: kubelet does not know these
+// extended resources, so without this hook a BE pod would run with the runtime's defaults.
+package batchresource
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/resource/batch"
+	resqos "github.com/tandemkit/tandem/resource/qos"
+)
+
+// Name is the hook's name in logs, metrics and conflict messages.
+const Name = "batchresource"
+
+// Config configures the hook.
+type Config struct {
+	// CFSQuota enables the CFS quota from batch-cpu limits; off leaves BE pods unthrottled by quota.
+	CFSQuota bool `json:"enableCFSQuota"`
+}
+
+// DefaultConfig enables every translation.
+func DefaultConfig() Config { return Config{CFSQuota: true} }
+
+// BatchResource is the hook.
+type BatchResource struct{ cfg Config }
+
+var (
+	_ hooks.PreRunPodSandboxHook   = (*BatchResource)(nil)
+	_ hooks.PreCreateContainerHook = (*BatchResource)(nil)
+)
+
+// New returns the hook.
+func New(cfg Config) (*BatchResource, error) { return &BatchResource{cfg: cfg}, nil }
+
+// Name implements hooks.Hook.
+func (b *BatchResource) Name() string { return Name }
+
+func spec(pod *hooks.PodInfo) (map[string]batch.Container, bool, error) {
+	raw, ok := pod.Annotations[batch.AnnotationExtendedResourceSpec]
+	if !ok || qos.Class(pod, nil) != resqos.BE {
+		return nil, false, nil
+	}
+	cs, err := batch.ParseSpec(raw)
+	if err != nil {
+		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return cs, true, nil
+}
+
+// PreRunPodSandbox sets the pod cgroup to the sums of the containers' batch resources.
+func (b *BatchResource) PreRunPodSandbox(_ context.Context, pod *hooks.PodInfo) (*hooks.Adjustment, error) {
+	cs, ok, err := spec(pod)
+	if !ok || err != nil {
+		return nil, err
+	}
+	sum := batch.Sum(cs)
+	r := &hooks.ResourceAdjustment{CPUShares: hooks.Int64(batch.CPUShares(sum.CPURequestMilli))}
+	if b.cfg.CFSQuota {
+		r.CPUQuota = hooks.Int64(batch.CFSQuota(sum.CPULimitMilli, batch.DefaultPeriod))
+	}
+	mem := int64(-1) // unlimited on cgroup v1; the v2 writer turns it into "max"
+	if sum.MemoryLimit > 0 {
+		mem = sum.MemoryLimit
+	}
+	r.MemoryLimitInBytes = &mem
+	return &hooks.Adjustment{PodResources: r}, nil
+}
+
+// PreCreateContainer sets the container's shares, quota and memory limit from its batch resources.
+func (b *BatchResource) PreCreateContainer(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	cs, ok, err := spec(pod)
+	if !ok || err != nil {
+		return nil, err
+	}
+	c, ok := cs[ctr.Name]
+	if !ok {
+		return nil, nil
+	}
+	r := &hooks.ResourceAdjustment{CPUShares: hooks.Int64(batch.CPUShares(c.CPURequestMilli))}
+	if b.cfg.CFSQuota {
+		period := int64(batch.DefaultPeriod)
+		if ctr.Resources != nil && ctr.Resources.CPUPeriod > 0 {
+			period = ctr.Resources.CPUPeriod
+		} else {
+			r.CPUPeriod = hooks.Int64(period)
+		}
+		r.CPUQuota = hooks.Int64(batch.CFSQuota(c.CPULimitMilli, period))
+	}
+	if c.MemoryLimit > 0 {
+		r.MemoryLimitInBytes = hooks.Int64(c.MemoryLimit)
+	}
+	return &hooks.Adjustment{Resources: r}, nil
+}

@@ -1,0 +1,79 @@
+// Package policy lists Tandem's built-in policy hooks in execution order. It is the one place that says
+// which policies exist and why they run where they do; adding a policy is its package plus one line here.
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/hooks/policy/batchresource"
+	"github.com/tandemkit/tandem/hooks/policy/cpuidle"
+	"github.com/tandemkit/tandem/hooks/policy/qos"
+)
+
+// Config holds every built-in policy's configuration.
+type Config struct {
+	// Enabled names the policies that run; empty runs none.
+	Enabled       []string             `json:"enabled"`
+	QoS           qos.Config           `json:"qos"`
+	BatchResource batchresource.Config `json:"batchResource"`
+	CPUIdle       cpuidle.Config       `json:"cpuIdle"`
+}
+
+// DefaultConfig enables every built-in policy with its defaults.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:       Names(),
+		BatchResource: batchresource.DefaultConfig(),
+		CPUIdle:       cpuidle.DefaultConfig(),
+	}
+}
+
+// Deps are what the policies need from the node.
+type Deps struct {
+	// Cgroups tells which cgroup files the kernel offers; nil switches off the policies that need them.
+	Cgroups cpuidle.Prober
+}
+
+// Names lists the built-in policies in execution order.
+func Names() []string {
+	var out []string
+	for _, r := range all(Config{}, Deps{}) {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// Validate rejects unknown policy names.
+func (c Config) Validate() error {
+	known := Names()
+	for _, n := range c.Enabled {
+		if !slices.Contains(known, n) {
+			return fmt.Errorf("policies: unknown policy %q; known: %s", n, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
+// Builtin returns the enabled in-process hooks in execution order. Orders leave gaps for hooks.d files.
+func Builtin(cfg Config, deps Deps) []hooks.Registration {
+	var out []hooks.Registration
+	for _, r := range all(cfg, deps) {
+		if slices.Contains(cfg.Enabled, r.Name) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func all(cfg Config, deps Deps) []hooks.Registration {
+	return []hooks.Registration{
+		// First: every later policy reads the class it records.
+		{Name: qos.Name, Order: 100, New: func() (hooks.Hook, error) { return qos.New(cfg.QoS) }},
+		{Name: batchresource.Name, Order: 300, New: func() (hooks.Hook, error) { return batchresource.New(cfg.BatchResource) }},
+		// Pod-level only; it never competes with the container-level policies for a field.
+		{Name: cpuidle.Name, Order: 400, New: func() (hooks.Hook, error) { return cpuidle.New(cfg.CPUIdle, deps.Cgroups) }},
+	}
+}
