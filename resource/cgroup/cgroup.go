@@ -185,7 +185,14 @@ func writeAll(files map[string]string, path func(string) string) error {
 	for k := range files {
 		names = append(names, k)
 	}
-	sort.Strings(names)
+	// cpu.idle goes last: once a group is idle the kernel refuses (EINVAL) any cpu.shares or cpu.weight
+	// write, and reports the idle weight instead.
+	sort.Slice(names, func(i, j int) bool {
+		if (names[i] == "cpu.idle") != (names[j] == "cpu.idle") {
+			return names[j] == "cpu.idle"
+		}
+		return names[i] < names[j]
+	})
 	var errs []error
 	for _, name := range names {
 		p := path(name)
