@@ -19,12 +19,15 @@ const (
 	PreUpdateContainerResources Stage = "PreUpdateContainerResources"
 	PostStopContainer           Stage = "PostStopContainer"
 	PreRemoveContainer          Stage = "PreRemoveContainer"
+	// PostRemoveContainer runs once a container is gone: removed through the proxy, with its pod, or found
+	// missing from the runtime when the store is reconciled. Policies release what the container held.
+	PostRemoveContainer Stage = "PostRemoveContainer"
 )
 
 // Stages lists every stage in lifecycle order.
 func Stages() []Stage {
 	return []Stage{PreRunPodSandbox, PostStopPodSandbox, PreCreateContainer, PreStartContainer,
-		PostStartContainer, PreUpdateContainerResources, PostStopContainer, PreRemoveContainer}
+		PostStartContainer, PreUpdateContainerResources, PostStopContainer, PreRemoveContainer, PostRemoveContainer}
 }
 
 // ParseStage accepts a stage name, with or without Koordinator's "Hook" suffix.
@@ -40,7 +43,7 @@ func ParseStage(s string) (Stage, error) {
 // post stages run after the runtime acted: their adjustments are not applied and their errors are
 // logged, never returned to kubelet.
 func (s Stage) post() bool {
-	return s == PostStopPodSandbox || s == PostStartContainer || s == PostStopContainer
+	return s == PostStopPodSandbox || s == PostStartContainer || s == PostStopContainer || s == PostRemoveContainer
 }
 
 // Hook is the part every hook shares. Name keys logs, metrics, the hooks.d order and conflict messages.
@@ -103,6 +106,13 @@ type PreRemoveContainerHook interface {
 	PreRemoveContainer(ctx context.Context, pod *PodInfo, ctr *ContainerInfo) error
 }
 
+// PostRemoveContainerHook runs after a container is gone, however it went; release what it held here.
+// Idempotent: a container may be reported gone by a reconcile after its removal was seen.
+type PostRemoveContainerHook interface {
+	Hook
+	PostRemoveContainer(ctx context.Context, pod *PodInfo, ctr *ContainerInfo) error
+}
+
 // RollbackHook is implemented by hooks that reserve something in a Pre stage (exclusive CPUs, say) and
 // must give it back when the call does not go through: a later hook failed, the hook's own adjustment was
 // dropped, or the runtime refused the call. Rollback must be idempotent and must not fail.
@@ -154,6 +164,10 @@ func bind(h Hook, s Stage) call {
 	case PreRemoveContainer:
 		if x, ok := h.(PreRemoveContainerHook); ok {
 			return noAdj(x.PreRemoveContainer)
+		}
+	case PostRemoveContainer:
+		if x, ok := h.(PostRemoveContainerHook); ok {
+			return noAdj(x.PostRemoveContainer)
 		}
 	}
 	return nil

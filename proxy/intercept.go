@@ -51,6 +51,15 @@ func (s *Server) runHooks(ctx context.Context, stage hooks.Stage, pod *hooks.Pod
 	return s.hooks.Run(ctx, stage, pod, ctr)
 }
 
+// orStub returns pod, or a stand-in carrying only the sandbox id when the store no longer knows the pod,
+// so that release hooks still run.
+func orStub(pod *store.Pod, podID string) *store.Pod {
+	if pod != nil {
+		return pod
+	}
+	return &store.Pod{ID: podID}
+}
+
 func (s *Server) rollback(ctx context.Context, stage hooks.Stage, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) {
 	if s.hooks != nil {
 		s.hooks.Rollback(ctx, stage, pod, ctr)
@@ -178,6 +187,9 @@ func (s *Server) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 	pod, removed := s.store.RemovePod(req.GetPodSandboxId())
 	if pod != nil || len(removed) > 0 {
 		s.persist(ctx)
+	}
+	for _, c := range removed {
+		s.postHooks(ctx, hooks.PostRemoveContainer, orStub(pod, c.PodSandboxID), c)
 	}
 	if pod != nil {
 		klog.FromContext(ctx).V(2).Info("Pod sandbox removed", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", pod.ID, "releasedContainers", len(removed))
@@ -308,8 +320,9 @@ func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveCont
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := s.store.RemoveContainer(req.GetContainerId()); ok {
+	if removed, ok := s.store.RemoveContainer(req.GetContainerId()); ok {
 		s.persist(ctx)
+		s.postHooks(ctx, hooks.PostRemoveContainer, orStub(pod, removed.PodSandboxID), removed)
 	}
 	klog.FromContext(ctx).V(2).Info("Container removed")
 	return resp, nil

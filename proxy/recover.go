@@ -52,8 +52,17 @@ func (s *Server) reconcile(ctx context.Context) error {
 		return fmt.Errorf("list the runtime's pods and containers: %w", err)
 	}
 	res := s.store.Reconcile(since, listed)
+	releasedPods := map[string]*store.Pod{}
+	for _, p := range res.ReleasedPods {
+		releasedPods[p.ID] = p
+	}
 	for _, c := range res.ReleasedContainers {
 		logger.Info("Released container the runtime no longer has", "containerID", c.ID, "container", c.Name, "podSandboxID", c.PodSandboxID)
+		pod, ok := s.store.Pod(c.PodSandboxID)
+		if !ok {
+			pod = orStub(releasedPods[c.PodSandboxID], c.PodSandboxID)
+		}
+		s.postHooks(ctx, hooks.PostRemoveContainer, pod, c)
 	}
 	for _, p := range res.ReleasedPods {
 		logger.Info("Released pod sandbox the runtime no longer has", "pod", klog.KRef(p.Namespace, p.Name), "podSandboxID", p.ID)

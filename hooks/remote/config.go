@@ -211,7 +211,7 @@ func parseStages(key string, names []string, koordinator bool) ([]hooks.Stage, e
 			errs = append(errs, fmt.Errorf("%s: %w", key, err))
 			continue
 		}
-		if st == hooks.PreRemoveContainer {
+		if st == hooks.PreRemoveContainer || st == hooks.PostRemoveContainer {
 			errs = append(errs, fmt.Errorf("%s: %s has no RPC in the runtime hook protocol, so a hook server cannot take part in it; write an in-process hook for it", key, st))
 			continue
 		}
