@@ -14,6 +14,7 @@ type metrics struct {
 	released         prometheus.Counter
 	reconciles       *prometheus.CounterVec
 	podCgroupErrors  prometheus.Counter
+	refreshed        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -43,8 +44,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "tandem", Subsystem: "proxy", Name: "pod_cgroup_errors_total",
 			Help: "Pod-level settings from hooks that could not be written to the pod's cgroup.",
 		}),
+		refreshed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "proxy", Name: "container_refreshes_total",
+			Help: "Containers whose resources the proxy updated on its own because a policy's decision changed (pools moved), by result.",
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.checkpointErrors, m.released, m.reconciles, m.podCgroupErrors} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.checkpointErrors, m.released, m.reconciles, m.podCgroupErrors, m.refreshed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -32,6 +32,9 @@ type Deps struct {
 	Cgroups cgroup.Writer
 	// Registerer receives the proxy's metrics; nil means they are kept but not exposed.
 	Registerer prometheus.Registerer
+	// Refresh asks the proxy to run PreUpdateContainerResources for every live container and send the
+	// runtime what changed: how LS and BE containers follow their pools when exclusive CPUs come or go.
+	Refresh <-chan struct{}
 }
 
 // Server is the CRI proxy.
@@ -39,6 +42,7 @@ type Server struct {
 	cfg        Config
 	hooks      *hooks.Dispatcher
 	cgroups    cgroup.Writer
+	refresh    <-chan struct{}
 	codec      *codec
 	runtime    *grpc.ClientConn
 	image      *grpc.ClientConn
@@ -88,6 +92,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg:          cfg,
 		hooks:        deps.Hooks,
 		cgroups:      deps.Cgroups,
+		refresh:      deps.Refresh,
 		codec:        c,
 		store:        store.New(),
 		checkpoint:   cp,
@@ -220,6 +225,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	defer stopLoops()
 	go s.watchRuntime(loopCtx)
 	go s.resyncLoop(loopCtx)
+	if s.refresh != nil {
+		go s.refreshLoop(loopCtx)
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.grpc.Serve(lis) }()

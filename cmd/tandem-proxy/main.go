@@ -27,8 +27,13 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
+	"github.com/tandemkit/tandem/hooks/policy/cpuset"
+	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/proxy"
+	"github.com/tandemkit/tandem/proxy/store"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/topology"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
@@ -66,6 +71,8 @@ func options() []option {
 		{"hooks-dir", "hooksDir"},
 		{"cgroup-root", "cgroupRoot"},
 		{"policies", "policies"},
+		{"sysfs-root", "sysfsRoot"},
+		{"reserved-cpus", "reservedCPUs"},
 	}
 }
 
@@ -77,6 +84,8 @@ type settings struct {
 	hooksDir    string
 	cgroupRoot  string
 	policy      policy.Config
+	sysfsRoot   string
+	cpus        alloc.Config
 }
 
 // load resolves flags over TANDEM_* variables over the config file over defaults.
@@ -98,6 +107,8 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	fs.String("hooks-dir", "/etc/tandem/hooks.d", "directory of remote hook server registrations (*.json; Koordinator's hookserver.d files are accepted too), reloaded on change")
 	fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount, for the pod-level settings hooks ask for")
 	fs.StringSlice("policies", policy.Names(), "built-in policies to run, in their fixed order; empty runs none")
+	fs.String("sysfs-root", "/sys", "sysfs mount, for the CPU topology")
+	fs.String("reserved-cpus", "", "CPUs never handed to pods (a cpu list such as 0-1), as kubelet's --reserved-cpus")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -135,8 +146,17 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	if err := pol.Validate(); err != nil {
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
+	cpus := alloc.DefaultConfig()
+	if r := v.GetString("reservedCPUs"); r != "" {
+		set, err := topology.ParseCPUList(r)
+		if err != nil {
+			return settings{}, fmt.Errorf("invalid configuration: reserved-cpus %q: %w", r, err)
+		}
+		cpus.Reserved = set
+	}
 	return settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile,
-		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot"), policy: pol}, nil
+		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot"), policy: pol,
+		sysfsRoot: v.GetString("sysfsRoot"), cpus: cpus}, nil
 }
 
 func run(ctx context.Context, args []string) error {
@@ -157,7 +177,27 @@ func run(ctx context.Context, args []string) error {
 		logger.Info("No cgroup hierarchy; pod-level settings from hooks will not be applied", "cgroupRoot", st.cgroupRoot, "err", err)
 		cgroups = nil
 	}
-	builtin := policy.Builtin(st.policy, policy.Deps{Cgroups: cgroups})
+	var cpus *alloc.Allocator
+	if topo, err := topology.Discover(st.sysfsRoot); err != nil {
+		logger.Error(err, "No CPU topology; the cpuset policy is off", "sysfsRoot", st.sysfsRoot)
+	} else if cpus, err = alloc.New(topo, st.cpus); err != nil {
+		return fmt.Errorf("cpuset allocator: %w", err)
+	}
+	// The cpuset policy asks for a refresh when exclusive CPUs come or go; one pending request is enough.
+	refresh := make(chan struct{}, 1)
+	var srv *proxy.Server
+	builtin := policy.Builtin(st.policy, policy.Deps{
+		Cgroups: cgroups,
+		CPUs:    cpus,
+		PoolsChanged: func() {
+			select {
+			case refresh <- struct{}{}:
+			default:
+			}
+		},
+		// Read at the first hook call, after Recover rebuilt the store.
+		Recorded: func() []cpuset.Recorded { return recordedCPUs(srv.Store().Snapshot()) },
+	})
 	dispatcher, err := hooks.NewDispatcher(ctx, builtin, reg)
 	if err != nil {
 		return err
@@ -178,7 +218,7 @@ func run(ctx context.Context, args []string) error {
 			logger.Error(err, "Hook directory not watched; changes need a restart", "hooksDir", st.hooksDir)
 		}
 	}()
-	srv, err := proxy.New(cfg, proxy.Deps{Hooks: dispatcher, Cgroups: cgroups, Registerer: reg})
+	srv, err = proxy.New(cfg, proxy.Deps{Hooks: dispatcher, Cgroups: cgroups, Registerer: reg, Refresh: refresh})
 	if err != nil {
 		return err
 	}
@@ -200,6 +240,27 @@ func run(ctx context.Context, args []string) error {
 		defer stopHTTP()
 	}
 	return srv.Serve(ctx, lis)
+}
+
+// recordedCPUs lists the exclusive cpusets live containers hold, from the store the proxy rebuilt.
+func recordedCPUs(snap *store.Snapshot) []cpuset.Recorded {
+	pods := map[string]*store.Pod{}
+	for _, p := range snap.Pods {
+		pods[p.ID] = p
+	}
+	var out []cpuset.Recorded
+	for _, c := range snap.Containers {
+		class := qos.Class(&hooks.PodInfo{}, &hooks.ContainerInfo{Annotations: c.Annotations})
+		if !class.Exclusive() || c.Resources == nil || c.Resources.CpusetCpus == "" || c.State == "CONTAINER_EXITED" {
+			continue
+		}
+		p, ok := pods[c.PodSandboxID]
+		if !ok {
+			continue
+		}
+		out = append(out, cpuset.Recorded{PodUID: p.UID, Container: c.Name, ContainerID: c.ID, Class: class, CPUs: c.Resources.CpusetCpus})
+	}
+	return out
 }
 
 func configFrom(v *viper.Viper) (proxy.Config, error) {

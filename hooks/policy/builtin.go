@@ -10,7 +10,9 @@ import (
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/batchresource"
 	"github.com/tandemkit/tandem/hooks/policy/cpuidle"
+	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
 
 // Config holds every built-in policy's configuration.
@@ -35,6 +37,13 @@ func DefaultConfig() Config {
 type Deps struct {
 	// Cgroups tells which cgroup files the kernel offers; nil switches off the policies that need them.
 	Cgroups cpuidle.Prober
+	// CPUs allocates exclusive CPUs; nil (no topology) switches the cpuset policy off.
+	CPUs *alloc.Allocator
+	// PoolsChanged is called when exclusive CPUs were taken or returned, so running LS and BE containers
+	// move to the new pools.
+	PoolsChanged func()
+	// Recorded lists the exclusive allocations running containers held before a restart.
+	Recorded func() []cpuset.Recorded
 }
 
 // Names lists the built-in policies in execution order.
@@ -72,6 +81,13 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 	return []hooks.Registration{
 		// First: every later policy reads the class it records.
 		{Name: qos.Name, Order: 100, New: func() (hooks.Hook, error) { return qos.New(cfg.QoS) }},
+		// After qos: the pool follows the class. Before batchresource, which never sets cpusets.
+		{Name: cpuset.Name, Order: 200, New: func() (hooks.Hook, error) {
+			if deps.CPUs == nil {
+				return nil, fmt.Errorf("no CPU topology: %w", hooks.ErrSkip)
+			}
+			return cpuset.New(deps.CPUs, deps.PoolsChanged, deps.Recorded)
+		}},
 		{Name: batchresource.Name, Order: 300, New: func() (hooks.Hook, error) { return batchresource.New(cfg.BatchResource) }},
 		// Pod-level only; it never competes with the container-level policies for a field.
 		{Name: cpuidle.Name, Order: 400, New: func() (hooks.Hook, error) { return cpuidle.New(cfg.CPUIdle, deps.Cgroups) }},

@@ -1,0 +1,252 @@
+// Package cpuset is the built-in hook that pins containers to CPU pools by QoS class, as seed 000
+// describes: LSE containers get CPUs of their own; LSR containers get CPUs no LS/LSR container shares (BE
+// may); LS containers share what is left; BE containers run everywhere but on LSE CPUs. Exclusive CPUs
+// come from resource/cpuset's allocator; when they change, the hook asks for running LS and BE containers
+// to be moved to the new pools.
+package cpuset
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/hooks/policy/qos"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	resqos "github.com/tandemkit/tandem/resource/qos"
+	"github.com/tandemkit/tandem/resource/topology"
+)
+
+// Name is the hook's name in logs, metrics and conflict messages.
+const Name = "cpuset"
+
+// AnnotationResourceSpec is Koordinator's per-pod resource spec; Tandem reads its preferredCPUBindPolicy.
+const AnnotationResourceSpec = "scheduling.koordinator.sh/resource-spec"
+
+// Recorded is an exclusive allocation that a container held before a restart, read from the proxy's
+// store (the runtime's cpuset and the class the qos hook recorded).
+type Recorded struct {
+	PodUID, Container, ContainerID string
+	Class                          resqos.Class
+	CPUs                           string
+}
+
+// CPUSet is the hook.
+type CPUSet struct {
+	alloc *alloc.Allocator
+	// poolsChanged is told whenever exclusive CPUs were taken or given back.
+	poolsChanged func()
+	// recorded is read once, at the first call, when the proxy's store has been rebuilt.
+	recorded func() []Recorded
+	restore  sync.Once
+
+	mu sync.Mutex
+	// bound maps an allocation's owner to the container now using it. A restarted container reuses its
+	// predecessor's CPUs; removing the predecessor later must not free them.
+	bound map[string]string
+}
+
+var (
+	_ hooks.PreCreateContainerHook          = (*CPUSet)(nil)
+	_ hooks.PreStartContainerHook           = (*CPUSet)(nil)
+	_ hooks.PreUpdateContainerResourcesHook = (*CPUSet)(nil)
+	_ hooks.PostRemoveContainerHook         = (*CPUSet)(nil)
+	_ hooks.RollbackHook                    = (*CPUSet)(nil)
+)
+
+// New returns the hook. poolsChanged and recorded may be nil.
+func New(a *alloc.Allocator, poolsChanged func(), recorded func() []Recorded) (*CPUSet, error) {
+	if a == nil {
+		return nil, fmt.Errorf("no CPU topology: %w", hooks.ErrSkip)
+	}
+	if poolsChanged == nil {
+		poolsChanged = func() {}
+	}
+	if recorded == nil {
+		recorded = func() []Recorded { return nil }
+	}
+	return &CPUSet{alloc: a, poolsChanged: poolsChanged, recorded: recorded, bound: map[string]string{}}, nil
+}
+
+// restored re-registers, once, the allocations running containers held before the proxy restarted, so a
+// restart hands out exactly the same CPUs and never the same CPU twice.
+func (c *CPUSet) restored(ctx context.Context) {
+	c.restore.Do(func() {
+		logger := klog.FromContext(ctx)
+		n := 0
+		for _, r := range c.recorded() {
+			if err := c.Restore(r.PodUID, r.Container, r.ContainerID, r.Class, r.CPUs); err != nil {
+				logger.Error(err, "Exclusive CPUs not restored; the container keeps its cpuset but the CPUs may be handed out again", "owner", Owner(r.PodUID, r.Container), "containerID", r.ContainerID)
+				continue
+			}
+			n++
+		}
+		if n > 0 {
+			p := c.alloc.Pools()
+			logger.Info("Exclusive CPU allocations restored", "count", n, "lse", p.LSE.String(), "lsr", p.LSR.String(), "ls", p.LS.String(), "be", p.BE.String())
+			c.poolsChanged()
+		}
+	})
+}
+
+// Name implements hooks.Hook.
+func (c *CPUSet) Name() string { return Name }
+
+// Owner names the allocation of a container: its pod and its name, so a restarted container keeps the
+// CPUs of the one it replaces.
+func Owner(podUID, container string) string { return podUID + "/" + container }
+
+func owner(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) string {
+	uid := pod.UID
+	if uid == "" {
+		uid = pod.ID
+	}
+	return Owner(uid, ctr.Name)
+}
+
+// BindPolicy reads the pod's preferred bind policy; malformed JSON is InvalidArgument.
+func BindPolicy(pod *hooks.PodInfo) (alloc.BindPolicy, error) {
+	raw, ok := pod.Annotations[AnnotationResourceSpec]
+	if !ok {
+		return alloc.ParseBindPolicy("")
+	}
+	var spec struct {
+		PreferredCPUBindPolicy string `json:"preferredCPUBindPolicy"`
+	}
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		return "", fmt.Errorf("annotation %s: %v: %w", AnnotationResourceSpec, err, errdefs.ErrInvalidArgument)
+	}
+	p, err := alloc.ParseBindPolicy(spec.PreferredCPUBindPolicy)
+	if err != nil {
+		return "", fmt.Errorf("annotation %s: %w", AnnotationResourceSpec, err)
+	}
+	return p, nil
+}
+
+// cpus decides the container's cpuset. Exclusive classes allocate (idempotently) when allocate is set.
+func (c *CPUSet) cpus(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo, allocate bool) (*hooks.Adjustment, error) {
+	c.restored(ctx)
+	class := qos.Class(pod, ctr)
+	var set string
+	switch class {
+	case resqos.LSE, resqos.LSR:
+		o := owner(pod, ctr)
+		if a, ok := c.alloc.Get(o); ok {
+			set = a.CPUs.String()
+			break
+		}
+		if !allocate {
+			klog.FromContext(ctx).V(2).Info("Exclusive container without an allocation; cpuset left as it is", "owner", o)
+			return nil, nil
+		}
+		res := ctr.Resources
+		if res == nil {
+			res = &hooks.Resources{}
+		}
+		n, err := resqos.ExclusiveCPUs(res.CPUQuota, res.CPUPeriod, res.CPUShares)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s container %s: %s %w", pod.Namespace, pod.Name, ctr.Name, class, err)
+		}
+		policy, err := BindPolicy(pod)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		got, err := c.alloc.Allocate(o, alloc.Class(class), n, policy)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s container %s: %s: %w", pod.Namespace, pod.Name, ctr.Name, class, err)
+		}
+		set = got.String()
+		klog.FromContext(ctx).V(2).Info("Exclusive CPUs allocated", "owner", o, "class", class, "cpus", set, "bindPolicy", policy)
+		c.poolsChanged()
+	case resqos.LS:
+		set = c.alloc.Pools().LS.String()
+	case resqos.BE:
+		set = c.alloc.Pools().BE.String()
+	default:
+		// SYSTEM pods, and pods whose class is unknown, keep what kubelet gave them.
+		return nil, nil
+	}
+	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{CpusetCpus: hooks.String(set)}}, nil
+}
+
+// PreCreateContainer allocates exclusive CPUs or assigns the class's pool.
+func (c *CPUSet) PreCreateContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	return c.cpus(ctx, pod, ctr, true)
+}
+
+// PreStartContainer binds the allocation to the container about to run, and catches pool changes since
+// the container was created.
+func (c *CPUSet) PreStartContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	adj, err := c.cpus(ctx, pod, ctr, false)
+	if err != nil || ctr.ID == "" {
+		return adj, err
+	}
+	if _, ok := c.alloc.Get(owner(pod, ctr)); ok {
+		c.mu.Lock()
+		c.bound[owner(pod, ctr)] = ctr.ID
+		c.mu.Unlock()
+	}
+	return adj, nil
+}
+
+// PreUpdateContainerResources keeps the cpuset Tandem decided, whatever kubelet's update says, and is how
+// running LS and BE containers move when the pools change.
+func (c *CPUSet) PreUpdateContainerResources(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	return c.cpus(ctx, pod, ctr, false)
+}
+
+// PostRemoveContainer gives the CPUs back when the container using them is gone.
+func (c *CPUSet) PostRemoveContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
+	c.restored(ctx)
+	o := owner(pod, ctr)
+	c.mu.Lock()
+	b, ok := c.bound[o]
+	if ok && b != ctr.ID {
+		// A restart took the CPUs over; the old container's removal does not free them.
+		c.mu.Unlock()
+		return nil
+	}
+	delete(c.bound, o)
+	c.mu.Unlock()
+	if c.alloc.Release(o) {
+		klog.FromContext(ctx).V(2).Info("Exclusive CPUs released", "owner", o, "containerID", ctr.ID)
+		c.poolsChanged()
+	}
+	return nil
+}
+
+// Rollback gives back an allocation made for a container the runtime then refused, unless a running
+// container already uses it.
+func (c *CPUSet) Rollback(ctx context.Context, stage hooks.Stage, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) {
+	if stage != hooks.PreCreateContainer {
+		return
+	}
+	o := owner(pod, ctr)
+	c.mu.Lock()
+	_, inUse := c.bound[o]
+	c.mu.Unlock()
+	if !inUse && c.alloc.Release(o) {
+		klog.FromContext(ctx).V(2).Info("Exclusive CPUs rolled back", "owner", o)
+		c.poolsChanged()
+	}
+}
+
+// Restore re-registers an allocation recorded before a restart and binds it to the container using it.
+func (c *CPUSet) Restore(podUID, container, containerID string, class resqos.Class, cpus string) error {
+	set, err := topology.ParseCPUList(cpus)
+	if err != nil {
+		return fmt.Errorf("cpuset %q: %v: %w", cpus, err, errdefs.ErrInvalidArgument)
+	}
+	o := Owner(podUID, container)
+	if err := c.alloc.Restore(o, alloc.Class(class), set); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.bound[o] = containerID
+	c.mu.Unlock()
+	return nil
+}
