@@ -32,9 +32,9 @@ import (
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/topology"
-	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 func main() {
