@@ -232,7 +232,7 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	if st.metricsAddr != "" {
-		stopHTTP, err := serveHTTP(ctx, st.metricsAddr, srv, reg)
+		stopHTTP, err := serveHTTP(ctx, st.metricsAddr, srv, cpus, reg)
 		if err != nil {
 			_ = lis.Close()
 			return err
@@ -287,7 +287,7 @@ func configFrom(v *viper.Viper) (proxy.Config, error) {
 }
 
 // serveHTTP serves metrics, health and the store dump; the returned func shuts it down.
-func serveHTTP(ctx context.Context, addr string, srv *proxy.Server, reg *prometheus.Registry) (func(), error) {
+func serveHTTP(ctx context.Context, addr string, srv *proxy.Server, cpus *alloc.Allocator, reg *prometheus.Registry) (func(), error) {
 	logger := klog.FromContext(ctx)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -304,6 +304,20 @@ func serveHTTP(ctx context.Context, addr string, srv *proxy.Server, reg *prometh
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(srv.Store().Snapshot())
+	})
+	mux.HandleFunc("/debug/pools", func(w http.ResponseWriter, _ *http.Request) {
+		if cpus == nil {
+			http.Error(w, "the cpuset policy is off: no CPU topology", http.StatusNotFound)
+			return
+		}
+		p := cpus.Pools()
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{
+			"lse": p.LSE.String(), "lsr": p.LSR.String(), "ls": p.LS.String(), "be": p.BE.String(),
+			"allocations": cpus.Allocations(),
+		})
 	})
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", addr)
