@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 )
@@ -155,6 +156,17 @@ func (d *Dispatcher) Run(ctx context.Context, stage Stage, pod *PodInfo, ctr *Co
 	return m.result(), nil
 }
 
+// safeCall turns a hook's panic into an error, so one broken policy fails a call instead of the proxy,
+// and with it every kubelet call on the node.
+func safeCall(ctx context.Context, c call, pod *PodInfo, ctr *ContainerInfo) (adj *Adjustment, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			adj, err = nil, fmt.Errorf("panicked: %v: %w", r, errdefs.ErrInternal)
+		}
+	}()
+	return c(ctx, pod, ctr)
+}
+
 // Rollback tells the stage's hooks that the call did not go through (the runtime refused it), so they
 // release what they reserved. Hooks run in reverse order; remote hooks are not told (the protocol has no
 // such call).
@@ -173,7 +185,7 @@ func (d *Dispatcher) call(ctx context.Context, stage Stage, b binding, pod *PodI
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	start := time.Now()
-	adj, err := b.call(ctx, pod, ctr)
+	adj, err := safeCall(ctx, b.call, pod, ctr)
 	b.calls.Inc()
 	b.duration.Observe(time.Since(start).Seconds())
 	if ctx.Err() == context.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {

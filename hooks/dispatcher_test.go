@@ -389,3 +389,20 @@ func TestRollback(t *testing.T) {
 		})
 	}
 }
+
+func TestPanickingHookFailsTheCallNotTheProxy(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	h := &fnHook{name: "broken", create: func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+		var m map[string]string
+		m["x"] = "boom"
+		return nil, nil
+	}}
+	d, err := NewDispatcher(ctx, []Registration{reg(h, 100, Fail, 0)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(ctx, PreCreateContainer, testPod(), testCtr()); !errdefs.IsInternal(err) || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("Run = %v, want an Internal error saying the hook panicked", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -166,14 +167,20 @@ func (s *Server) connFor(method string) *grpc.ClientConn {
 	return s.runtime
 }
 
-// handle serves every call that reaches the server.
-func (s *Server) handle(_ any, stream grpc.ServerStream) error {
+// handle serves every call that reaches the server. A panic becomes an Internal error for that call: the
+// proxy must not take every other kubelet call down with it.
+func (s *Server) handle(_ any, stream grpc.ServerStream) (err error) {
 	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			klog.FromContext(s.draining).Error(nil, "Panic while serving a call", "panic", r, "stack", string(debug.Stack()))
+			err = status.Errorf(codes.Internal, "tandem-proxy: internal error: %v", r)
+		}
+	}()
 	method, ok := grpc.MethodFromServerStream(stream)
 	if !ok {
 		return status.Error(codes.Internal, "tandem-proxy: call without a method name")
 	}
-	var err error
 	switch {
 	case s.intercepted[method] != nil:
 		err = s.serveIntercepted(stream, method, s.intercepted[method])
