@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// The hook framework's targets.
+const (
+	// limitInProcess5 bounds what five in-process hooks add to a CreateContainer.
+	limitInProcess5 = 20 * time.Microsecond
+	// limitRemoteRTTs bounds what one remote hook adds, in bare round trips to its server.
+	limitRemoteRTTs = 1.5
+)
+
+type machine struct {
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	CPUModel   string `json:"cpuModel"`
+	Kernel     string `json:"kernel"`
+	OS         string `json:"os"`
+	GoVersion  string `json:"goVersion"`
+	// Load averages (1, 5, 15 min) before and after the run: other work on the machine shows here.
+	LoadBefore string `json:"loadBefore"`
+	LoadAfter  string `json:"loadAfter"`
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func readMachine() machine {
+	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), LoadBefore: loadAverage()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "PRETTY_NAME="); ok {
+				m.OS = strings.Trim(v, `"`)
+			}
+		}
+	}
+	return m
+}
+
+// result is one variant's latency, in microseconds. Added* are against the variant without hooks: the
+// difference of the percentiles, not a percentile of differences.
+type result struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// CreateContainer is set for CreateContainer calls through a proxy; the others time a hook call alone.
+	CreateContainer bool     `json:"createContainer"`
+	Calls           int      `json:"calls"`
+	P50             float64  `json:"p50Micros"`
+	P99             float64  `json:"p99Micros"`
+	Mean            float64  `json:"meanMicros"`
+	AddedP50        *float64 `json:"addedP50Micros,omitempty"`
+	AddedP99        *float64 `json:"addedP99Micros,omitempty"`
+}
+
+type check struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"valueMicros"`
+	Limit float64 `json:"limitMicros"`
+	Pass  bool    `json:"pass"`
+	How   string  `json:"how"`
+}
+
+type report struct {
+	Machine    machine  `json:"machine"`
+	Iterations int      `json:"iterations"`
+	Batch      int      `json:"batch"`
+	Warmup     int      `json:"warmup"`
+	Results    []result `json:"results"`
+	Checks     []check  `json:"checks"`
+	Pass       bool     `json:"pass"`
+	// Context compares with what a gRPC relay pays for the same round trip; not a target.
+	Context []check `json:"context"`
+	// RemoteHookInProxyMean is the mean time of the remote hook's calls inside its proxy, in µs, from
+	// the proxy's tandem_hook_duration_seconds (warm-up included); compare it with the mean of
+	// remote-dispatch, the same call made outside a proxy.
+	RemoteHookInProxyMean float64 `json:"remoteHookInProxyMeanMicros"`
+}
+
+// percentile is the nearest-rank q-quantile of sorted ds.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func summarize(name, description string, ds []time.Duration) result {
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	var sum time.Duration
+	for _, d := range sorted {
+		sum += d
+	}
+	r := result{Name: name, Description: description, Calls: len(sorted),
+		P50: micros(percentile(sorted, 0.50)), P99: micros(percentile(sorted, 0.99))}
+	if len(sorted) > 0 {
+		r.Mean = micros(sum / time.Duration(len(sorted)))
+	}
+	return r
+}
+
+// newReport summarizes the samples and checks the targets. variants[0] is the one without hooks; the
+// names inproc-5, remote-1 and grpc-rtt are the ones the targets are about.
+func newReport(m machine, o options, variants []variant, samples [][]time.Duration) *report {
+	rep := &report{Machine: m, Iterations: o.iterations, Batch: o.batch, Warmup: o.warmup, Pass: true}
+	byName := map[string]*result{}
+	for i, v := range variants {
+		r := summarize(v.name, v.description, samples[i])
+		r.CreateContainer = v.createContainer
+		rep.Results = append(rep.Results, r)
+	}
+	base := rep.Results[0]
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		byName[r.Name] = r
+		if i > 0 && r.CreateContainer {
+			p50, p99 := r.P50-base.P50, r.P99-base.P99
+			r.AddedP50, r.AddedP99 = &p50, &p99
+		}
+	}
+	if r := byName["inproc-5"]; r != nil {
+		limit := micros(limitInProcess5)
+		rep.Checks = append(rep.Checks, check{Name: "in-process dispatch, 5 hooks", Value: *r.AddedP50, Limit: limit,
+			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs ≤ %.0f µs", *r.AddedP50, limit)})
+	}
+	if r, rtt := byName["remote-1"], byName["grpc-rtt"]; r != nil && rtt != nil {
+		limit := limitRemoteRTTs * rtt.P50
+		rep.Checks = append(rep.Checks, check{Name: "one remote hook", Value: *r.AddedP50, Limit: limit,
+			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs ≤ %.1f × round-trip p50 %.1f µs = %.1f µs", *r.AddedP50, limitRemoteRTTs, rtt.P50, limit)})
+	}
+	for _, c := range rep.Checks {
+		rep.Pass = rep.Pass && c.Pass
+	}
+	if r, empty, nested := byName["remote-1"], byName["relay-empty"], byName["relay-rtt"]; r != nil && empty != nil && nested != nil {
+		floor := nested.P50 - empty.P50
+		limit := limitRemoteRTTs * floor
+		rep.Context = append(rep.Context, check{Name: "one remote hook against a relay's nested round trip", Value: *r.AddedP50, Limit: limit,
+			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs vs %.1f × nested round trip p50 %.1f µs (relay %.1f − %.1f) = %.1f µs",
+				*r.AddedP50, limitRemoteRTTs, floor, nested.P50, empty.P50, limit)})
+	}
+	return rep
+}
+
+func (r *report) print(w io.Writer) {
+	m := r.Machine
+	fmt.Fprintf(w, "CreateContainer through an in-process tandem proxy.Server in front of a stub runtime\n")
+	fmt.Fprintf(w, "%d timed calls per variant in turns of %d (after %d warm-up calls), interleaved\n", r.Iterations, r.Batch, r.Warmup)
+	fmt.Fprintf(w, "machine: %s; %d CPUs (GOMAXPROCS %d) %s; kernel %s; %s; load %s → %s\n\n",
+		m.OS, m.CPUs, m.GOMAXPROCS, m.CPUModel, m.Kernel, m.GoVersion, m.LoadBefore, m.LoadAfter)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "variant\tp50 µs\tp99 µs\tmean µs\tadded p50 µs\tadded p99 µs\t")
+	for _, res := range r.Results {
+		added := func(v *float64) string {
+			if v == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%+.1f", *v)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", res.Description, res.P50, res.P99, res.Mean, added(res.AddedP50), added(res.AddedP99))
+	}
+	_ = tw.Flush()
+	if r.RemoteHookInProxyMean > 0 {
+		fmt.Fprintf(w, "\nthe remote hook's calls inside its proxy (tandem_hook_duration_seconds): mean %.1f µs\n", r.RemoteHookInProxyMean)
+	}
+	fmt.Fprintln(w, "\ntargets:")
+	for _, c := range r.Checks {
+		verdict := "PASS"
+		if !c.Pass {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s  %s: %s\n", verdict, c.Name, c.How)
+	}
+	for _, c := range r.Context {
+		verdict := "within"
+		if !c.Pass {
+			verdict = "beyond"
+		}
+		fmt.Fprintf(w, "not a target, for context: %s: %s (%s)\n", c.Name, c.How, verdict)
+	}
+}
+
+func (r *report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = os.Stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("write --json %s: %w", path, err)
+	}
+	return nil
+}

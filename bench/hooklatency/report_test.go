@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+)
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	us := func(ns ...int) []time.Duration {
+		out := make([]time.Duration, len(ns))
+		for i, n := range ns {
+			out[i] = time.Duration(n) * time.Microsecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = i + 1
+	}
+	tests := []struct {
+		name   string
+		sorted []time.Duration
+		q      float64
+		want   time.Duration
+	}{
+		{name: "empty", sorted: nil, q: 0.5, want: 0},
+		{name: "one", sorted: us(7), q: 0.99, want: 7 * time.Microsecond},
+		{name: "median of 1..100", sorted: us(hundred...), q: 0.5, want: 50 * time.Microsecond},
+		{name: "p99 of 1..100", sorted: us(hundred...), q: 0.99, want: 99 * time.Microsecond},
+		{name: "p100 is the maximum", sorted: us(hundred...), q: 1, want: 100 * time.Microsecond},
+		{name: "p0 is the minimum", sorted: us(3, 4), q: 0, want: 3 * time.Microsecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := percentile(tt.sorted, tt.q); got != tt.want {
+				t.Errorf("percentile(%v) = %v, want %v", tt.q, got, tt.want)
+			}
+		})
+	}
+}
+
+// constant returns n samples of d.
+func constant(n int, d time.Duration) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}
+
+func TestReportChecks(t *testing.T) {
+	t.Parallel()
+	names := []string{"none", "inproc-1", "inproc-5", "remote-1", "grpc-rtt"}
+	tests := []struct {
+		name string
+		// p50 per variant, in µs, in the order of names.
+		p50        []int
+		wantChecks []bool
+	}{
+		{name: "both met", p50: []int{100, 103, 115, 160, 50}, wantChecks: []bool{true, true}},
+		{name: "limits are inclusive", p50: []int{100, 103, 120, 175, 50}, wantChecks: []bool{true, true}},
+		{name: "five hooks too slow", p50: []int{100, 103, 121, 160, 50}, wantChecks: []bool{false, true}},
+		{name: "remote hook over 1.5 round trips", p50: []int{100, 103, 115, 176, 50}, wantChecks: []bool{true, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var variants []variant
+			var samples [][]time.Duration
+			for i, n := range names {
+				variants = append(variants, variant{name: n, description: n, createContainer: n != "grpc-rtt"})
+				samples = append(samples, constant(10, time.Duration(tt.p50[i])*time.Microsecond))
+			}
+			rep := newReport(machine{}, options{iterations: 10, batch: 5}, variants, samples)
+			var got []bool
+			for _, c := range rep.Checks {
+				got = append(got, c.Pass)
+			}
+			if !slices.Equal(got, tt.wantChecks) {
+				t.Errorf("checks pass = %v, want %v (%+v)", got, tt.wantChecks, rep.Checks)
+			}
+			if want := !slices.Contains(tt.wantChecks, false); rep.Pass != want {
+				t.Errorf("report pass = %v, want %v", rep.Pass, want)
+			}
+			if a := rep.Results[2].AddedP50; a == nil || *a != float64(tt.p50[2]-tt.p50[0]) {
+				t.Errorf("inproc-5 added p50 = %v, want %d", a, tt.p50[2]-tt.p50[0])
+			}
+			if rep.Results[4].AddedP50 != nil {
+				t.Errorf("the round trip has an added latency %v; it is not a CreateContainer", *rep.Results[4].AddedP50)
+			}
+		})
+	}
+}
+
+// TestMeasureInterleaves checks that every variant gets the same number of calls, in turns of batch
+// calls, with the first variant of each round rotating.
+func TestMeasureInterleaves(t *testing.T) {
+	t.Parallel()
+	var order []string
+	mk := func(name string) variant {
+		return variant{name: name, once: func(context.Context) (time.Duration, error) {
+			order = append(order, name)
+			return time.Microsecond, nil
+		}}
+	}
+	variants := []variant{mk("a"), mk("b"), mk("c")}
+	samples, err := measure(t.Context(), variants, options{iterations: 5, batch: 2, warmup: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range samples {
+		if len(s) != 5 {
+			t.Errorf("variant %s has %d samples, want 5", variants[i].name, len(s))
+		}
+	}
+	want := []string{"a", "b", "c", // warm-up
+		"a", "a", "b", "b", "c", "c", // round 0
+		"b", "b", "c", "c", "a", "a", // round 1
+		"c", "a", "b"} // round 2: one call left each
+	if !slices.Equal(order, want) {
+		t.Errorf("call order = %v, want %v", order, want)
+	}
+
+	failing := []variant{{name: "bad", once: func(context.Context) (time.Duration, error) { return 0, errors.New("boom") }}}
+	if _, err := measure(t.Context(), failing, options{iterations: 1, batch: 1}); err == nil {
+		t.Error("measure hid a failing call")
+	}
+}
+
+// TestRunSmall runs the whole benchmark briefly: every proxy starts, its hooks act (run verifies that
+// in each proxy's store before timing) and the report is written. Timing targets are not judged here:
+// a few calls on a shared test machine say nothing.
+func TestRunSmall(t *testing.T) {
+	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	err := run(ctx, options{iterations: 20, batch: 5, warmup: 2, jsonPath: jsonPath, stateRoot: t.TempDir()})
+	if err != nil && !errors.Is(err, errMissed) {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 9 || len(rep.Checks) != 2 || len(rep.Context) != 1 {
+		t.Fatalf("report has %d results, %d checks and %d comparisons, want 9, 2 and 1: %s", len(rep.Results), len(rep.Checks), len(rep.Context), b)
+	}
+	for _, r := range rep.Results {
+		if r.Calls != 20 || r.P50 <= 0 {
+			t.Errorf("%s: %d calls, p50 %v µs; want 20 calls and a positive latency", r.Name, r.Calls, r.P50)
+		}
+	}
+}
