@@ -120,7 +120,14 @@ func (p *Proxy) start(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(p.opts.Dir, "proxy.pid"), []byte(strconv.Itoa(proc.pid)), 0o644); err != nil {
 		return fmt.Errorf("write proxy pid file: %w", err)
 	}
-	return p.WaitReady(ctx, 30*time.Second)
+	if err := p.WaitReady(ctx, 30*time.Second); err != nil {
+		// Not ready is a failed start: leave no process behind for the caller to find.
+		if p.proc.running() {
+			_ = p.proc.stop(context.WithoutCancel(ctx), syscall.SIGKILL, 5*time.Second)
+		}
+		return err
+	}
+	return nil
 }
 
 // WaitReady polls /readyz until it answers 200, the proxy exits, or timeout.
