@@ -1,0 +1,100 @@
+// Command tandemctl shows what Tandem's QoS policies did on a node: for every container its QoS class,
+// cpuset, CFS quota, CPU shares, the pod's cpu.idle and the memory limit, as the kernel's cgroup files
+// hold them next to what tandem-proxy last applied; and the CPU pools of the cpuset policy. It reads
+// tandem-proxy's debug endpoints (on its --metrics-addr) and /sys/fs/cgroup. See docs/tandemctl.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tandemkit/tandem/cmd/tandemctl/internal/report"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tandemctl: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+const usageHead = `tandemctl shows what Tandem's QoS policies did on this node.
+
+Usage:
+  tandemctl [flags] pods    one row per container: QoS class, cpuset, CFS quota/period, CPU shares,
+                            cpu.idle of the pod, memory limit, read from the kernel's cgroup files and
+                            compared with what tandem-proxy last applied
+  tandemctl [flags] pools   the LSE, LSR, LS and BE CPU pools and each container's exclusive CPUs
+
+Flags:
+`
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := pflag.NewFlagSet("tandemctl", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned; --help prints below
+	proxyAddr := fs.String("proxy-addr", "127.0.0.1:9316", "tandem-proxy's --metrics-addr, where it serves /debug/store and /debug/pools")
+	cgroupRoot := fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount to read the containers' settings from")
+	output := fs.StringP("output", "o", "", "output format: wide (more columns) or json; the table when unset")
+	all := fs.BoolP("all", "a", false, "pods: list exited containers too")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for tandem-proxy")
+	usage := func() {
+		fmt.Fprint(stdout, usageHead)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); errors.Is(err, pflag.ErrHelp) {
+		usage()
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("%w (see tandemctl --help)", err)
+	}
+	format, err := report.ParseFormat(*output)
+	if err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("want one command, pods or pools (see tandemctl --help)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	client := report.NewClient(*proxyAddr, &http.Client{})
+	switch fs.Arg(0) {
+	case "pods":
+		snap, err := client.Store(ctx)
+		if err != nil {
+			return err
+		}
+		return report.WritePods(stdout, report.BuildPods(snap, report.NewKernel(*cgroupRoot), *all), format)
+	case "pools":
+		pools, err := client.Pools(ctx)
+		if err != nil {
+			return err
+		}
+		snap, err := client.Store(ctx)
+		if err != nil {
+			return err
+		}
+		p, err := report.BuildPools(pools, snap)
+		if err != nil {
+			return err
+		}
+		return report.WritePools(stdout, p, format)
+	case "help":
+		usage()
+		return nil
+	}
+	return fmt.Errorf("unknown command %q: want pods or pools (see tandemctl --help)", fs.Arg(0))
+}
