@@ -184,6 +184,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.out, "\nThrough tandem-proxy, with k8s.io/cri-client:\n")
 	d.pod(ctx)
+	d.seed000(ctx)
 	if d.keep && d.failed == 0 {
 		d.printKept()
 	}

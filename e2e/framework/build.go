@@ -185,15 +185,20 @@ func RepoRoot(ctx context.Context) (string, error) {
 
 // BuildProxy builds ./cmd/tandem-proxy into outDir and returns the binary's path.
 func BuildProxy(ctx context.Context, outDir string) (string, error) {
+	return BuildCommand(ctx, outDir, "tandem-proxy")
+}
+
+// BuildCommand builds ./cmd/<name> of the repository into outDir and returns the binary's path.
+func BuildCommand(ctx context.Context, outDir, name string) (string, error) {
 	root, err := RepoRoot(ctx)
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(outDir, "tandem-proxy")
-	cmd := exec.CommandContext(ctx, goBinary(), "build", "-o", bin, "./cmd/tandem-proxy")
+	bin := filepath.Join(outDir, name)
+	cmd := exec.CommandContext(ctx, goBinary(), "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build tandem-proxy: %w: %s", err, tail(out, 4000))
+		return "", fmt.Errorf("build %s: %w: %s", name, err, tail(out, 4000))
 	}
 	return bin, nil
 }
