@@ -27,8 +27,10 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
+	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/hooks/policy/resctrl"
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
@@ -186,9 +188,14 @@ func run(ctx context.Context, args []string) error {
 	// The cpuset policy asks for a refresh when exclusive CPUs come or go; one pending request is enough.
 	refresh := make(chan struct{}, 1)
 	var srv *proxy.Server
+	var pids resctrl.PIDLister
+	if cgroups != nil {
+		pids = resctrl.CgroupTasks{Root: st.cgroupRoot, Version: cgroups.Version(), ContainerCgroup: cpuburst.ContainerdCgroup}
+	}
 	builtin := policy.Builtin(st.policy, policy.Deps{
-		Cgroups: cgroups,
-		CPUs:    cpus,
+		Cgroups:     cgroups,
+		ResctrlPIDs: pids,
+		CPUs:        cpus,
 		PoolsChanged: func() {
 			select {
 			case refresh <- struct{}{}:

@@ -9,9 +9,13 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/batchresource"
+	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
 	"github.com/tandemkit/tandem/hooks/policy/cpuidle"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
+	"github.com/tandemkit/tandem/hooks/policy/memoryqos"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/hooks/policy/resctrl"
+	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
 
@@ -22,6 +26,9 @@ type Config struct {
 	QoS           qos.Config           `json:"qos"`
 	BatchResource batchresource.Config `json:"batchResource"`
 	CPUIdle       cpuidle.Config       `json:"cpuIdle"`
+	CPUBurst      cpuburst.Config      `json:"cpuBurst"`
+	MemoryQoS     memoryqos.Config     `json:"memoryQoS"`
+	Resctrl       resctrl.Config       `json:"resctrl"`
 }
 
 // DefaultConfig enables every built-in policy with its defaults.
@@ -30,13 +37,17 @@ func DefaultConfig() Config {
 		Enabled:       Names(),
 		BatchResource: batchresource.DefaultConfig(),
 		CPUIdle:       cpuidle.DefaultConfig(),
+		CPUBurst:      cpuburst.DefaultConfig(),
+		MemoryQoS:     memoryqos.DefaultConfig(),
+		Resctrl:       resctrl.DefaultConfig(),
 	}
 }
 
 // Deps are what the policies need from the node.
 type Deps struct {
-	// Cgroups tells which cgroup files the kernel offers; nil switches off the policies that need them.
-	Cgroups cpuidle.Prober
+	// Cgroups tells which cgroup files the kernel offers and writes the container cgroups the runtime cannot
+	// (cgroup v1 has no unified files); nil switches off the policies that need it.
+	Cgroups cgroup.Writer
 	// CPUs allocates exclusive CPUs; nil (no topology) switches the cpuset policy off.
 	CPUs *alloc.Allocator
 	// PoolsChanged is called when exclusive CPUs were taken or returned, so running LS and BE containers
@@ -44,6 +55,12 @@ type Deps struct {
 	PoolsChanged func()
 	// Recorded lists the exclusive allocations running containers held before a restart.
 	Recorded func() []cpuset.Recorded
+	// MemoryRequests gives memory requests from the pod spec; optional.
+	MemoryRequests memoryqos.Requests
+	// ResctrlRoot is the resctrl mount ("" = /sys/fs/resctrl); ResctrlPIDs lists a container's tasks,
+	// nil switches resctrl off.
+	ResctrlRoot string
+	ResctrlPIDs resctrl.PIDLister
 }
 
 // Names lists the built-in policies in execution order.
@@ -90,6 +107,22 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 		}},
 		{Name: batchresource.Name, Order: 300, New: func() (hooks.Hook, error) { return batchresource.New(cfg.BatchResource) }},
 		// Pod-level only; it never competes with the container-level policies for a field.
-		{Name: cpuidle.Name, Order: 400, New: func() (hooks.Hook, error) { return cpuidle.New(cfg.CPUIdle, deps.Cgroups) }},
+		{Name: cpuidle.Name, Order: 400, New: func() (hooks.Hook, error) {
+			if deps.Cgroups == nil {
+				return nil, fmt.Errorf("no cgroup hierarchy: %w", hooks.ErrSkip)
+			}
+			return cpuidle.New(cfg.CPUIdle, deps.Cgroups)
+		}},
+		// After cpuset and batchresource: the burst follows the quota the container ends up with.
+		{Name: cpuburst.Name, Order: 500, New: func() (hooks.Hook, error) {
+			return cpuburst.New(cfg.CPUBurst, cpuburst.Deps{Cgroups: deps.Cgroups, ContainerCgroup: cpuburst.ContainerdCgroup})
+		}},
+		{Name: memoryqos.Name, Order: 600, New: func() (hooks.Hook, error) {
+			return memoryqos.New(cfg.MemoryQoS, memoryqos.Deps{Cgroups: deps.Cgroups, ContainerCgroup: cpuburst.ContainerdCgroup, Requests: deps.MemoryRequests})
+		}},
+		// Last: it changes no field, and acts after the start, when the container has tasks.
+		{Name: resctrl.Name, Order: 700, New: func() (hooks.Hook, error) {
+			return resctrl.New(cfg.Resctrl, resctrl.Deps{Root: deps.ResctrlRoot, PIDs: deps.ResctrlPIDs})
+		}},
 	}
 }

@@ -8,12 +8,15 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
-// kernel is a fake set of cgroup files; resource/cgroup probes the real ones.
+// kernel is a fake set of cgroup files; resource/cgroup probes and writes the real ones.
 type kernel map[string]bool
 
-func (k kernel) Supports(f string) bool { return k[f] }
+func (k kernel) Supports(f string) bool              { return k[f] }
+func (k kernel) Version() int                        { return 1 }
+func (k kernel) Write(string, cgroup.Settings) error { return nil }
 
 // TestBuiltinTogether runs the built-in policies through the real dispatcher, as the proxy does, and checks
 // that they compose without conflicts for each class.

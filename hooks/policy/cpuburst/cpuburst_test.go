@@ -1,0 +1,330 @@
+package cpuburst
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/resource/cgroup"
+)
+
+// fakeTree lays out a cgroup hierarchy in a temporary directory: the real writer of resource/cgroup runs
+// on it, but the files are plain files, because the kernel's cgroup files cannot be created outside
+// /sys/fs/cgroup. TestRealKernel checks the kernel's own rules on this host.
+func fakeTree(t *testing.T, version int, burstFile bool, cgroups ...string) (string, cgroup.Writer) {
+	t.Helper()
+	root := t.TempDir()
+	base := filepath.Join(root, "cpu")
+	file := FileV1
+	if version == 2 {
+		base, file = root, FileV2
+		touch(t, filepath.Join(root, "cgroup.controllers"))
+	}
+	// v1 offers the file in the controller's root cgroup too; v2 only below the root.
+	if burstFile && version == 1 {
+		if err := os.MkdirAll(base, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		touch(t, filepath.Join(base, file))
+	}
+	for _, cg := range append([]string{"kubepods"}, cgroups...) {
+		dir := filepath.Join(base, cg)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if burstFile {
+			touch(t, filepath.Join(dir, file))
+		}
+	}
+	w, err := cgroup.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base, w
+}
+
+func touch(t *testing.T, p string) {
+	t.Helper()
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pod(class string, quota int64) *hooks.PodInfo {
+	p := &hooks.PodInfo{Name: "p", Namespace: "ns", CgroupParent: "/kubepods/burstable/pod1",
+		Annotations: map[string]string{qos.AnnotationClass: class}}
+	if quota != 0 {
+		p.Resources = &hooks.Resources{CPUPeriod: 100000, CPUQuota: quota}
+	}
+	return p
+}
+
+func ctr(quota int64) *hooks.ContainerInfo {
+	return &hooks.ContainerInfo{ID: "c1", Name: "app", Resources: &hooks.Resources{CPUPeriod: 100000, CPUQuota: quota}}
+}
+
+func auto(percent int64) Config {
+	c := DefaultConfig()
+	c.Policy, c.CPUBurstPercent = PolicyAuto, percent
+	return c
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	bad := auto(100)
+	bad.SharePoolThresholdPercent = 120
+	tests := []struct {
+		name     string
+		cfg      Config
+		version  int
+		file     bool
+		nilCG    bool
+		wantSkip bool
+		wantErr  string
+	}{
+		{name: "seed 004 default policy none", cfg: DefaultConfig(), version: 1, file: true, wantSkip: true},
+		{name: "quota burst only: nothing to do yet", cfg: Config{Policy: PolicyCFSQuotaBurstOnly, CFSQuotaBurstPercent: 400, CFSQuotaBurstPeriodSeconds: -1}, version: 1, file: true, wantSkip: true},
+		{name: "kernel before 5.14", cfg: auto(100), version: 1, wantSkip: true},
+		{name: "cgroup v2 without cpu.max.burst", cfg: auto(100), version: 2, wantSkip: true},
+		{name: "no cgroups", cfg: auto(100), nilCG: true, wantSkip: true},
+		{name: "invalid config names the field", cfg: bad, version: 1, file: true, wantErr: "sharePoolThresholdPercent"},
+		{name: "quota burst below 100% is invalid", cfg: Config{Policy: PolicyAuto, CPUBurstPercent: 100, CFSQuotaBurstPercent: 50}, version: 1, file: true, wantErr: "cfsQuotaBurstPercent"},
+		{name: "cpuBurstOnly without quota burst fields", cfg: Config{Policy: PolicyCPUBurstOnly, CPUBurstPercent: 100}, version: 1, file: true},
+		{name: "unknown policy", cfg: Config{Policy: "always"}, version: 1, file: true, wantErr: "policy"},
+		{name: "v1 with burst", cfg: auto(100), version: 1, file: true},
+		{name: "v2 with burst", cfg: Config{Policy: PolicyCPUBurstOnly, CPUBurstPercent: 100}, version: 2, file: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := Deps{}
+			if !tt.nilCG {
+				_, d.Cgroups = fakeTree(t, max(tt.version, 1), tt.file, "x")
+			}
+			_, err := New(tt.cfg, d)
+			switch {
+			case tt.wantSkip:
+				if !errors.Is(err, hooks.ErrSkip) {
+					t.Fatalf("New = %v, want ErrSkip", err)
+				}
+			case tt.wantErr != "":
+				if err == nil || errors.Is(err, hooks.ErrSkip) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("New = %v, want a config error naming %s", err, tt.wantErr)
+				}
+			case err != nil:
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestBurst(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name           string
+		quota, percent int64
+		want           int64
+	}{
+		{name: "half a CPU at 50%", quota: 50000, percent: 50, want: 25000},
+		{name: "seed 004's 1000% is capped at the quota", quota: 200000, percent: 1000, want: 200000},
+		{name: "odd quota rounds down", quota: 33333, percent: 33, want: 10999},
+		{name: "no limit", quota: -1, percent: 100, want: 0},
+		{name: "zero percent", quota: 100000, percent: 0, want: 0},
+		{name: "quota near the kernel bound", quota: maxCFSRuntimeUs - 10, percent: maxPercent, want: 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := Burst(tt.quota, tt.percent); got != tt.want {
+				t.Fatalf("Burst(%d, %d) = %d, want %d", tt.quota, tt.percent, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAdjustments(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		version int
+		percent int64
+		class   string
+		quota   int64
+		// want is the burst file's value in the container's adjustment (v2) and the pod's; "" is none.
+		wantCtr, wantPod string
+	}{
+		{name: "LS on v2", version: 2, percent: 50, class: "LS", quota: 200000, wantCtr: "100000", wantPod: "100000"},
+		{name: "LS on v2, seed 004 percent", version: 2, percent: 1000, class: "LS", quota: 150000, wantCtr: "150000", wantPod: "150000"},
+		{name: "LS on v1: pod only, the container is written after start", version: 1, percent: 50, class: "LS", quota: 200000, wantPod: "100000"},
+		{name: "LS without limit", version: 2, percent: 50, class: "LS", quota: -1},
+		{name: "LSR does not burst", version: 2, percent: 50, class: "LSR", quota: 200000},
+		{name: "LSE does not burst", version: 2, percent: 50, class: "LSE", quota: 200000},
+		{name: "BE does not burst", version: 2, percent: 50, class: "BE", quota: 200000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			_, w := fakeTree(t, tt.version, true)
+			b, err := New(auto(tt.percent), Deps{Cgroups: w})
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := map[int]string{1: FileV1, 2: FileV2}[tt.version]
+			p := pod(tt.class, tt.quota)
+			for _, stage := range []string{"create", "update"} {
+				var adj *hooks.Adjustment
+				if stage == "create" {
+					adj, err = b.PreCreateContainer(ctx, p, ctr(tt.quota))
+				} else {
+					adj, err = b.PreUpdateContainerResources(ctx, p, ctr(tt.quota))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := unified(adj, false)[file]; got != tt.wantCtr {
+					t.Errorf("%s: container %s = %q, want %q", stage, file, got, tt.wantCtr)
+				}
+			}
+			adj, err := b.PreRunPodSandbox(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := unified(adj, true)[file]; got != tt.wantPod {
+				t.Errorf("pod %s = %q, want %q", file, got, tt.wantPod)
+			}
+		})
+	}
+}
+
+func unified(a *hooks.Adjustment, pod bool) map[string]string {
+	if a == nil {
+		return nil
+	}
+	r := a.Resources
+	if pod {
+		r = a.PodResources
+	}
+	if r == nil {
+		return nil
+	}
+	return r.Unified
+}
+
+func TestDirectWrites(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		version int
+		parent  string
+		class   string
+		// wantPath is the file written, relative to the controller's root; "" when nothing is written.
+		wantPath, want string
+	}{
+		{name: "v1 cgroupfs", version: 1, parent: "/kubepods/burstable/pod1", class: "LS", wantPath: "kubepods/burstable/pod1/c1/" + FileV1, want: "50000"},
+		{name: "v1 systemd", version: 1, parent: "kubepods-burstable-pod1.slice", class: "LS",
+			wantPath: "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-c1.scope/" + FileV1, want: "50000"},
+		{name: "v1 BE untouched", version: 1, parent: "/kubepods/besteffort/pod1", class: "BE"},
+		{name: "v2 goes through the runtime", version: 2, parent: "/kubepods/burstable/pod1", class: "LS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			p := pod(tt.class, 0)
+			p.CgroupParent = tt.parent
+			c := ctr(100000)
+			ctrDir := ContainerdCgroup(p, c)
+			base, w := fakeTree(t, tt.version, true, ctrDir)
+			b, err := New(auto(50), Deps{Cgroups: w, ContainerCgroup: ContainerdCgroup})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.PostStartContainer(ctx, p, c); err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantPath == "" {
+				file := map[int]string{1: FileV1, 2: FileV2}[tt.version]
+				if got := read(t, filepath.Join(base, ctrDir, file)); got != "" {
+					t.Fatalf("container burst written: %q", got)
+				}
+				return
+			}
+			if got := read(t, filepath.Join(base, tt.wantPath)); got != tt.want {
+				t.Fatalf("%s = %q, want %q", tt.wantPath, got, tt.want)
+			}
+		})
+	}
+}
+
+func read(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestRealKernel runs on the host's own cgroup v1 cpu controller, where the kernel enforces what the fake
+// tree cannot: a burst above the quota is refused, and so is a quota below the burst, which is why
+// PreUpdateContainerResources lowers the burst before the runtime lowers the quota.
+func TestRealKernel(t *testing.T) {
+	cpuRoot := "/sys/fs/cgroup/cpu"
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a cgroup under " + cpuRoot)
+	}
+	w, err := cgroup.New("/sys/fs/cgroup")
+	if err != nil || w.Version() != 1 || !w.Supports(FileV1) {
+		t.Skipf("needs cgroup v1 with %s (have: %v)", FileV1, err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	parent := "tandem-cpuburst-test-" + strconv.Itoa(os.Getpid())
+	p := pod("LS", 0)
+	p.CgroupParent = "/" + parent
+	c := ctr(200000)
+	dir := filepath.Join(cpuRoot, ContainerdCgroup(p, c))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.Remove(dir)
+		_ = os.Remove(filepath.Join(cpuRoot, parent))
+	})
+	setQuota := func(q int64) error {
+		return os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(q, 10)), 0)
+	}
+	if err := setQuota(200000); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(auto(1000), Deps{Cgroups: w, ContainerCgroup: ContainerdCgroup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PostStartContainer(ctx, p, c); err != nil {
+		t.Fatalf("the kernel refused the burst: %v", err)
+	}
+	if got := read(t, filepath.Join(dir, FileV1)); got != "200000" {
+		t.Fatalf("burst after start = %s, want 200000 (1000%% capped at the quota)", got)
+	}
+	if setQuota(100000) == nil {
+		t.Fatal("the kernel took a quota below the burst; the ordering in PreUpdateContainerResources is moot")
+	}
+	// A downward resize: the hook runs before the runtime writes the new quota.
+	if _, err := b.PreUpdateContainerResources(ctx, p, ctr(100000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := setQuota(100000); err != nil {
+		t.Fatalf("the runtime's quota write fails after the hook: %v", err)
+	}
+	if got := read(t, filepath.Join(dir, FileV1)); got != "100000" {
+		t.Fatalf("burst after resize = %s, want 100000", got)
+	}
+}
