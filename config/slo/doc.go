@@ -1,0 +1,35 @@
+// Package slo reads Koordinator's slo-controller-config, as Tandem reads it.
+//
+// Operators who run Koordinator keep their node QoS settings in the koordinator-system/slo-controller-config
+// ConfigMap. Tandem accepts that ConfigMap's data unchanged (Parse), or the same sections in one YAML/JSON
+// file (ParseFile), validates it (Validate) and resolves it for this node's labels (Config.ForNode). Field
+// names, defaults and merge rules follow Koordinator's published types; the code is Tandem's own.
+//
+// Each of the five sections has a cluster strategy and node strategies, each node strategy selecting nodes
+// with a metav1.LabelSelector and overriding the cluster strategy field by field (see ForNode):
+//
+//   - resource-qos-config: per QoS class (lsrClass, also used for LSE pods; lsClass; beClass; systemClass)
+//     cpuQOS (group identity / cpu.idle), memoryQOS (memory.min/low/high percentages, Anolis watermarks)
+//     and resctrlQOS (L3 CAT range, MBA). Consumed by the QoS policies (hooks/policy): cpu.idle and group
+//     identity, memory QoS and RDT. blkioQOS, networkQOS and cgroupRoot are accepted and validated but not
+//     applied.
+//   - cpu-burst-config: policy (none, cpuBurstOnly, cfsQuotaBurstOnly, auto), cpuBurstPercent for
+//     cpu.cfs_burst_us, cfsQuotaBurstPercent and sharePoolThresholdPercent for the cfs-quota burst of LS
+//     containers. Consumed by the CPU burst policy.
+//   - colocation-config: metric aggregation and reporting, and the thresholds and policies from which the
+//     batch-cpu and batch-memory a node offers are computed. Its node overrides are called nodeConfigs and
+//     sit beside the inline cluster strategy. Consumed by the node loops (metrics/collector, reporter,
+//     reclaim).
+//   - resource-threshold-config: BE CPU suppression (cpuset or cfsQuota) and BE eviction on memory usage and
+//     on CPU satisfaction. Consumed by the node loops (metrics/suppress, metrics/evict).
+//   - system-config: node-wide sysctls (min_free_kbytes and watermark_scale_factor factors, the memcg
+//     reaper) and Anolis scheduler knobs. Parsed, validated and resolved, but not yet applied by Tandem;
+//     unset knobs resolve to nil so that nothing is written the operator did not ask for.
+//
+// Other Koordinator keys (host-application-config, cpu-normalization-config, resource-amplification-config)
+// load with a warning; any other key is an error, so that a misspelt section cannot fall back to defaults
+// unnoticed. Unknown keys inside a section are errors naming the key path.
+//
+// Typical use, on every (re)load: cfg, err := slo.ParseFile(raw); then cfg.Validate(); then
+// cfg.ForNode(nodeLabels); log cfg.Warnings(); on any error keep the previous configuration.
+package slo
