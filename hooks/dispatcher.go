@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,9 +29,13 @@ func SkipsRemote(labels map[string]string) bool {
 // Dispatcher runs the hooks of a stage. The set of hooks is swapped atomically on reload, so a call in
 // flight finishes with the set it started with.
 type Dispatcher struct {
-	builtin []*entry
 	set     atomic.Pointer[hookSet]
 	metrics *metrics
+
+	// mu serialises reloads; calls read set without it.
+	mu      sync.Mutex
+	builtin []*entry
+	remote  []*entry
 }
 
 // NewDispatcher builds the in-process hooks. Remote hooks are added with SetRemote. reg receives the
@@ -65,8 +70,33 @@ func (d *Dispatcher) SetRemote(ctx context.Context, remote []Registration) error
 	if err != nil {
 		return err
 	}
-	all := append(append([]*entry(nil), d.builtin...), entries...)
-	hs, err := newHookSet(all, d.metrics)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.swap(d.builtin, entries); err != nil {
+		return err
+	}
+	d.remote = entries
+	return nil
+}
+
+// SetBuiltin replaces the in-process hooks, after a configuration reload: new hook values are built
+// from the registrations and swapped in with the remote hooks kept. On error the previous set stays.
+func (d *Dispatcher) SetBuiltin(ctx context.Context, builtin []Registration) error {
+	entries, err := build(ctx, builtin)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.swap(entries, d.remote); err != nil {
+		return err
+	}
+	d.builtin = entries
+	return nil
+}
+
+func (d *Dispatcher) swap(builtin, remote []*entry) error {
+	hs, err := newHookSet(append(append([]*entry(nil), builtin...), remote...), d.metrics)
 	if err != nil {
 		return err
 	}

@@ -406,3 +406,36 @@ func TestPanickingHookFailsTheCallNotTheProxy(t *testing.T) {
 		t.Fatalf("Run = %v, want an Internal error saying the hook panicked", err)
 	}
 }
+
+func TestSetBuiltinKeepsRemoteHooks(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := NewDispatcher(ctx, []Registration{reg(&fnHook{name: "qos", create: shares(512)}, 100, Fail, 0)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetRemote(ctx, []Registration{reg(&fnHook{name: "koordlet", create: shares(512)}, 1000, Ignore, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	// A reload with a new value for the built-in hook.
+	if err := d.SetBuiltin(ctx, []Registration{reg(&fnHook{name: "qos", create: shares(1024)}, 100, Fail, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	adj, err := d.Run(ctx, PreCreateContainer, testPod(), testCtr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *adj.Resources.CPUShares != 1024 {
+		t.Fatalf("shares = %d, want the reloaded 1024", *adj.Resources.CPUShares)
+	}
+	if hs := d.Hooks(); len(hs) != 2 || hs[1].Name != "koordlet" {
+		t.Fatalf("hooks after reload = %+v, want the remote hook kept", hs)
+	}
+	// A reload that collides with a remote hook's order is refused and changes nothing.
+	if err := d.SetBuiltin(ctx, []Registration{reg(&fnHook{name: "qos", create: shares(2)}, 1000, Fail, 0)}); err == nil {
+		t.Fatal("colliding reload accepted")
+	}
+	if adj, _ := d.Run(ctx, PreCreateContainer, testPod(), testCtr()); *adj.Resources.CPUShares != 1024 {
+		t.Fatal("a refused reload changed the hooks in force")
+	}
+}

@@ -75,6 +75,8 @@ func options() []option {
 		{"policies", "policies"},
 		{"sysfs-root", "sysfsRoot"},
 		{"reserved-cpus", "reservedCPUs"},
+		{"slo-config", "sloConfig"},
+		{"node-labels", "nodeLabels"},
 	}
 }
 
@@ -88,6 +90,8 @@ type settings struct {
 	policy      policy.Config
 	sysfsRoot   string
 	cpus        alloc.Config
+	sloConfig   string
+	nodeLabels  map[string]string
 }
 
 // load resolves flags over TANDEM_* variables over the config file over defaults.
@@ -111,6 +115,8 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	fs.StringSlice("policies", policy.Names(), "built-in policies to run, in their fixed order; empty runs none")
 	fs.String("sysfs-root", "/sys", "sysfs mount, for the CPU topology")
 	fs.String("reserved-cpus", "", "CPUs never handed to pods (a cpu list such as 0-1), as kubelet's --reserved-cpus")
+	fs.String("slo-config", "", "Koordinator slo-controller-config (the ConfigMap YAML, or a file of its sections) for the policies' knobs; reloaded on change")
+	fs.StringToString("node-labels", nil, "this node's labels, for the nodeStrategies selectors of --slo-config (k=v,...)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -156,9 +162,23 @@ func load(args []string, getenv func(string) string) (settings, error) {
 		}
 		cpus.Reserved = set
 	}
-	return settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile,
+	labels, err := fs.GetStringToString("node-labels")
+	if err != nil {
+		return settings{}, err
+	}
+	if !fs.Changed("node-labels") {
+		labels = v.GetStringMapString("nodeLabels")
+	}
+	st := settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile,
 		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot"), policy: pol,
-		sysfsRoot: v.GetString("sysfsRoot"), cpus: cpus}, nil
+		sysfsRoot: v.GetString("sysfsRoot"), cpus: cpus, sloConfig: v.GetString("sloConfig"), nodeLabels: labels}
+	if st.sloConfig != "" {
+		// Refuse to start on a bad file: an operator's typo must not silently run the defaults.
+		if st.policy, _, err = loadPolicies(st.sloConfig, st.nodeLabels, st.policy); err != nil {
+			return settings{}, fmt.Errorf("invalid configuration: %w", err)
+		}
+	}
+	return st, nil
 }
 
 func run(ctx context.Context, args []string) error {
@@ -192,7 +212,7 @@ func run(ctx context.Context, args []string) error {
 	if cgroups != nil {
 		pids = resctrl.CgroupTasks{Root: st.cgroupRoot, Version: cgroups.Version(), ContainerCgroup: cpuburst.ContainerdCgroup}
 	}
-	builtin := policy.Builtin(st.policy, policy.Deps{
+	policyDeps := policy.Deps{
 		Cgroups:     cgroups,
 		ResctrlPIDs: pids,
 		CPUs:        cpus,
@@ -204,7 +224,8 @@ func run(ctx context.Context, args []string) error {
 		},
 		// Read at the first hook call, after Recover rebuilt the store.
 		Recorded: func() []cpuset.Recorded { return recordedCPUs(srv.Store().Snapshot()) },
-	})
+	}
+	builtin := policy.Builtin(st.policy, policyDeps)
 	dispatcher, err := hooks.NewDispatcher(ctx, builtin, reg)
 	if err != nil {
 		return err
@@ -219,6 +240,21 @@ func run(ctx context.Context, args []string) error {
 		logger.Error(err, "Hook directory not loaded; starting without remote hooks", "hooksDir", st.hooksDir)
 	} else if err := dispatcher.SetRemote(ctx, regs); err != nil {
 		logger.Error(err, "Remote hooks rejected; starting without them", "hooksDir", st.hooksDir)
+	}
+	if st.sloConfig != "" {
+		if _, warnings, _ := loadPolicies(st.sloConfig, st.nodeLabels, st.policy); len(warnings) > 0 {
+			logger.Info("slo-config notes", "sloConfig", st.sloConfig, "notes", warnings)
+		}
+		go watchSLO(ctx, st.sloConfig, func(ctx context.Context) error {
+			cfg, warnings, err := loadPolicies(st.sloConfig, st.nodeLabels, st.policy)
+			if err != nil {
+				return err
+			}
+			if len(warnings) > 0 {
+				logger.Info("slo-config notes", "sloConfig", st.sloConfig, "notes", warnings)
+			}
+			return dispatcher.SetBuiltin(ctx, policy.Builtin(cfg, policyDeps))
+		})
 	}
 	go func() {
 		if err := remote.NewWatcher(loader, dispatcher.SetRemote).Run(ctx); err != nil {

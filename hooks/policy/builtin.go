@@ -3,6 +3,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,15 +73,21 @@ func Names() []string {
 	return out
 }
 
-// Validate rejects unknown policy names.
+// Validate rejects unknown policy names and invalid knobs, naming each.
 func (c Config) Validate() error {
+	var errs []error
 	known := Names()
 	for _, n := range c.Enabled {
 		if !slices.Contains(known, n) {
-			return fmt.Errorf("policies: unknown policy %q; known: %s", n, strings.Join(known, ", "))
+			errs = append(errs, fmt.Errorf("policies: unknown policy %q; known: %s", n, strings.Join(known, ", ")))
 		}
 	}
-	return nil
+	for name, v := range map[string]interface{ Validate() error }{"cpuBurst": c.CPUBurst, "memoryQoS": c.MemoryQoS, "resctrl": c.Resctrl} {
+		if err := v.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Builtin returns the enabled in-process hooks in execution order. Orders leave gaps for hooks.d files.

@@ -1,0 +1,45 @@
+package policy
+
+import (
+	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
+	"github.com/tandemkit/tandem/hooks/policy/memoryqos"
+	"github.com/tandemkit/tandem/hooks/policy/resctrl"
+	resqos "github.com/tandemkit/tandem/resource/qos"
+)
+
+// FromSLO returns base with the policies' knobs taken from a Koordinator slo-controller-config resolved
+// for this node: cpu-burst-config for cpuburst; resource-qos-config's per-class cpuQOS (group identity),
+// memoryQOS and resctrlQOS for cpuidle, memoryqos and resctrl. Which policies run stays base's choice.
+func FromSLO(base Config, r slo.Resolved) Config {
+	out := base
+	b := r.CPUBurst
+	out.CPUBurst = cpuburst.Config{
+		Policy:                     cpuburst.Policy(b.Policy),
+		CPUBurstPercent:            b.CPUBurstPercent,
+		CFSQuotaBurstPercent:       b.CFSQuotaBurstPercent,
+		CFSQuotaBurstPeriodSeconds: b.CFSQuotaBurstPeriodSeconds,
+		SharePoolThresholdPercent:  b.SharePoolThresholdPercent,
+	}
+	q := r.ResourceQOS
+	mem := func(c slo.ClassSettings) memoryqos.ClassConfig {
+		m := c.MemoryQOS
+		return memoryqos.ClassConfig{Enable: m.Enable, MinLimitPercent: m.MinLimitPercent, LowLimitPercent: m.LowLimitPercent, ThrottlingPercent: m.ThrottlingPercent}
+	}
+	out.MemoryQoS = memoryqos.Config{LSRClass: mem(q.LSR), LSClass: mem(q.LS), BEClass: mem(q.BE)}
+	rdt := func(c slo.ClassSettings) resctrl.ClassConfig {
+		x := c.ResctrlQOS
+		return resctrl.ClassConfig{Enable: x.Enable, CatRangeStartPercent: x.CATRangeStartPercent, CatRangeEndPercent: x.CATRangeEndPercent, MBAPercent: x.MBAPercent}
+	}
+	out.Resctrl = resctrl.Config{LSRClass: rdt(q.LSR), LSClass: rdt(q.LS), BEClass: rdt(q.BE)}
+	// Group identity only where the operator enabled CPU QoS for the class; LSE follows LSR, as in
+	// Koordinator.
+	gi := map[resqos.Class]int64{}
+	for class, c := range map[resqos.Class]slo.ClassSettings{resqos.LSE: q.LSR, resqos.LSR: q.LSR, resqos.LS: q.LS, resqos.BE: q.BE} {
+		if c.CPUQOS.Enable {
+			gi[class] = c.CPUQOS.GroupIdentity
+		}
+	}
+	out.CPUIdle.GroupIdentity = gi
+	return out
+}
