@@ -28,9 +28,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
+	builtinpolicy "github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/hooks/remote/v1alpha1"
 	"github.com/tandemkit/tandem/proxy"
+	"github.com/tandemkit/tandem/resource/cgroup"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/topology"
 )
 
 type options struct {
@@ -149,6 +153,12 @@ func run(ctx context.Context, o options) error {
 			}},
 		{"remote-1", "1 remote hook", func() (*hooks.Dispatcher, error) { return remoteDispatcher(ctx, conn, inProxy) },
 			func(r *hooks.Resources, _ map[string]string) bool { return r.CPUShares == 512 }},
+		// Tandem's own policies as tandem-proxy runs them by default, on this machine's real topology and
+		// cgroups: the benchmark's pod is BE, so qos, cpuset and the OOM score act on it.
+		{"builtin", "all built-in policies", func() (*hooks.Dispatcher, error) { return builtinDispatcher(ctx) },
+			func(r *hooks.Resources, ann map[string]string) bool {
+				return ann["tandem.io/qos-class"] == "BE" && r.CpusetCpus != "" && r.OomScoreAdj == 1000
+			}},
 	}
 	var variants []variant
 	for _, s := range setups {
@@ -460,6 +470,22 @@ func (t *proxyTarget) verify(ctx context.Context, want func(*hooks.Resources, ma
 		return fmt.Errorf("RemoveContainer: %w", err)
 	}
 	return nil
+}
+
+// builtinDispatcher builds the built-in policies with what tandem-proxy gives them on this machine.
+func builtinDispatcher(ctx context.Context) (*hooks.Dispatcher, error) {
+	deps := builtinpolicy.Deps{}
+	if w, err := cgroup.New("/sys/fs/cgroup"); err == nil {
+		deps.Cgroups = w
+	}
+	topo, err := topology.Discover("/sys")
+	if err != nil {
+		return nil, fmt.Errorf("CPU topology: %w", err)
+	}
+	if deps.CPUs, err = alloc.New(topo, alloc.DefaultConfig()); err != nil {
+		return nil, err
+	}
+	return hooks.NewDispatcher(ctx, builtinpolicy.Builtin(builtinpolicy.DefaultConfig(), deps), nil)
 }
 
 // hookClient is a typed client of the hook server on sock.

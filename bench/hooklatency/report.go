@@ -20,6 +20,9 @@ const (
 	limitInProcess5 = 20 * time.Microsecond
 	// limitRemoteRTTs bounds what one remote hook adds, in bare round trips to its server.
 	limitRemoteRTTs = 1.5
+	// limitBuiltinP99 bounds what all built-in policies add to a CreateContainer at p99 (the QoS issue's
+	// target).
+	limitBuiltinP99 = time.Millisecond
 )
 
 type machine struct {
@@ -164,6 +167,11 @@ func newReport(m machine, o options, variants []variant, samples [][]time.Durati
 		limit := limitRemoteRTTs * rtt.P50
 		rep.Checks = append(rep.Checks, check{Name: "one remote hook", Value: *r.AddedP50, Limit: limit,
 			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs ≤ %.1f × round-trip p50 %.1f µs = %.1f µs", *r.AddedP50, limitRemoteRTTs, rtt.P50, limit)})
+	}
+	if r := byName["builtin"]; r != nil {
+		limit := micros(limitBuiltinP99)
+		rep.Checks = append(rep.Checks, check{Name: "all built-in policies", Value: *r.AddedP99, Limit: limit,
+			Pass: *r.AddedP99 <= limit, How: fmt.Sprintf("added p99 %.1f µs ≤ %.0f µs", *r.AddedP99, limit)})
 	}
 	for _, c := range rep.Checks {
 		rep.Pass = rep.Pass && c.Pass
