@@ -156,8 +156,8 @@ func TestRunSmall(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 9 || len(rep.Checks) != 2 || len(rep.Context) != 1 {
-		t.Fatalf("report has %d results, %d checks and %d comparisons, want 9, 2 and 1: %s", len(rep.Results), len(rep.Checks), len(rep.Context), b)
+	if len(rep.Results) != 10 || len(rep.Checks) != 3 || len(rep.Context) != 1 {
+		t.Fatalf("report has %d results, %d checks and %d comparisons, want 10, 3 and 1: %s", len(rep.Results), len(rep.Checks), len(rep.Context), b)
 	}
 	for _, r := range rep.Results {
 		if r.Calls != 20 || r.P50 <= 0 {
