@@ -1,0 +1,162 @@
+package extender
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/scheme"
+	schedconfigv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tandemkit/tandem/metrics/nodemetric"
+)
+
+const manifestDir = "../deploy/extender"
+
+// TestManifests decodes every document in deploy/extender strictly, so a misspelt field fails
+// here instead of being dropped by the apiserver, and checks that the pieces agree with each
+// other and with the code: ports, paths, resource names, the config file.
+func TestManifests(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(manifestDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", manifestDir, err)
+	}
+	k8s := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	schedScheme := runtime.NewScheme()
+	if err := schedconfigv1.AddToScheme(schedScheme); err != nil {
+		t.Fatal(err)
+	}
+	sched := serializer.NewCodecFactory(schedScheme, serializer.EnableStrict).UniversalDeserializer()
+
+	var (
+		deploy    *appsv1.Deployment
+		svc       *corev1.Service
+		cm        *corev1.ConfigMap
+		role      *rbacv1.ClusterRole
+		schedCfg  *schedconfigv1.KubeSchedulerConfiguration
+		documents int
+	)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range bytes.Split(data, []byte("\n---\n")) {
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			documents++
+			decoder := k8s
+			if bytes.Contains(doc, []byte("kind: KubeSchedulerConfiguration")) {
+				decoder = sched
+			}
+			obj, _, err := decoder.Decode(doc, nil, nil)
+			if err != nil {
+				t.Errorf("%s document %d: %v", f, i, err)
+				continue
+			}
+			switch o := obj.(type) {
+			case *appsv1.Deployment:
+				deploy = o
+			case *corev1.Service:
+				svc = o
+			case *corev1.ConfigMap:
+				cm = o
+			case *rbacv1.ClusterRole:
+				role = o
+			case *schedconfigv1.KubeSchedulerConfiguration:
+				schedCfg = o
+			}
+		}
+	}
+	if deploy == nil || svc == nil || cm == nil || role == nil || schedCfg == nil {
+		t.Fatalf("missing manifests among %d documents: deployment %v service %v configmap %v clusterrole %v scheduler config %v",
+			documents, deploy != nil, svc != nil, cm != nil, role != nil, schedCfg != nil)
+	}
+
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 2 {
+		t.Errorf("deployment replicas = %v, want 2", deploy.Spec.Replicas)
+	}
+	ctr := deploy.Spec.Template.Spec.Containers[0]
+	if ctr.ReadinessProbe.HTTPGet.Path != ReadyzPath || ctr.LivenessProbe.HTTPGet.Path != HealthzPath {
+		t.Errorf("probes use %s and %s, want %s and %s", ctr.ReadinessProbe.HTTPGet.Path, ctr.LivenessProbe.HTTPGet.Path, ReadyzPath, HealthzPath)
+	}
+	port := ctr.Ports[0].ContainerPort
+	if svc.Spec.Ports[0].Port != port || !contains(ctr.Args, "--listen=:10262") || port != 10262 {
+		t.Errorf("container port %d, service port %d and --listen disagree", port, svc.Spec.Ports[0].Port)
+	}
+
+	var readsNodes, readsPods bool
+	for _, r := range role.Rules {
+		if contains(r.Verbs, "list") && contains(r.Verbs, "watch") {
+			readsNodes = readsNodes || contains(r.Resources, "nodes")
+			readsPods = readsPods || contains(r.Resources, "pods")
+		}
+	}
+	if !readsNodes || !readsPods {
+		t.Errorf("ClusterRole %+v does not let the informers list and watch nodes and pods", role.Rules)
+	}
+
+	// The mounted file must decode into Config with no unknown key and validate.
+	raw, err := yaml.YAMLToJSON([]byte(cm.Data["extender.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatalf("configmap extender.yaml: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("configmap extender.yaml: %v", err)
+	}
+	if cfg != DefaultConfig() {
+		t.Errorf("configmap says it writes out the defaults, but %+v != %+v", cfg, DefaultConfig())
+	}
+
+	if len(schedCfg.Extenders) != 1 {
+		t.Fatalf("extenders = %+v", schedCfg.Extenders)
+	}
+	e := schedCfg.Extenders[0]
+	if !strings.HasSuffix(e.URLPrefix, ":10262") || "/"+e.FilterVerb != FilterPath || "/"+e.PrioritizeVerb != PrioritizePath {
+		t.Errorf("extender %s %s %s does not reach the served paths on port 10262", e.URLPrefix, e.FilterVerb, e.PrioritizeVerb)
+	}
+	if !e.NodeCacheCapable || e.Weight <= 0 || e.HTTPTimeout.Duration <= 0 {
+		t.Errorf("extender = %+v, want nodeCacheCapable, a positive weight and httpTimeout", e)
+	}
+	want := map[string]bool{string(nodemetric.ResourceBatchCPU): false, string(nodemetric.ResourceBatchMemory): false}
+	for _, r := range e.ManagedResources {
+		if r.IgnoredByScheduler {
+			t.Errorf("managed resource %s is ignored by the scheduler; its fit check must stay", r.Name)
+		}
+		if _, ok := want[r.Name]; !ok {
+			t.Errorf("unexpected managed resource %s", r.Name)
+		}
+		want[r.Name] = true
+	}
+	for name, seen := range want {
+		if !seen {
+			t.Errorf("managed resource %s missing", name)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
