@@ -42,9 +42,10 @@ bench: bench-unit
 	-$(GO) run ./bench/crilatency
 	-$(GO) run ./bench/hooklatency
 	-$(GO) run ./bench/cpuset
+	-$(GO) run ./bench/extender
 
 bench-unit:
-	$(GO) test -run '^$$' -bench . -benchmem ./proxy/... ./hooks/...
+	$(GO) test -run '^$$' -bench . -benchmem ./proxy/... ./hooks/... ./resource/... ./scheduler-extender/...
 
 ## demo: start a private containerd, put tandem-proxy in front of it, run a sample pod through it (root)
 demo:
