@@ -167,11 +167,15 @@ func imageLayer(busybox, pause []byte, applets []string) ([]byte, error) {
 			return nil, fmt.Errorf("write image layer: %w", err)
 		}
 	}
-	for name, data := range map[string][]byte{
-		"etc/passwd": []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"),
-		"etc/group":  []byte("root:x:0:\nnogroup:x:65534:\n"),
+	// A slice, not a map: the entries' order is part of the layer's digest.
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{
+		{"etc/group", []byte("root:x:0:\nnogroup:x:65534:\n")},
+		{"etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")},
 	} {
-		if err := writeFile(tw, name, 0o644, data); err != nil {
+		if err := writeFile(tw, f.name, 0o644, f.data); err != nil {
 			return nil, fmt.Errorf("write image layer: %w", err)
 		}
 	}
