@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/batchresource"
@@ -54,6 +55,9 @@ type Deps struct {
 	// PoolsChanged is called when exclusive CPUs were taken or returned, so running LS and BE containers
 	// move to the new pools.
 	PoolsChanged func()
+	// BatchResources gives the batch resources of BE pods without Koordinator's annotation from the pod
+	// spec; optional.
+	BatchResources batchresource.BatchLookup
 	// Recorded lists the exclusive allocations running containers held before a restart.
 	Recorded func() []cpuset.Recorded
 	// MemoryRequests gives memory requests from the pod spec; optional.
@@ -112,7 +116,10 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 			}
 			return cpuset.New(deps.CPUs, deps.PoolsChanged, deps.Recorded)
 		}},
-		{Name: batchresource.Name, Order: 300, New: func() (hooks.Hook, error) { return batchresource.New(cfg.BatchResource) }},
+		// A pod-spec lookup may wait for a lagging informer and then GET once: room beyond the default timeout.
+		{Name: batchresource.Name, Order: 300, Timeout: 3 * time.Second, New: func() (hooks.Hook, error) {
+			return batchresource.New(cfg.BatchResource, deps.BatchResources)
+		}},
 		// Pod-level only; it never competes with the container-level policies for a field.
 		{Name: cpuidle.Name, Order: 400, New: func() (hooks.Hook, error) {
 			if deps.Cgroups == nil {
@@ -124,7 +131,7 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 		{Name: cpuburst.Name, Order: 500, New: func() (hooks.Hook, error) {
 			return cpuburst.New(cfg.CPUBurst, cpuburst.Deps{Cgroups: deps.Cgroups, ContainerCgroup: cpuburst.ContainerdCgroup})
 		}},
-		{Name: memoryqos.Name, Order: 600, New: func() (hooks.Hook, error) {
+		{Name: memoryqos.Name, Order: 600, Timeout: 3 * time.Second, New: func() (hooks.Hook, error) {
 			return memoryqos.New(cfg.MemoryQoS, memoryqos.Deps{Cgroups: deps.Cgroups, ContainerCgroup: cpuburst.ContainerdCgroup, Requests: deps.MemoryRequests})
 		}},
 		// Last: it changes no field, and acts after the start, when the container has tasks.

@@ -1,11 +1,17 @@
 // Package batchresource is the built-in hook that turns the batch resources of BE pods
 // (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) into cgroup settings: kubelet does not know these
 // extended resources, so without this hook a BE pod would run with the runtime's defaults.
+//
+// The resources come from Koordinator's node.koordinator.sh/extended-resource-spec annotation when the pod
+// has it, else from a BatchLookup (the pod spec, read through the API server), else nowhere: the pod is
+// then plain BE.
 package batchresource
 
 import (
 	"context"
 	"fmt"
+
+	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
@@ -25,35 +31,58 @@ type Config struct {
 // DefaultConfig enables every translation.
 func DefaultConfig() Config { return Config{CFSQuota: true} }
 
+// BatchLookup finds a pod's batch resources outside the CRI request; podspec.Source reads the pod spec.
+// ok is false when it does not know them.
+type BatchLookup interface {
+	BatchResources(ctx context.Context, pod *hooks.PodInfo) (map[string]batch.Container, bool, error)
+}
+
 // BatchResource is the hook.
-type BatchResource struct{ cfg Config }
+type BatchResource struct {
+	cfg    Config
+	lookup BatchLookup
+}
 
 var (
 	_ hooks.PreRunPodSandboxHook   = (*BatchResource)(nil)
 	_ hooks.PreCreateContainerHook = (*BatchResource)(nil)
 )
 
-// New returns the hook.
-func New(cfg Config) (*BatchResource, error) { return &BatchResource{cfg: cfg}, nil }
+// New returns the hook. lookup may be nil: the annotation is then the only source.
+func New(cfg Config, lookup BatchLookup) (*BatchResource, error) {
+	return &BatchResource{cfg: cfg, lookup: lookup}, nil
+}
 
 // Name implements hooks.Hook.
 func (b *BatchResource) Name() string { return Name }
 
-func spec(pod *hooks.PodInfo) (map[string]batch.Container, bool, error) {
-	raw, ok := pod.Annotations[batch.AnnotationExtendedResourceSpec]
-	if !ok || qos.Class(pod, nil) != resqos.BE {
+// spec finds a BE pod's batch resources: the annotation first, since it is what Koordinator's webhook
+// wrote and costs no lookup, then the lookup.
+func (b *BatchResource) spec(ctx context.Context, pod *hooks.PodInfo) (map[string]batch.Container, bool, error) {
+	if qos.Class(pod, nil) != resqos.BE {
 		return nil, false, nil
 	}
-	cs, err := batch.ParseSpec(raw)
-	if err != nil {
-		return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	if raw, ok := pod.Annotations[batch.AnnotationExtendedResourceSpec]; ok {
+		cs, err := batch.ParseSpec(raw)
+		if err != nil {
+			return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		return cs, true, nil
 	}
-	return cs, true, nil
+	if b.lookup == nil {
+		return nil, false, nil
+	}
+	cs, ok, err := b.lookup.BatchResources(ctx, pod)
+	if err != nil {
+		return nil, false, fmt.Errorf("pod %s/%s: batch resources from the pod spec: %w", pod.Namespace, pod.Name, err)
+	}
+	klog.FromContext(ctx).V(4).Info("Batch resources from the pod spec", "pod", klog.KRef(pod.Namespace, pod.Name), "found", ok)
+	return cs, ok, nil
 }
 
 // PreRunPodSandbox sets the pod cgroup to the sums of the containers' batch resources.
-func (b *BatchResource) PreRunPodSandbox(_ context.Context, pod *hooks.PodInfo) (*hooks.Adjustment, error) {
-	cs, ok, err := spec(pod)
+func (b *BatchResource) PreRunPodSandbox(ctx context.Context, pod *hooks.PodInfo) (*hooks.Adjustment, error) {
+	cs, ok, err := b.spec(ctx, pod)
 	if !ok || err != nil {
 		return nil, err
 	}
@@ -71,8 +100,8 @@ func (b *BatchResource) PreRunPodSandbox(_ context.Context, pod *hooks.PodInfo) 
 }
 
 // PreCreateContainer sets the container's shares, quota and memory limit from its batch resources.
-func (b *BatchResource) PreCreateContainer(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
-	cs, ok, err := spec(pod)
+func (b *BatchResource) PreCreateContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	cs, ok, err := b.spec(ctx, pod)
 	if !ok || err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package batchresource
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/resource/batch"
 )
 
 const seedSpec = `{"containers":{"nginx":{"requests":{"kubernetes.io/batch-cpu":"2k","kubernetes.io/batch-memory":"1Gi"},"limits":{"kubernetes.io/batch-cpu":"2k","kubernetes.io/batch-memory":"1Gi"}},"sidecar":{"requests":{"kubernetes.io/batch-cpu":"500"}}}}`
@@ -20,6 +23,24 @@ func bePod(ann string) *hooks.PodInfo {
 	return &hooks.PodInfo{Name: "nginx-be", Namespace: "default", Annotations: a}
 }
 
+// specLookup stands in for the pod spec, which podspec.Source reads through the API server and tests
+// against a real informer; here only the order of sources matters.
+type specLookup struct {
+	cs    map[string]batch.Container
+	err   error
+	calls int
+}
+
+func (l *specLookup) BatchResources(context.Context, *hooks.PodInfo) (map[string]batch.Container, bool, error) {
+	l.calls++
+	return l.cs, l.cs != nil, l.err
+}
+
+// fromSpec is seed 000's BE container as the pod spec states it, with less memory than the annotation.
+func fromSpec() *specLookup {
+	return &specLookup{cs: map[string]batch.Container{"nginx": {CPURequestMilli: 1000, CPULimitMilli: 3000, MemoryLimit: 512 << 20}}}
+}
+
 func TestPreCreateContainer(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -28,24 +49,44 @@ func TestPreCreateContainer(t *testing.T) {
 		ctr                   string
 		wantShares, wantQuota int64
 		wantMemory            int64
-		wantNil, wantErr      bool
+		wantNil               bool
+		wantErr               func(error) bool
+		lookup                *specLookup
+		wantLookups           int
 	}{
 		{name: "seed 000 BE container: 2 batch CPUs", pod: bePod(seedSpec), ctr: "nginx", wantShares: 2048, wantQuota: 200000, wantMemory: 1 << 30},
 		{name: "request only: unlimited quota", pod: bePod(seedSpec), ctr: "sidecar", wantShares: 512, wantQuota: -1},
 		{name: "container not in the spec", pod: bePod(seedSpec), ctr: "other", wantNil: true},
 		{name: "no annotation: plain BE", pod: bePod(""), ctr: "nginx", wantNil: true},
 		{name: "LS pod is not touched", pod: &hooks.PodInfo{Annotations: map[string]string{qos.AnnotationClass: "LS", "node.koordinator.sh/extended-resource-spec": seedSpec}}, ctr: "nginx", wantNil: true},
-		{name: "malformed annotation", pod: bePod(`{"containers":`), ctr: "nginx", wantErr: true},
+		{name: "malformed annotation", pod: bePod(`{"containers":`), ctr: "nginx", wantErr: errdefs.IsInvalidArgument},
+		{name: "no annotation: the pod spec", pod: bePod(""), ctr: "nginx", lookup: fromSpec(), wantLookups: 1,
+			wantShares: 1024, wantQuota: 300000, wantMemory: 512 << 20},
+		{name: "annotation first: the pod spec is not read", pod: bePod(seedSpec), ctr: "nginx", lookup: fromSpec(),
+			wantShares: 2048, wantQuota: 200000, wantMemory: 1 << 30},
+		{name: "malformed annotation is not papered over by the pod spec", pod: bePod(`{"containers":`), ctr: "nginx", lookup: fromSpec(), wantErr: errdefs.IsInvalidArgument},
+		{name: "pod spec unknown: plain BE", pod: bePod(""), ctr: "nginx", lookup: &specLookup{}, wantLookups: 1, wantNil: true},
+		{name: "container not in the pod spec", pod: bePod(""), ctr: "other", lookup: fromSpec(), wantLookups: 1, wantNil: true},
+		{name: "LS pod: the pod spec is not read", pod: &hooks.PodInfo{Annotations: map[string]string{qos.AnnotationClass: "LS"}}, ctr: "nginx", lookup: fromSpec(), wantNil: true},
+		{name: "lookup cut short by the caller", pod: bePod(""), ctr: "nginx", lookup: &specLookup{err: context.DeadlineExceeded}, wantLookups: 1,
+			wantErr: func(err error) bool { return errors.Is(err, context.DeadlineExceeded) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
-			b, _ := New(DefaultConfig())
+			var lookup BatchLookup
+			if tt.lookup != nil {
+				lookup = tt.lookup
+			}
+			b, _ := New(DefaultConfig(), lookup)
 			adj, err := b.PreCreateContainer(ctx, tt.pod, &hooks.ContainerInfo{Name: tt.ctr})
-			if tt.wantErr {
-				if !errdefs.IsInvalidArgument(err) {
-					t.Fatalf("err = %v, want InvalidArgument", err)
+			if tt.lookup != nil && tt.lookup.calls != tt.wantLookups {
+				t.Errorf("pod spec read %d times, want %d", tt.lookup.calls, tt.wantLookups)
+			}
+			if tt.wantErr != nil {
+				if !tt.wantErr(err) {
+					t.Fatalf("err = %v, not of the expected class", err)
 				}
 				return
 			}
@@ -75,15 +116,33 @@ func TestPreCreateContainer(t *testing.T) {
 
 func TestPodLevelSums(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
-	b, _ := New(DefaultConfig())
-	adj, err := b.PreRunPodSandbox(ctx, bePod(seedSpec))
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name                           string
+		pod                            *hooks.PodInfo
+		lookup                         BatchLookup
+		wantShares, wantQuota, wantMem int64
+	}{
+		// 2000m + 500m requested; the sidecar has no limit, so the pod has none either.
+		{name: "annotation", pod: bePod(seedSpec), wantShares: 2560, wantQuota: -1, wantMem: -1},
+		{name: "pod spec", pod: bePod(""), lookup: &specLookup{cs: map[string]batch.Container{
+			"a": {CPURequestMilli: 1000, CPULimitMilli: 2000, MemoryLimit: 1 << 30},
+			"b": {CPURequestMilli: 500, CPULimitMilli: 500, MemoryLimit: 256 << 20}}},
+			wantShares: 1536, wantQuota: 250000, wantMem: 1<<30 + 256<<20},
 	}
-	r := adj.PodResources
-	// 2000m + 500m requested; the sidecar has no limit, so the pod has none either.
-	if *r.CPUShares != 2560 || *r.CPUQuota != -1 || *r.MemoryLimitInBytes != -1 {
-		t.Fatalf("pod resources shares %d quota %d memory %d; want 2560, -1, -1", *r.CPUShares, *r.CPUQuota, *r.MemoryLimitInBytes)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			b, _ := New(DefaultConfig(), tt.lookup)
+			adj, err := b.PreRunPodSandbox(ctx, tt.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := adj.PodResources
+			if *r.CPUShares != tt.wantShares || *r.CPUQuota != tt.wantQuota || *r.MemoryLimitInBytes != tt.wantMem {
+				t.Fatalf("pod resources shares %d quota %d memory %d; want %d, %d, %d",
+					*r.CPUShares, *r.CPUQuota, *r.MemoryLimitInBytes, tt.wantShares, tt.wantQuota, tt.wantMem)
+			}
+		})
 	}
 }

@@ -289,6 +289,8 @@ func (s *Source) lookup(ctx context.Context, pod *hooks.PodInfo) (*corev1.Pod, e
 	_, settled := s.settled[uid]
 	s.mu.Unlock()
 	switch {
+	case uid == "":
+		// Nothing to remember such a pod by: it waits every time.
 	case fetched && time.Since(f.at) < rememberFor:
 		return f.pod, nil
 	case settled:
@@ -301,16 +303,23 @@ func (s *Source) lookup(ctx context.Context, pod *hooks.PodInfo) (*corev1.Pod, e
 		return p, err
 	}
 	logger := klog.FromContext(ctx)
-	p = s.get(ctx, pod.Namespace, pod.Name, uid)
+	got := s.get(ctx, pod.Namespace, pod.Name, uid)
+	if p = got; p == nil {
+		p = s.cached(pod.Namespace, pod.Name, uid) // it may have arrived during the GET
+	}
 	s.mu.Lock()
-	if p != nil {
-		s.remember(uid, p)
-	} else if s.cached(pod.Namespace, pod.Name, uid) == nil {
+	switch {
+	case uid == "":
+	case got != nil:
+		s.remember(uid, got)
+	case p == nil:
 		s.settle(uid)
 	}
 	s.mu.Unlock()
-	if p != nil {
+	if got != nil {
 		logger.V(2).Info("Pod spec read from the API server; the pod informer lags", "pod", klog.KRef(pod.Namespace, pod.Name), "uid", uid, "waited", time.Since(start))
+	}
+	if p != nil {
 		return p, nil
 	}
 	logger.V(2).Info("Pod spec not found; the pod gets no resources from it", "pod", klog.KRef(pod.Namespace, pod.Name), "uid", uid, "waited", time.Since(start))
