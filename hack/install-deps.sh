@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what Tandem's build, tests and demo need on Debian 12: containerd and runc for the e2e tier,
-# busybox-static for the test image, the CNI plugins for pod networking. Idempotent.
+# busybox-static for the test image, the CNI plugins for pod networking, etcd for the tier-2 cluster. Idempotent.
 set -euo pipefail
 
-pkgs=(containerd runc busybox-static containernetworking-plugins make git ca-certificates)
+pkgs=(containerd runc busybox-static containernetworking-plugins iproute2 etcd-server make git ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
