@@ -53,7 +53,8 @@ type Config struct {
 	// tandem.io/usage-thresholds annotation. Default cpu 65, memory 95.
 	UsageThresholds ResourcePercents `json:"usageThresholds"`
 	// NodeMetricExpirationSeconds is the age after which a node metric is stale. Keep it above the
-	// reporter's reportIntervalSeconds. Default 180.
+	// reporter's reportIntervalSeconds and its updateTimeThresholdSeconds (300 by default): a node whose load
+	// holds steady is only re-reported that often. Default 600.
 	NodeMetricExpirationSeconds int64 `json:"nodeMetricExpirationSeconds"`
 	// ExpiredMetricPolicy decides about nodes with a stale or missing metric. Default: Reject batch
 	// pods, Pass others.
@@ -73,7 +74,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		UsageThresholds:             ResourcePercents{CPU: 65, Memory: 95},
-		NodeMetricExpirationSeconds: 180,
+		NodeMetricExpirationSeconds: 600,
 		ExpiredMetricPolicy:         ExpiredMetricPolicy{BatchPods: Reject, OtherPods: Pass},
 		ResourceWeights:             ResourceWeights{CPU: 1, Memory: 1},
 		DefaultEstimatedUsage:       EstimatedUsage{CPUMilli: 250, MemoryBytes: 200 << 20},

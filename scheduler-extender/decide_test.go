@@ -77,20 +77,20 @@ func TestFilterNode(t *testing.T) {
 			metric: fresh(7900, 8*gi), pod: lsPod("new", "", "1", "1Gi"),
 		},
 		{
-			name: "stale metric passes a service pod by default", metric: &nodeMetricArgs{age: 10 * time.Minute, cpu: 7900, memory: 8 * gi},
+			name: "stale metric passes a service pod by default", metric: &nodeMetricArgs{age: 20 * time.Minute, cpu: 7900, memory: 8 * gi},
 			pod: lsPod("new", "", "1", "1Gi"),
 		},
 		{
-			name: "stale metric rejects a batch pod by default", metric: &nodeMetricArgs{age: 10 * time.Minute, reclaimCPU: 3000, reclaimMemory: 8 * gi},
+			name: "stale metric rejects a batch pod by default", metric: &nodeMetricArgs{age: 20 * time.Minute, reclaimCPU: 3000, reclaimMemory: 8 * gi},
 			pod: batchPod("new", "", "1000", "1Gi"), want: ReasonNodeMetricExpired,
 		},
 		{
 			name: "stale metric rejects a service pod when configured", cfg: func(c *Config) { c.ExpiredMetricPolicy.OtherPods = Reject },
-			metric: &nodeMetricArgs{age: 10 * time.Minute}, pod: lsPod("new", "", "1", "1Gi"), want: ReasonNodeMetricExpired,
+			metric: &nodeMetricArgs{age: 20 * time.Minute}, pod: lsPod("new", "", "1", "1Gi"), want: ReasonNodeMetricExpired,
 		},
 		{
 			name: "stale metric passes a batch pod when configured, capacity still checked", cfg: func(c *Config) { c.ExpiredMetricPolicy.BatchPods = Pass },
-			metric: &nodeMetricArgs{age: 10 * time.Minute, reclaimCPU: 500, reclaimMemory: 8 * gi},
+			metric: &nodeMetricArgs{age: 20 * time.Minute, reclaimCPU: 500, reclaimMemory: 8 * gi},
 			pod:    batchPod("new", "", "1000", "1Gi"), want: ReasonBatchCPU,
 		},
 		{name: "metric missing rejects a batch pod", pod: batchPod("new", "", "1000", "1Gi"), want: ReasonNodeMetricMissing},
