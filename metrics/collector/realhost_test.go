@@ -1,0 +1,230 @@
+//go:build linux
+
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// The tests in this file read the machine they run on: /proc, /sys/fs/cgroup, tracefs and the perf
+// subsystem. Each one skips, saying why, where the machine lacks what it needs.
+
+func TestRealHostUsage(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	u := newUsageSource("/proc", "/sys/fs/cgroup")
+	if err := u.detect(ctx); err != nil {
+		t.Fatalf("detect on this machine: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	s := u.sample(ctx, nil)
+	if s == nil {
+		t.Fatal("no snapshot of this machine")
+	}
+	if s.Capacity.CPUMilli < 1000 || s.Capacity.CPUMilli%1000 != 0 {
+		t.Errorf("capacity %d milli-CPUs is not a whole number of CPUs", s.Capacity.CPUMilli)
+	}
+	if s.Node.MemoryBytes <= 0 || s.Node.MemoryBytes > s.Capacity.MemoryBytes {
+		t.Errorf("node memory %d outside (0, MemTotal %d]", s.Node.MemoryBytes, s.Capacity.MemoryBytes)
+	}
+	if s.Node.CPUMilli < 0 || s.Node.CPUMilli > s.Capacity.CPUMilli {
+		t.Errorf("node CPU %d outside [0, %d]", s.Node.CPUMilli, s.Capacity.CPUMilli)
+	}
+
+	// A container cgroup of our own, with a process that allocates 32 MiB and spins.
+	if os.Geteuid() != 0 {
+		t.Skip("container part needs root to create cgroups")
+	}
+	if _, ok := u.reader.(*v1Reader); !ok {
+		t.Skip("container part creates cgroup v1 directories; this machine is not v1/hybrid")
+	}
+	parent := fmt.Sprintf("/tandem-collector-test-%d", os.Getpid())
+	rel := filepath.Join(parent, "ctr")
+	var dirs []string
+	for _, ctrl := range []string{"cpu", "cpuacct", "memory"} {
+		d := filepath.Join("/sys/fs/cgroup", ctrl, rel)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatalf("create test cgroup: %v", err)
+		}
+		dirs = append(dirs, d)
+	}
+	cmd := exec.Command("sh", "-c", `read go; v=$(head -c 33554432 /dev/zero | tr '\000' a); while :; do :; done`)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		for _, d := range dirs {
+			_ = os.Remove(d)
+			_ = os.Remove(filepath.Dir(d))
+		}
+	})
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatalf("move the test process into %s: %v", d, err)
+		}
+	}
+	// Only now does it allocate, so the memory is charged to the test cgroup.
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	tg := Target{Namespace: "test", Pod: "p", Container: "spin", ContainerID: "ctr", CgroupParent: parent}
+	var last ContainerUsage
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		s := u.sample(ctx, []Target{tg})
+		if s == nil || len(s.Containers) != 1 {
+			t.Fatalf("snapshot %+v, want the test container", s)
+		}
+		last = s.Containers[0]
+		if last.CPUMilli > 0 && last.MemoryBytes >= 32<<20 {
+			break
+		}
+	}
+	if last.CPUMilli <= 0 || last.MemoryBytes < 32<<20 {
+		t.Fatalf("the spinning, allocating process reads as %+v; want CPU > 0 and working set ≥ 32 MiB", last)
+	}
+
+	// Once the process has exited the counters stand still, and the direct reader must read what
+	// containerd/cgroups reads from the real kernel files.
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	var ours, ref cgroupStat
+	for range 20 {
+		var err1, err2 error
+		ours, err1 = u.reader.stat(rel)
+		ref, err2 = libV1{root: "/sys/fs/cgroup"}.stat(rel)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("read the test cgroup: direct %v, containerd/cgroups %v", err1, err2)
+		}
+		if ours == ref {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("on this machine the direct read %+v differs from containerd/cgroups %+v", ours, ref)
+}
+
+func TestRealHostRunQueueProbe(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF programs needs root")
+	}
+	off, err := readSchedOffsets("/sys/kernel/tracing")
+	if err != nil {
+		t.Skipf("tracefs not mounted here: %v", err)
+	}
+	p, err := loadRunQueueProbe(off)
+	if errors.Is(err, unix.EPERM) || errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("BPF not allowed here: %v", err)
+	}
+	if err != nil {
+		// Anything else (the verifier refusing the program) is a bug in the program.
+		t.Fatalf("load the run-queue probe: %v", err)
+	}
+	defer p.close()
+
+	// More spinning threads than CPUs: each gets preempted while runnable and waits in the run
+	// queue, which the program must record under our own thread ids.
+	var stop atomic.Bool
+	defer stop.Store(true)
+	for range runtime.NumCPU() + 2 {
+		go func() {
+			runtime.LockOSThread()
+			for !stop.Load() {
+			}
+		}()
+	}
+	own := func() map[uint32]bool {
+		tids := map[uint32]bool{}
+		entries, _ := os.ReadDir("/proc/self/task")
+		for _, e := range entries {
+			if n, err := strconv.ParseUint(e.Name(), 10, 32); err == nil {
+				tids[uint32(n)] = true
+			}
+		}
+		return tids
+	}
+	var seen strings.Builder
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got, err := p.drain()
+		if err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+		tids := own()
+		var waits, sum, lower, upper uint64
+		open := false
+		for k, v := range got {
+			if !tids[k.TID] {
+				continue
+			}
+			switch {
+			case k.Slot == rqSumSlot:
+				sum += v
+			default:
+				waits += v
+				// Slot b holds waits of [2^(b-1), 2^b) µs; the last slot is open-ended.
+				if k.Slot > 0 {
+					lower += v * (uint64(1) << (k.Slot - 1)) * 1000
+				}
+				if k.Slot == rqSlots-1 {
+					open = true
+				}
+				upper += v * (uint64(1) << k.Slot) * 1000
+			}
+		}
+		fmt.Fprintf(&seen, "%d entries, %d waits/%dns ours; ", len(got), waits, sum)
+		if waits > 0 && sum > 0 {
+			// The program's buckets must agree with the waits it summed.
+			if sum < lower || (!open && sum >= upper) {
+				t.Errorf("%d waits summing to %d ns do not fit their buckets' bounds [%d, %d) ns", waits, sum, lower, upper)
+			}
+			return
+		}
+	}
+	t.Errorf("no run-queue wait recorded for our spinning threads: %s", seen.String())
+}
+
+func TestRealHostPerf(t *testing.T) {
+	err := newPerfOpener().probe()
+	if err != nil {
+		// The project's VMs have no hardware counters (ENOENT); the source must then stay off.
+		t.Skipf("no hardware counters here, CPI stays off: %v", err)
+	}
+	g, err := newPerfOpener().openCgroup("/sys/fs/cgroup/perf_event")
+	if err != nil {
+		t.Skipf("cgroup perf events not available: %v", err)
+	}
+	defer g.close()
+	a, err := g.read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50_000_000; i++ {
+		_ = i * i
+	}
+	b, err := g.read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := computeCPI(a, b); !ok || r.cpi <= 0 {
+		t.Errorf("CPI over a busy loop = %+v (ok %v), want > 0", r, ok)
+	}
+}

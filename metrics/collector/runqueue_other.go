@@ -1,0 +1,9 @@
+//go:build !linux
+
+package collector
+
+import "errors"
+
+func loadRunQueueProbe(schedOffsets) (rqProbe, error) {
+	return nil, errors.New("run-queue latency needs Linux eBPF")
+}

@@ -1,0 +1,42 @@
+package reporter
+
+import (
+	"testing"
+
+	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/reclaim"
+)
+
+type fixedCollector struct{ s *collector.Snapshot }
+
+func (f fixedCollector) Latest() *collector.Snapshot { return f.s }
+
+func TestFromSnapshot(t *testing.T) {
+	t.Parallel()
+	if SamplesFrom(fixedCollector{})() != nil {
+		t.Fatal("no snapshot yet must give no sample")
+	}
+	snap := &collector.Snapshot{
+		Time:     t0,
+		Capacity: collector.Usage{CPUMilli: 32000, MemoryBytes: 128 * gi},
+		Node:     collector.Usage{CPUMilli: 9000, MemoryBytes: 40 * gi},
+		System:   collector.Usage{CPUMilli: 1000, MemoryBytes: 2 * gi},
+		Containers: []collector.ContainerUsage{
+			{Target: collector.Target{PodUID: "a", Container: "app", QoS: "LS"}, Usage: collector.Usage{CPUMilli: 3000, MemoryBytes: gi}},
+			{Target: collector.Target{PodUID: "a", Container: "sidecar", QoS: "LS"}, Usage: collector.Usage{CPUMilli: 1000, MemoryBytes: gi}},
+			{Target: collector.Target{Container: "unknown"}, Usage: collector.Usage{CPUMilli: 500}},
+		},
+	}
+	got := SamplesFrom(fixedCollector{snap})()
+	if !got.Time.Equal(t0) || got.Capacity != (reclaim.Resources{CPUMilli: 32000, MemoryBytes: 128 * gi}) ||
+		got.System != (reclaim.Resources{CPUMilli: 1000, MemoryBytes: 2 * gi}) || len(got.Pods) != 2 {
+		t.Fatalf("FromSnapshot() = %+v", got)
+	}
+	// The reporter sums a pod's containers: both of pod a count.
+	h := newHarness(t, seed004(t, true), testNode())
+	h.setSample(got)
+	h.step()
+	if c, _, _, _ := batch(h.node()); c != 32000-12800-1000-4000 {
+		t.Fatalf("batch cpu = %d, want 14200 (pod a counted with both containers)", c)
+	}
+}

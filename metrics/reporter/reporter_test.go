@@ -1,0 +1,765 @@
+package reporter
+
+// These tests use client-go's fake clientset: unit tests have no API server, and the edge cases
+// here (a conflict on one request, an outage of a given length) cannot be produced on demand with
+// a real one. The fake applies patches like the API server does, but it does not keep the status
+// subresource apart from the main resource, so the tests also assert which subresource each
+// request named. The tier-2 cluster tests run the reporter against a real API server.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/metrics/nodemetric"
+	"github.com/tandemkit/tandem/metrics/reclaim"
+)
+
+const (
+	gi       = int64(1) << 30
+	nodeName = "n1"
+)
+
+var t0 = time.Date(2026, 11, 21, 6, 0, 0, 0, time.UTC)
+
+// seed004 is the operator's colocation-config of seed 004 with colocation switched on (the seed
+// ships it off): thresholds 60% cpu and 65% memory, usage policy, degrade after 15 minutes,
+// refresh after 300 s, 10% diff threshold, 300 s aggregation, 60 s report interval.
+func seed004(t testing.TB, enable bool) slo.ColocationSettings {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "slo", "testdata", "seed004.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := slo.ParseFile(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cfg.ForNode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Colocation.Enable = enable
+	return r.Colocation
+}
+
+// testNode is 32 cores and 128 GiB, of which kubelet reserves 1 core and 4 GiB, with status and
+// metadata that other writers own and that the reporter must leave alone.
+func testNode() *corev1.Node {
+	rl := func(cpu, mem string) corev1.ResourceList {
+		return corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem),
+			corev1.ResourcePods: resource.MustParse("110"), "example.com/dongle": resource.MustParse("4"),
+		}
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName, Annotations: map[string]string{"owner.example.com/keep": "me"}},
+		Status: corev1.NodeStatus{
+			Capacity:    rl("32", "128Gi"),
+			Allocatable: rl("31", "124Gi"),
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
+
+// load is the node's usage: two service pods, one BE pod, 1.5 cores and 3 GiB of system use.
+type load struct{ aCPU, bCPU int64 }
+
+var steady = load{aCPU: 4000, bCPU: 3000}
+
+func (l load) sample(at time.Time) *Sample {
+	pods := []PodUsage{
+		{UID: "a", QoS: "LS", Usage: reclaim.Resources{CPUMilli: l.aCPU / 2, MemoryBytes: 10 * gi}},
+		{UID: "a", QoS: "LS", Usage: reclaim.Resources{CPUMilli: l.aCPU - l.aCPU/2, MemoryBytes: 10 * gi}}, // a second container
+		{UID: "b", QoS: "LSR", Usage: reclaim.Resources{CPUMilli: l.bCPU, MemoryBytes: 10 * gi}},
+		{UID: "c", QoS: QoSBE, Usage: reclaim.Resources{CPUMilli: 5000, MemoryBytes: 8 * gi}},
+	}
+	return &Sample{
+		Time:     at,
+		Capacity: reclaim.Resources{CPUMilli: 32000, MemoryBytes: 128 * gi},
+		Node:     reclaim.Resources{CPUMilli: 1500 + l.aCPU + l.bCPU + 5000, MemoryBytes: 41 * gi},
+		System:   reclaim.Resources{CPUMilli: 1500, MemoryBytes: 3 * gi},
+		Pods:     pods,
+	}
+}
+
+// With the steady load, seed 004 and usage policy:
+//
+//	cpu:    32000 − 12800 (40%) − max(1500, 1000) − (4000 + 3000) = 10700
+//	memory: 128Gi − 48103633715 (35%) − max(3Gi, 4Gi) − 30Gi = 52828097741
+const (
+	steadyBatchCPU    = 10700
+	steadyBatchMemory = 52828097741
+)
+
+type harness struct {
+	t        testing.TB
+	client   *fake.Clientset
+	clock    *clocktesting.FakeClock
+	reg      *prometheus.Registry
+	r        *Reporter
+	mu       sync.Mutex
+	sample   *Sample
+	settings slo.ColocationSettings
+	seen     int
+	ctx      context.Context // logs into the test's output
+}
+
+func newHarness(t testing.TB, settings slo.ColocationSettings, node *corev1.Node) *harness {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	h := &harness{t: t, ctx: ctx, client: fake.NewClientset(node), clock: clocktesting.NewFakeClock(t0), reg: prometheus.NewPedanticRegistry(), settings: settings}
+	// No warm-up and no jitter, so that each test's first sample publishes and retries are exact;
+	// TestWarmup covers the warm-up.
+	r, err := New(Config{NodeName: nodeName, BackoffJitter: -1, Warmup: -1}, Deps{
+		Client:     h.client,
+		Samples:    h.latest,
+		Settings:   func() slo.ColocationSettings { h.mu.Lock(); defer h.mu.Unlock(); return h.settings },
+		Clock:      h.clock,
+		Registerer: h.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r = r
+	return h
+}
+
+func (h *harness) latest() *Sample { h.mu.Lock(); defer h.mu.Unlock(); return h.sample }
+
+func (h *harness) setSample(s *Sample) { h.mu.Lock(); defer h.mu.Unlock(); h.sample = s }
+
+// step runs the reporter at the clock's now and returns the patches it sent.
+func (h *harness) step() []k8stesting.PatchAction {
+	h.r.Step(h.ctx)
+	return h.newPatches()
+}
+
+func (h *harness) newPatches() []k8stesting.PatchAction {
+	actions := h.client.Actions()
+	var out []k8stesting.PatchAction
+	for _, a := range actions[h.seen:] {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			out = append(out, p)
+		}
+	}
+	h.seen = len(actions)
+	return out
+}
+
+// run samples l once a second for d, stepping after every sample, and returns the time of each
+// patch (by subresource: "status" or "" for the annotation).
+func (h *harness) run(d time.Duration, l load) map[string][]time.Duration {
+	got := map[string][]time.Duration{}
+	for end := h.clock.Now().Add(d); h.clock.Now().Before(end); h.clock.Step(time.Second) {
+		h.setSample(l.sample(h.clock.Now()))
+		for _, p := range h.step() {
+			got[p.GetSubresource()] = append(got[p.GetSubresource()], h.clock.Now().Sub(t0))
+		}
+	}
+	return got
+}
+
+func (h *harness) node() *corev1.Node {
+	n, err := h.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+func (h *harness) counter(result string) float64 {
+	return testutil.ToFloat64(h.r.metrics.patches.WithLabelValues(result))
+}
+
+// batch returns the node's batch capacity and allocatable, -1 where absent.
+func batch(n *corev1.Node) (capCPU, capMem, allocCPU, allocMem int64) {
+	v := func(l corev1.ResourceList, name corev1.ResourceName) int64 {
+		q, ok := l[name]
+		if !ok {
+			return -1
+		}
+		return q.Value()
+	}
+	return v(n.Status.Capacity, nodemetric.ResourceBatchCPU), v(n.Status.Capacity, nodemetric.ResourceBatchMemory),
+		v(n.Status.Allocatable, nodemetric.ResourceBatchCPU), v(n.Status.Allocatable, nodemetric.ResourceBatchMemory)
+}
+
+func TestFirstPublish(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	h.setSample(steady.sample(t0))
+	patches := h.step()
+	if len(patches) != 2 {
+		t.Fatalf("first step sent %d patches, want status and annotation", len(patches))
+	}
+
+	status, annotation := patches[0], patches[1]
+	if status.GetSubresource() != "status" || status.GetPatchType() != types.StrategicMergePatchType {
+		t.Errorf("status patch went to subresource %q as %s", status.GetSubresource(), status.GetPatchType())
+	}
+	wantStatus := `{"status":{"allocatable":{"kubernetes.io/batch-cpu":"10700","kubernetes.io/batch-memory":"52828097741"},` +
+		`"capacity":{"kubernetes.io/batch-cpu":"10700","kubernetes.io/batch-memory":"52828097741"}}}`
+	if string(status.GetPatch()) != wantStatus {
+		t.Errorf("status patch =\n%s\nwant\n%s", status.GetPatch(), wantStatus)
+	}
+	if annotation.GetSubresource() != "" || annotation.GetPatchType() != types.MergePatchType {
+		t.Errorf("annotation patch went to subresource %q as %s", annotation.GetSubresource(), annotation.GetPatchType())
+	}
+	wantAnnotation := `{"metadata":{"annotations":{"tandem.io/node-metric":"{\"updateTime\":\"2026-11-21T06:00:00Z\",` +
+		`\"reportIntervalSeconds\":60,\"nodeUsage\":{\"cpuMilli\":13500,\"memoryBytes\":44023414784},` +
+		`\"hpUsage\":{\"cpuMilli\":7000,\"memoryBytes\":32212254720},` +
+		`\"reclaimable\":{\"cpuMilli\":10700,\"memoryBytes\":52828097741}}"}}}`
+	if string(annotation.GetPatch()) != wantAnnotation {
+		t.Errorf("annotation patch =\n%s\nwant\n%s", annotation.GetPatch(), wantAnnotation)
+	}
+
+	n := h.node()
+	if c, m, ac, am := batch(n); c != steadyBatchCPU || m != steadyBatchMemory || ac != c || am != m {
+		t.Errorf("node batch capacity %d/%d allocatable %d/%d, want %d/%d", c, m, ac, am, steadyBatchCPU, steadyBatchMemory)
+	}
+	// What kubelet and others own is untouched.
+	if q := n.Status.Capacity[corev1.ResourcePods]; q.Value() != 110 || len(n.Status.Conditions) != 1 ||
+		n.Status.Allocatable.Cpu().MilliValue() != 31000 || n.Annotations["owner.example.com/keep"] != "me" {
+		t.Errorf("the reporter changed what it does not own: %+v %+v", n.Status, n.Annotations)
+	}
+	m, err := nodemetric.FromNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Reclaimable != (reclaim.Resources{CPUMilli: steadyBatchCPU, MemoryBytes: steadyBatchMemory}) {
+		t.Errorf("annotation reclaimable = %+v", m.Reclaimable)
+	}
+
+	if got := h.counter(resultSuccess); got != 2 {
+		t.Errorf("patches_total{result=success} = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(h.r.metrics.reclaimableCPU); got != 10.7 {
+		t.Errorf("reclaimable cpu cores = %v, want 10.7", got)
+	}
+	if got := testutil.ToFloat64(h.r.metrics.reclaimableMemory); got != steadyBatchMemory {
+		t.Errorf("reclaimable memory bytes = %v", got)
+	}
+	if got := testutil.ToFloat64(h.r.metrics.lastSuccess); got != float64(t0.Unix()) {
+		t.Errorf("last success = %v, want %d", got, t0.Unix())
+	}
+	if n, err := testutil.GatherAndCount(h.reg); err != nil || n != 6 {
+		t.Errorf("registry has %d series (%v), want 6", n, err)
+	}
+}
+
+func TestPublishOnlyWhenMoved(t *testing.T) {
+	t.Parallel()
+	noisy := func(h *harness, d time.Duration) map[string][]time.Duration {
+		got := map[string][]time.Duration{}
+		for i := 0; i < int(d/time.Second); i++ {
+			// ±3% on pod a, well within the 10% threshold.
+			l := load{aCPU: 4000 + int64(i%7-3)*40, bCPU: 3000}
+			for k, v := range h.run(time.Second, l) {
+				got[k] = append(got[k], v...)
+			}
+		}
+		return got
+	}
+	tests := []struct {
+		name string
+		// drive runs after the first publish at t0 and returns the patch times.
+		drive func(h *harness) map[string][]time.Duration
+		want  map[string][]time.Duration
+	}{
+		{
+			name:  "steady load: nothing until updateTimeThresholdSeconds",
+			drive: func(h *harness) map[string][]time.Duration { return h.run(299*time.Second, steady) },
+			want:  map[string][]time.Duration{},
+		},
+		{
+			name:  "noise below the threshold: nothing",
+			drive: func(h *harness) map[string][]time.Duration { return noisy(h, 299*time.Second) },
+			want:  map[string][]time.Duration{},
+		},
+		{
+			name:  "refresh after updateTimeThresholdSeconds, then quiet again",
+			drive: func(h *harness) map[string][]time.Duration { return h.run(650*time.Second, steady) },
+			want:  map[string][]time.Duration{"status": {300 * time.Second, 600 * time.Second}, "": {300 * time.Second, 600 * time.Second}},
+		},
+		{
+			// Pod a goes from 4 to 7 cores at 101 s: batch cpu 10700 → 7700. The predicted peak
+			// flips once the new level holds 5% of the decayed weight (4 samples), and the status
+			// is written once, with the annotation. The annotation's 60 s means are then still on
+			// their way up; they are written once more a report interval later, settled.
+			name: "step change: one status patch",
+			drive: func(h *harness) map[string][]time.Duration {
+				quiet := h.run(100*time.Second, steady)
+				if len(quiet) != 0 {
+					h.t.Fatalf("patches before the step: %v", quiet)
+				}
+				return h.run(100*time.Second, load{aCPU: 7000, bCPU: 3000})
+			},
+			want: map[string][]time.Duration{"status": {104 * time.Second}, "": {104 * time.Second, 164 * time.Second}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, seed004(t, true), testNode())
+			h.setSample(steady.sample(t0))
+			if n := len(h.step()); n != 2 {
+				t.Fatalf("first publish sent %d patches", n)
+			}
+			h.clock.Step(time.Second)
+			got := tt.drive(h)
+			for _, sub := range []string{"status", ""} {
+				if !slices.Equal(got[sub], tt.want[sub]) {
+					t.Errorf("patches to subresource %q at %v, want at %v", sub, got[sub], tt.want[sub])
+				}
+			}
+		})
+	}
+}
+
+func TestWarmup(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	h.r.cfg.Warmup = 0 // the default: metricReportIntervalSeconds, 60 s in seed 004
+	got := h.run(90*time.Second, steady)
+	want := map[string][]time.Duration{"status": {60 * time.Second}, "": {60 * time.Second}}
+	for _, sub := range []string{"status", ""} {
+		if !slices.Equal(got[sub], want[sub]) {
+			t.Errorf("patches to subresource %q at %v, want at %v", sub, got[sub], want[sub])
+		}
+	}
+	// The gauges show the estimate while it warms up.
+	if v := testutil.ToFloat64(h.r.metrics.reclaimableCPU); v != 10.7 {
+		t.Errorf("reclaimable cpu gauge = %v", v)
+	}
+
+	// Disabled colocation is applied at once: removing needs no history.
+	h2 := newHarness(t, seed004(t, false), testNode())
+	h2.r.cfg.Warmup = 0
+	h2.setSample(steady.sample(t0))
+	if p := h2.step(); len(p) != 2 {
+		t.Errorf("disabled: %d patches at the first sample, want 2", len(p))
+	}
+}
+
+func TestStepChangeValue(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	h.run(100*time.Second, steady)
+	h.run(100*time.Second, load{aCPU: 7000, bCPU: 3000})
+	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU-3000 {
+		t.Fatalf("batch cpu after the step = %d, want %d", c, steadyBatchCPU-3000)
+	}
+}
+
+func TestDegradeWithoutFreshSamples(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	h.run(10*time.Second, steady)
+	// The collector stalls: Samples keeps returning the sample of t0+9s.
+	var got []string
+	for h.clock.Now().Before(t0.Add(10*time.Second + 20*time.Minute)) {
+		for _, p := range h.step() {
+			got = append(got, h.clock.Now().Sub(t0).String()+":"+p.GetSubresource())
+		}
+		h.clock.Step(time.Second)
+	}
+	// The refreshes every 300 s rewrite the status (the sample is still within
+	// degradeTimeMinutes); the annotation is rewritten once, with the last sample's figures, and
+	// then left to age. 15 minutes after the last sample (9 s) batch drops to 0.
+	want := []string{"5m0s:status", "5m0s:", "10m0s:status", "15m0s:status", "15m10s:status"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("patches %v, want %v", got, want)
+	}
+	n := h.node()
+	if c, m, ac, am := batch(n); c != 0 || m != 0 || ac != 0 || am != 0 {
+		t.Errorf("batch after degrade = %d/%d/%d/%d, want all 0", c, m, ac, am)
+	}
+	// The annotation still carries the last sample's time, which is how the extender tells it
+	// is stale (and ignores its reclaimable figure along with its usage).
+	if m, err := nodemetric.FromNode(n); err != nil || !m.UpdateTime.Equal(t0.Add(9*time.Second)) {
+		t.Errorf("annotation while degraded = %+v, %v; want updateTime of the last sample", m, err)
+	}
+	if got := testutil.ToFloat64(h.r.metrics.reclaimableCPU); got != 0 {
+		t.Errorf("reclaimable cpu gauge = %v, want 0", got)
+	}
+
+	// The collector is back: batch capacity returns at once.
+	h.setSample(steady.sample(h.clock.Now()))
+	if p := h.step(); len(p) != 2 {
+		t.Fatalf("recovery sent %d patches, want 2", len(p))
+	}
+	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU {
+		t.Errorf("batch cpu after recovery = %d", c)
+	}
+}
+
+func TestColocationDisabled(t *testing.T) {
+	t.Parallel()
+	node := testNode()
+	for _, l := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
+		l[nodemetric.ResourceBatchCPU] = resource.MustParse("9000")
+		l[nodemetric.ResourceBatchMemory] = resource.MustParse("8Gi")
+	}
+	h := newHarness(t, seed004(t, false), node) // seed 004 as shipped: enable false
+	h.setSample(steady.sample(t0))
+	patches := h.step()
+	if len(patches) != 2 {
+		t.Fatalf("sent %d patches, want status and annotation", len(patches))
+	}
+	wantStatus := `{"status":{"allocatable":{"kubernetes.io/batch-cpu":null,"kubernetes.io/batch-memory":null},` +
+		`"capacity":{"kubernetes.io/batch-cpu":null,"kubernetes.io/batch-memory":null}}}`
+	if string(patches[0].GetPatch()) != wantStatus {
+		t.Errorf("status patch =\n%s\nwant\n%s", patches[0].GetPatch(), wantStatus)
+	}
+	n := h.node()
+	if c, m, ac, am := batch(n); c != -1 || m != -1 || ac != -1 || am != -1 {
+		t.Errorf("batch resources still on the node: %d/%d/%d/%d", c, m, ac, am)
+	}
+	if n.Status.Capacity.Cpu().Value() != 32 {
+		t.Errorf("removal touched cpu capacity: %v", n.Status.Capacity)
+	}
+	m, err := nodemetric.FromNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Reclaimable != (reclaim.Resources{}) || m.NodeUsage.CPUMilli != 13500 {
+		t.Errorf("annotation while disabled = %+v, want usage and no reclaimable", m)
+	}
+
+	// Nothing more while disabled, until an operator turns colocation on.
+	h.clock.Step(time.Second)
+	if got := h.run(60*time.Second, steady); len(got) != 0 {
+		t.Errorf("patches while disabled: %v", got)
+	}
+	h.mu.Lock()
+	h.settings.Enable = true
+	h.mu.Unlock()
+	h.setSample(steady.sample(h.clock.Now()))
+	if p := h.step(); len(p) != 2 {
+		t.Fatalf("enabling sent %d patches, want 2", len(p))
+	}
+	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU {
+		t.Errorf("batch cpu after enabling = %d", c)
+	}
+}
+
+// failing makes the first n requests of verb on nodes fail with err.
+func failing(client *fake.Clientset, verb string, n int, err error) *int {
+	calls := new(int)
+	client.PrependReactor(verb, "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		*calls++
+		if *calls <= n {
+			return true, nil, err
+		}
+		return false, nil, nil
+	})
+	return calls
+}
+
+func TestAPIServerDownThenBack(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		cfg        Config
+		failures   int
+		wantTries  []time.Duration // when the status patch was tried
+		wantErrors float64
+	}{
+		{
+			name: "exponential backoff", failures: 3,
+			wantTries: []time.Duration{0, 1 * time.Second, 3 * time.Second, 7 * time.Second}, wantErrors: 3,
+		},
+		{
+			name: "capped at BackoffMax", cfg: Config{BackoffMax: 4 * time.Second}, failures: 5,
+			// delays 1, 2, 4, 4, 4
+			wantTries: []time.Duration{0, 1 * time.Second, 3 * time.Second, 7 * time.Second, 11 * time.Second, 15 * time.Second}, wantErrors: 5,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, seed004(t, true), testNode())
+			if tt.cfg.BackoffMax != 0 {
+				h.r.cfg.BackoffMax = tt.cfg.BackoffMax
+			}
+			unavailable := apierrors.NewServiceUnavailable("apiserver is restarting")
+			failing(h.client, "patch", tt.failures, unavailable)
+			var tries []time.Duration
+			for range 30 {
+				h.setSample(steady.sample(h.clock.Now()))
+				for _, p := range h.step() {
+					if p.GetSubresource() == "status" {
+						tries = append(tries, h.clock.Now().Sub(t0))
+					}
+				}
+				h.clock.Step(time.Second)
+			}
+			if !slices.Equal(tries, tt.wantTries) {
+				t.Errorf("status patch tried at %v, want %v", tries, tt.wantTries)
+			}
+			if got := h.counter(resultError); got != tt.wantErrors {
+				t.Errorf("patches_total{result=error} = %v, want %v", got, tt.wantErrors)
+			}
+			if got := h.counter(resultSuccess); got != 2 {
+				t.Errorf("patches_total{result=success} = %v, want 2 once the API server is back", got)
+			}
+			if c, _, _, _ := batch(h.node()); c != steadyBatchCPU {
+				t.Errorf("batch cpu after recovery = %d", c)
+			}
+		})
+	}
+}
+
+func TestNodeGetFailsFirst(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	failing(h.client, "get", 1, errors.New("dial tcp: connection refused"))
+	h.setSample(steady.sample(t0))
+	if p := h.step(); len(p) != 0 {
+		t.Fatalf("patched %d times without knowing the node's reservation", len(p))
+	}
+	h.clock.Step(time.Second)
+	h.setSample(steady.sample(h.clock.Now()))
+	if p := h.step(); len(p) != 2 {
+		t.Fatalf("after the node was read, %d patches, want 2", len(p))
+	}
+	if got := h.counter(resultError); got != 0 {
+		t.Errorf("a failed GET counted as a failed patch: %v", got)
+	}
+}
+
+func TestReservationFromNode(t *testing.T) {
+	t.Parallel()
+	node := testNode()
+	// kubelet reserves 3 cores and 8Gi, more than the system uses.
+	node.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("29")
+	node.Status.Allocatable[corev1.ResourceMemory] = resource.MustParse("120Gi")
+	h := newHarness(t, seed004(t, true), node)
+	h.setSample(steady.sample(t0))
+	h.step()
+	c, m, _, _ := batch(h.node())
+	if c != steadyBatchCPU-1500 || m != steadyBatchMemory-4*gi {
+		t.Errorf("batch = %d/%d, want %d/%d", c, m, steadyBatchCPU-1500, steadyBatchMemory-4*gi)
+	}
+}
+
+// kubelet rewrites the node status on its own schedule; a conflict on our patch is retried, and
+// neither writer loses what it wrote.
+func TestPatchConflict(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, nodeName, errors.New("the object has been modified"))
+	failing(h.client, "patch", 1, conflict)
+	h.setSample(steady.sample(t0))
+	if p := h.step(); len(p) != 1 {
+		t.Fatalf("first step sent %d patches, want the one that conflicted", len(p))
+	}
+	if got := h.counter(resultConflict); got != 1 {
+		t.Errorf("patches_total{result=conflict} = %v, want 1", got)
+	}
+
+	// kubelet writes its status in between: a new condition and a changed pod capacity.
+	n := h.node()
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse})
+	n.Status.Capacity[corev1.ResourcePods] = resource.MustParse("250")
+	if _, err := h.client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	h.clock.Step(time.Second)
+	h.setSample(steady.sample(h.clock.Now()))
+	if p := h.step(); len(p) != 2 {
+		t.Fatalf("retry sent %d patches, want 2", len(p))
+	}
+	n = h.node()
+	if c, _, _, _ := batch(n); c != steadyBatchCPU {
+		t.Errorf("batch cpu = %d after the retry", c)
+	}
+	if q := n.Status.Capacity[corev1.ResourcePods]; q.Value() != 250 || len(n.Status.Conditions) != 2 {
+		t.Errorf("the retry clobbered kubelet's status: pods %v, conditions %d", q.String(), len(n.Status.Conditions))
+	}
+}
+
+// Run keeps going while the API server fails and returns as soon as its context ends.
+func TestRunSurvivesOutageAndStops(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	failing(h.client, "get", 1<<30, apierrors.NewServiceUnavailable("down"))
+	h.setSample(steady.sample(t0))
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.r.Run(ctx) }()
+	// Let the loop take a few ticks of fake time; it must keep stepping, not give up.
+	for !h.reachedTries(3) {
+		if h.clock.HasWaiters() {
+			h.clock.Step(time.Minute)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v during the outage", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run() = %v, want nil on cancellation", err)
+		}
+	case <-time.After(time.Minute): // generous: only a hang fails this
+		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// reachedTries reports whether the reporter asked for the node at least n times.
+func (h *harness) reachedTries(n int) bool {
+	gets := 0
+	for _, a := range h.client.Actions() {
+		if a.GetVerb() == "get" {
+			gets++
+		}
+	}
+	return gets >= n
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{name: "node name only", cfg: Config{NodeName: "n1"}, ok: true},
+		{name: "no node name", cfg: Config{}},
+		{name: "negative tick", cfg: Config{NodeName: "n1", Tick: -1}},
+		{name: "initial above max", cfg: Config{NodeName: "n1", BackoffInitial: time.Minute, BackoffMax: time.Second}},
+	}
+	for _, tt := range tests {
+		if err := tt.cfg.Validate(); (err == nil) != tt.ok {
+			t.Errorf("%s: Validate() = %v, want ok %v", tt.name, err, tt.ok)
+		}
+	}
+	if _, err := New(Config{NodeName: "n1"}, Deps{}); err == nil {
+		t.Error("New() without a client succeeded")
+	}
+}
+
+// BenchmarkStep is one evaluation of a node with 53 service pods and a full window of history:
+// the cost of the reporter's loop besides API requests.
+func BenchmarkStep(b *testing.B) {
+	h := newHarness(b, seed004(b, true), testNode())
+	sample := func(at time.Time) *Sample {
+		s := steady.sample(at)
+		for i := range 50 {
+			s.Pods = append(s.Pods, PodUsage{UID: fmt.Sprint("ls-", i), QoS: "LS", Usage: reclaim.Resources{CPUMilli: int64(300 + i%7), MemoryBytes: gi}})
+		}
+		return s
+	}
+	for range 300 {
+		h.setSample(sample(h.clock.Now()))
+		h.r.Step(h.ctx)
+		h.clock.Step(time.Second)
+	}
+	for b.Loop() {
+		h.setSample(sample(h.clock.Now()))
+		h.r.Step(h.ctx)
+		h.clock.Step(time.Second)
+	}
+}
+
+// Run publishes at start, takes samples from Updates, and evaluates on its tick.
+func TestRunPublishes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	updates := make(chan struct{}, 1)
+	h.r.deps.Updates = updates
+	h.setSample(steady.sample(t0))
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.r.Run(ctx) }()
+	patches := func() int {
+		n := 0
+		for _, a := range h.client.Actions() {
+			if a.GetVerb() == "patch" {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute) // generous: only a hang fails this
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("the first publish", func() bool { return patches() == 2 })
+
+	// Pod a jumps to 7 cores for a minute of samples, delivered through Updates; the next tick
+	// publishes the new batch capacity.
+	for i := 1; i <= 60; i++ {
+		h.setSample(load{aCPU: 7000, bCPU: 3000}.sample(t0.Add(time.Duration(i) * time.Second)))
+		updates <- struct{}{}
+	}
+	waitFor("the ticker", h.clock.HasWaiters)
+	h.clock.Step(time.Minute)
+	waitFor("the second publish", func() bool { return patches() == 4 })
+	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU-3000 {
+		t.Errorf("batch cpu = %d, want %d", c, steadyBatchCPU-3000)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+}
+
+// With request-based policies the requests the proxy knows count, including a pod that has no
+// usage sample yet; BE requests do not.
+func TestRequestPolicies(t *testing.T) {
+	t.Parallel()
+	settings := seed004(t, true)
+	settings.CPUCalculatePolicy = slo.CalculateByPodMaxUsageRequest
+	settings.MemoryCalculatePolicy = slo.CalculateByPodRequest
+	h := newHarness(t, settings, testNode())
+	h.r.deps.Requests = func() []PodRequest {
+		return []PodRequest{
+			{UID: "a", QoS: "LS", Request: reclaim.Resources{CPUMilli: 8000, MemoryBytes: 24 * gi}},
+			{UID: "b", QoS: "LSR", Request: reclaim.Resources{CPUMilli: 2000, MemoryBytes: 8 * gi}},
+			{UID: "new", QoS: "LS", Request: reclaim.Resources{CPUMilli: 1000, MemoryBytes: 2 * gi}},
+			{UID: "c", QoS: QoSBE, Request: reclaim.Resources{CPUMilli: 4000, MemoryBytes: 16 * gi}},
+		}
+	}
+	h.setSample(steady.sample(t0))
+	h.step()
+	// cpu: max(4000, 8000) + max(3000, 2000) + max(0, 1000) = 12000 instead of 7000 by usage;
+	// memory: 24 + 8 + 2 = 34Gi of requests instead of 30Gi of usage.
+	c, m, _, _ := batch(h.node())
+	if c != steadyBatchCPU-5000 || m != steadyBatchMemory-4*gi {
+		t.Errorf("batch = %d/%d, want %d/%d", c, m, steadyBatchCPU-5000, steadyBatchMemory-4*gi)
+	}
+}
