@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/bench/floorproxy"
+)
+
+// serveFloor is the body of the floor proxy's own process.
+func serveFloor(ctx context.Context, listen, backend string, unaryFastPath bool) error {
+	if backend == "" {
+		return errors.New("--serve-floor-backend is required with --serve-floor-listen")
+	}
+	var unary []string
+	if unaryFastPath {
+		unary = floorproxy.UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc)
+	}
+	p, err := floorproxy.New(backend, maxMsgSize, unary...)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(listen); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale floor socket: %w", err)
+	}
+	lis, err := net.Listen("unix", listen)
+	if err != nil {
+		return fmt.Errorf("floor proxy listen: %w", err)
+	}
+	klog.FromContext(ctx).Info("Floor proxy serving", "listen", listen, "backend", backend, "unaryMethods", len(unary))
+	return p.Serve(ctx, lis)
+}
+
+// floorProcess is the floor proxy running in a child process, so that it has
+// its own scheduler, heap and garbage collector, as tandem-proxy has, instead
+// of sharing them with the benchmark's callers.
+type floorProcess struct {
+	Socket, Endpoint, LogPath string
+	cmd                       *exec.Cmd
+	done                      chan struct{}
+	err                       error
+}
+
+func startFloor(dir, backend string, unaryFastPath bool) (*floorProcess, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own binary to start the floor proxy: %w", err)
+	}
+	f := &floorProcess{
+		Socket:  filepath.Join(dir, "floor.sock"),
+		LogPath: filepath.Join(dir, "floor.log"),
+		done:    make(chan struct{}),
+	}
+	f.Endpoint = "unix://" + f.Socket
+	log, err := os.OpenFile(f.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open floor proxy log: %w", err)
+	}
+	f.cmd = exec.Command(exe, "--serve-floor-listen", f.Socket, "--serve-floor-backend", backend,
+		fmt.Sprintf("--floor-unary=%t", unaryFastPath))
+	f.cmd.Stdout, f.cmd.Stderr = log, log
+	// Its own process group keeps a terminal's Ctrl-C away from it (the
+	// benchmark stops it in order); Pdeathsig stops it if the benchmark dies.
+	f.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := f.cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start floor proxy: %w", err)
+	}
+	go func() {
+		f.err = f.cmd.Wait()
+		log.Close()
+		close(f.done)
+	}()
+	return f, nil
+}
+
+// PID is the floor proxy's process id.
+func (f *floorProcess) PID() int { return f.cmd.Process.Pid }
+
+// Exited is closed when the process has ended.
+func (f *floorProcess) Exited() <-chan struct{} { return f.done }
+
+// Stop asks the floor proxy to end and kills it if it does not within 10s.
+func (f *floorProcess) Stop(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return fmt.Errorf("floor proxy had already exited: %v: see %s", f.err, f.LogPath)
+	default:
+	}
+	_ = f.cmd.Process.Signal(syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	select {
+	case <-f.done:
+		if f.err != nil {
+			return fmt.Errorf("floor proxy exit: %w: see %s", f.err, f.LogPath)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = f.cmd.Process.Kill()
+		<-f.done
+		return fmt.Errorf("floor proxy ignored SIGTERM and was killed: see %s", f.LogPath)
+	}
+}

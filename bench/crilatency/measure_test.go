@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = 100 - i // reversed: percentile must sort
+	}
+	tests := []struct {
+		name string
+		in   []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		{name: "empty", in: nil, q: 0.5, want: 0},
+		{name: "one value", in: ms(7), q: 0.99, want: 7 * time.Millisecond},
+		{name: "median of odd count", in: ms(5, 1, 3), q: 0.5, want: 3 * time.Millisecond},
+		{name: "median of even count is the lower middle", in: ms(4, 1, 3, 2), q: 0.5, want: 2 * time.Millisecond},
+		{name: "p99 of 1..100", in: ms(hundred...), q: 0.99, want: 99 * time.Millisecond},
+		{name: "p50 of 1..100", in: ms(hundred...), q: 0.50, want: 50 * time.Millisecond},
+		{name: "p100 is the maximum", in: ms(hundred...), q: 1, want: 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := percentile(tt.in, tt.q); got != tt.want {
+				t.Errorf("percentile(%v) = %v, want %v", tt.q, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSummarizeHalfGap(t *testing.T) {
+	t.Parallel()
+	var s series
+	// Even rounds take 100µs, odd rounds 130µs: the halves disagree by 30µs.
+	for round := range 10 {
+		d := 100 * time.Microsecond
+		if round%2 == 1 {
+			d = 130 * time.Microsecond
+		}
+		for range 10 {
+			s = append(s, sample{d: d, round: round})
+		}
+	}
+	q := summarize(s)
+	if q.N != 100 || q.P50 != 100*time.Microsecond || q.P99 != 130*time.Microsecond {
+		t.Errorf("summarize = %+v, want N 100, p50 100µs, p99 130µs", q)
+	}
+	if q.HalfGapP50 != 30*time.Microsecond || q.HalfGapP99 != 30*time.Microsecond {
+		t.Errorf("half gaps = %v/%v, want 30µs/30µs", q.HalfGapP50, q.HalfGapP99)
+	}
+}
+
+func TestCompare(t *testing.T) {
+	t.Parallel()
+	us := func(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
+	tests := []struct {
+		name                         string
+		direct, floor, tandem, noise time.Duration
+		limit                        float64
+		wantRatio                    float64 // NaN: no ratio
+		wantMeets, wantWithinNoise   bool
+		wantExcess                   time.Duration
+		wantMissWithinNoise          bool
+	}{
+		{
+			name:   "tandem at the floor",
+			direct: us(100), floor: us(150), tandem: us(150), noise: us(5), limit: 1.2,
+			wantRatio: 1, wantMeets: true,
+		},
+		{
+			name:   "exactly at the limit meets it",
+			direct: us(100), floor: us(150), tandem: us(160), noise: us(5), limit: 1.2,
+			wantRatio: 1.2, wantMeets: true,
+		},
+		{
+			name:   "clear miss",
+			direct: us(100), floor: us(150), tandem: us(200), noise: us(5), limit: 1.2,
+			wantRatio: 2, wantExcess: us(40),
+		},
+		{
+			name:   "miss smaller than the noise",
+			direct: us(100), floor: us(150), tandem: us(165), noise: us(10), limit: 1.2,
+			wantRatio: 1.3, wantExcess: us(5), wantMissWithinNoise: true,
+		},
+		{
+			name:   "floor within noise and tandem too",
+			direct: us(100), floor: us(103), tandem: us(106), noise: us(8), limit: 1.5,
+			wantRatio: math.NaN(), wantMeets: true, wantWithinNoise: true,
+		},
+		{
+			name:   "floor within noise but tandem clearly slower",
+			direct: us(100), floor: us(103), tandem: us(140), noise: us(8), limit: 1.5,
+			wantRatio: math.NaN(), wantWithinNoise: true, wantExcess: us(32),
+		},
+		{
+			name:   "floor faster than direct",
+			direct: us(900), floor: us(700), tandem: us(800), noise: us(300), limit: 1.5,
+			wantRatio: math.NaN(), wantMeets: true, wantWithinNoise: true,
+		},
+		{
+			name:   "tiny floor cost with no measured noise",
+			direct: us(100), floor: us(101), tandem: us(101.5), noise: 0, limit: 1.2,
+			wantRatio: math.NaN(), wantMeets: true, wantWithinNoise: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := compare(tt.direct, tt.floor, tt.tandem, tt.noise, tt.limit)
+			if math.IsNaN(tt.wantRatio) != math.IsNaN(c.Ratio) || (!math.IsNaN(c.Ratio) && math.Abs(c.Ratio-tt.wantRatio) > 1e-9) {
+				t.Errorf("ratio = %v, want %v", c.Ratio, tt.wantRatio)
+			}
+			if c.Meets != tt.wantMeets || c.FloorWithinNoise != tt.wantWithinNoise {
+				t.Errorf("meets=%v floorWithinNoise=%v, want %v and %v", c.Meets, c.FloorWithinNoise, tt.wantMeets, tt.wantWithinNoise)
+			}
+			if c.ExcessOverLimit != tt.wantExcess || c.MissWithinNoise != tt.wantMissWithinNoise {
+				t.Errorf("excess=%v missWithinNoise=%v, want %v and %v", c.ExcessOverLimit, c.MissWithinNoise, tt.wantExcess, tt.wantMissWithinNoise)
+			}
+		})
+	}
+}
+
+// callLog records the calls of fake targets. The fakes stand in for sockets
+// because what is tested here is the benchmark's scheduling of calls, not CRI.
+type callLog struct {
+	mu        sync.Mutex
+	calls     []string // "target/rpc"
+	inFlight  map[string]int
+	maxFlight map[string]int
+	failOn    string
+	// noDeadline counts calls without kubelet's per-call deadline.
+	noDeadline int
+}
+
+var errInjected = errors.New("injected failure")
+
+type fakeClient struct {
+	runtimeapi.RuntimeServiceClient // nil: any other method panics
+	name                            string
+	log                             *callLog
+}
+
+func (f fakeClient) do(ctx context.Context, rpc string) error {
+	l := f.log
+	l.mu.Lock()
+	if _, ok := ctx.Deadline(); !ok {
+		l.noDeadline++
+	}
+	l.calls = append(l.calls, f.name+"/"+rpc)
+	l.inFlight[f.name]++
+	l.maxFlight[f.name] = max(l.maxFlight[f.name], l.inFlight[f.name])
+	fail := l.failOn == f.name+"/"+rpc
+	l.mu.Unlock()
+	// Long enough that 8 workers overlap, short enough for a fast test.
+	time.Sleep(200 * time.Microsecond)
+	l.mu.Lock()
+	l.inFlight[f.name]--
+	l.mu.Unlock()
+	if fail {
+		return errInjected
+	}
+	return nil
+}
+
+func (f fakeClient) Version(ctx context.Context, _ *runtimeapi.VersionRequest, _ ...grpc.CallOption) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{}, f.do(ctx, "Version")
+}
+
+func (f fakeClient) ListPodSandbox(ctx context.Context, _ *runtimeapi.ListPodSandboxRequest, _ ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	return &runtimeapi.ListPodSandboxResponse{}, f.do(ctx, "ListPodSandbox")
+}
+
+func (f fakeClient) ListContainers(ctx context.Context, _ *runtimeapi.ListContainersRequest, _ ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	return &runtimeapi.ListContainersResponse{}, f.do(ctx, "ListContainers")
+}
+
+func fakeTargets(l *callLog, names ...string) []target {
+	var ts []target
+	for _, n := range names {
+		ts = append(ts, target{name: n, client: fakeClient{name: n, log: l}})
+	}
+	return ts
+}
+
+func TestMeasureCountsAndConcurrency(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		plan       plan
+		wantPerKey int
+	}{
+		{name: "iterations a multiple of the batch", plan: plan{iterations: 80, batchPerWorker: 5}, wantPerKey: 80},
+		{name: "last batch shorter", plan: plan{iterations: 47, batchPerWorker: 5, warmupPerWorker: 2}, wantPerKey: 47},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := &callLog{inFlight: map[string]int{}, maxFlight: map[string]int{}}
+			targets := fakeTargets(l, "a", "b", "c")
+			got, err := measure(t.Context(), targets, benchmarkRPCs(), benchmarkModes(), tt.plan, nil)
+			if err != nil {
+				t.Fatalf("measure: %v", err)
+			}
+			if len(got) != 3*3*2 {
+				t.Errorf("%d series, want 18 (3 RPCs x 2 modes x 3 targets)", len(got))
+			}
+			for k, s := range got {
+				if len(s) != tt.wantPerKey {
+					t.Errorf("%+v: %d samples, want %d", k, len(s), tt.wantPerKey)
+				}
+				for _, x := range s {
+					if x.d < 200*time.Microsecond {
+						t.Errorf("%+v: a sample of %v is shorter than the call itself", k, x.d)
+						break
+					}
+				}
+			}
+			wantCalls := 3 * 3 * (2*tt.wantPerKey + tt.plan.warmupPerWorker*(1+8))
+			if len(l.calls) != wantCalls {
+				t.Errorf("%d calls made, want %d (timed plus warm-up)", len(l.calls), wantCalls)
+			}
+			if l.noDeadline != 0 {
+				t.Errorf("%d calls carried no deadline, want every call to carry kubelet's", l.noDeadline)
+			}
+			for _, n := range []string{"a", "b", "c"} {
+				if l.maxFlight[n] != 8 {
+					t.Errorf("target %s saw at most %d calls at once, want 8 in parallel mode", n, l.maxFlight[n])
+				}
+			}
+		})
+	}
+}
+
+func TestMeasureInterleavesTargets(t *testing.T) {
+	t.Parallel()
+	l := &callLog{inFlight: map[string]int{}, maxFlight: map[string]int{}}
+	rpcs := benchmarkRPCs()[:1]                 // Version
+	modes := benchmarkModes()[:1]               // sequential
+	p := plan{iterations: 6, batchPerWorker: 2} // 3 rounds of 2 calls
+	if _, err := measure(t.Context(), fakeTargets(l, "a", "b", "c"), rpcs, modes, p, nil); err != nil {
+		t.Fatalf("measure: %v", err)
+	}
+	var order string
+	for _, c := range l.calls {
+		order += c[:1]
+	}
+	// Each round gives every target one batch; the first target rotates so
+	// that none always runs first (right after another RPC or mode).
+	if want := "aabbcc" + "bbccaa" + "ccaabb"; order != want {
+		t.Errorf("call order %s, want %s", order, want)
+	}
+}
+
+func TestMeasureStopsOnError(t *testing.T) {
+	t.Parallel()
+	for _, failOn := range []string{"b/ListContainers", "c/Version"} {
+		t.Run(failOn, func(t *testing.T) {
+			t.Parallel()
+			l := &callLog{inFlight: map[string]int{}, maxFlight: map[string]int{}, failOn: failOn}
+			_, err := measure(t.Context(), fakeTargets(l, "a", "b", "c"), benchmarkRPCs(), benchmarkModes(), plan{iterations: 16, batchPerWorker: 2}, nil)
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("measure error = %v, want the failed call's error", err)
+			}
+			if target := failOn[:1]; !strings.Contains(err.Error(), target) {
+				t.Errorf("error %q does not name target %s", err, target)
+			}
+		})
+	}
+}

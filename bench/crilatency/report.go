@@ -1,0 +1,391 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Targets of issue 2: tandem-proxy's added latency against the floor's, and
+// its footprint at rest.
+const (
+	limitP50      = 1.2
+	limitP99      = 1.5
+	limitRSSMiB   = 40
+	limitCPUPct   = 1.0
+	kibPerMiB     = 1024
+	microsPerNano = 1e-3
+)
+
+type machine struct {
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpuModel"`
+	Kernel    string `json:"kernel"`
+	OS        string `json:"os"`
+	GoVersion string `json:"goVersion"`
+	Runtime   string `json:"runtime"`
+	Flavor    string `json:"flavor"`
+	// Load averages (1, 5, 15 min) when the latency run started and ended:
+	// other work on the machine shows here.
+	LoadBefore string `json:"loadBefore"`
+	LoadAfter  string `json:"loadAfter"`
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages of /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func readMachine(flavor, runtimeVersion string) machine {
+	m := machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Runtime: runtimeVersion, Flavor: flavor}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "PRETTY_NAME="); ok {
+				m.OS = strings.Trim(v, `"`)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/etc/debian_version"); err == nil {
+		m.OS += " (" + strings.TrimSpace(string(b)) + ")"
+	}
+	return m
+}
+
+// row is the result of one RPC × mode.
+type row struct {
+	rpc, mode string
+	q         map[string]quantiles // by target
+	p50, p99  *comparison          // nil unless all three targets ran
+}
+
+// proxyCPU is the CPU time one proxy process used over the latency run.
+type proxyCPU struct {
+	Target string `json:"target"`
+	Ticks  int64  `json:"cpuTicks"` // 1/100 s
+	Calls  int    `json:"calls"`    // timed and warm-up calls it relayed
+}
+
+func (p proxyCPU) microsPerCall() float64 {
+	return float64(p.Ticks) * 1e6 / userHZ / float64(p.Calls)
+}
+
+type report struct {
+	machine        machine
+	opts           options
+	LatencySeconds float64
+	rows           []row
+	proxyCPU       []proxyCPU
+	Idle           *idleReport
+}
+
+func newReport(o options, runtimeVersion string) *report {
+	return &report{machine: readMachine(o.flavor, runtimeVersion), opts: o}
+}
+
+func (r *report) addLatency(s map[key]series, targets []target) {
+	have := map[string]bool{}
+	for _, t := range targets {
+		have[t.name] = true
+	}
+	for _, rp := range benchmarkRPCs() {
+		for _, m := range benchmarkModes() {
+			rw := row{rpc: rp.name, mode: m.name, q: map[string]quantiles{}}
+			for _, t := range targets {
+				rw.q[t.name] = summarize(s[key{rpc: rp.name, mode: m.name, target: t.name}])
+			}
+			if have[targetDirect] && have[targetFloor] && have[targetTandem] {
+				d, f, t := rw.q[targetDirect], rw.q[targetFloor], rw.q[targetTandem]
+				c50 := compare(d.P50, f.P50, t.P50, max(d.HalfGapP50, f.HalfGapP50, t.HalfGapP50), limitP50)
+				c99 := compare(d.P99, f.P99, t.P99, max(d.HalfGapP99, f.HalfGapP99, t.HalfGapP99), limitP99)
+				rw.p50, rw.p99 = &c50, &c99
+			}
+			r.rows = append(r.rows, rw)
+		}
+	}
+}
+
+func us(d time.Duration) string {
+	v := float64(d) * microsPerNano
+	if math.Abs(v) >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func ratioCell(c *comparison) string {
+	if c == nil {
+		return "-"
+	}
+	verdict := "ok"
+	if !c.Meets {
+		verdict = "MISS"
+	}
+	if c.FloorWithinNoise {
+		return "n/a " + verdict + " [a]"
+	}
+	return fmt.Sprintf("%.2f %s", c.Ratio, verdict)
+}
+
+func (r *report) print(w io.Writer) {
+	o, m := r.opts, r.machine
+	fmt.Fprintf(w, "\nTandem CRI latency benchmark\n")
+	fmt.Fprintf(w, "machine:  %d vCPU (%s), kernel %s, %s, %s\n", m.CPUs, m.CPUModel, m.Kernel, m.OS, m.GoVersion)
+	fmt.Fprintf(w, "load:     %s before the latency run, %s after (1/5/15 min averages; other work on the machine)\n", m.LoadBefore, m.LoadAfter)
+	fmt.Fprintf(w, "runtime:  %s (flavor %s), %d pods x %d running containers\n", m.Runtime, m.Flavor, o.pods, o.containersPerPod)
+	floorKind := "frame pump for streams, one Invoke for unary CRI methods"
+	if !o.floorUnary {
+		floorKind = "frame pump for every call"
+	}
+	fmt.Fprintf(w, "floor:    minimal Go gRPC proxy in its own process (%s)\n", floorKind)
+	if o.aa {
+		fmt.Fprintf(w, "A/A:      the tandem column is a SECOND FLOOR PROXY, not tandem-proxy: the ratios show the benchmark's own bias and noise\n")
+	}
+	fmt.Fprintf(w, "calls:    %d timed per RPC x mode x target, interleaved in batches of %d per caller; %d warm-up calls per caller first; %.0f s\n\n",
+		o.iterations, o.batch, o.warmup, r.LatencySeconds)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "latency (µs)\t\tdirect\t\tfloor\t\ttandem\t\thalf-run gap [b]\t\t")
+	fmt.Fprintln(tw, "RPC\tmode\tp50\tp99\tp50\tp99\tp50\tp99\tp50\tp99\t")
+	for _, rw := range r.rows {
+		fmt.Fprintf(tw, "%s\t%s\t", rw.rpc, rw.mode)
+		var gap50, gap99 time.Duration
+		for _, t := range []string{targetDirect, targetFloor, targetTandem} {
+			q, ok := rw.q[t]
+			if !ok {
+				fmt.Fprint(tw, "-\t-\t")
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t", us(q.P50), us(q.P99))
+			gap50, gap99 = max(gap50, q.HalfGapP50), max(gap99, q.HalfGapP99)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t\n", us(gap50), us(gap99))
+	}
+	_ = tw.Flush()
+
+	if len(r.rows) == 0 || r.rows[0].p50 == nil {
+		fmt.Fprintln(w, "\n(ratios need the direct, floor and tandem targets)")
+	} else {
+		fmt.Fprintf(w, "\nadded over direct (µs); target: tandem added <= %.1fx floor added at p50, <= %.1fx at p99\n", limitP50, limitP99)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "RPC\tmode\tfloor+ p50\ttandem+ p50\tratio p50\tfloor+ p99\ttandem+ p99\tratio p99\t")
+		for _, rw := range r.rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", rw.rpc, rw.mode,
+				us(rw.p50.FloorAdded), us(rw.p50.TandemAdded), ratioCell(rw.p50),
+				us(rw.p99.FloorAdded), us(rw.p99.TandemAdded), ratioCell(rw.p99))
+		}
+		_ = tw.Flush()
+		var notes []string
+		for _, rw := range r.rows {
+			for _, c := range []struct {
+				name string
+				c    *comparison
+			}{{"p50", rw.p50}, {"p99", rw.p99}} {
+				switch {
+				case c.c.FloorWithinNoise:
+					verdict := "within it too: ok"
+					if !c.c.Meets {
+						verdict = fmt.Sprintf("%sµs beyond it: MISS", us(c.c.ExcessOverLimit))
+					}
+					notes = append(notes, fmt.Sprintf("%s %s %s: floor added %sµs is within noise (±%sµs), so no ratio; tandem added %sµs, %s",
+						rw.rpc, rw.mode, c.name, us(c.c.FloorAdded), us(c.c.Noise), us(c.c.TandemAdded), verdict))
+				case !c.c.Meets:
+					within := ""
+					if c.c.MissWithinNoise {
+						within = ", which is within this figure's noise"
+					}
+					notes = append(notes, fmt.Sprintf("%s %s %s: tandem adds %sµs more than %.1fx the floor allows (noise ±%sµs%s)",
+						rw.rpc, rw.mode, c.name, us(c.c.ExcessOverLimit), c.c.Limit, us(c.c.Noise), within))
+				}
+			}
+		}
+		for _, n := range notes {
+			fmt.Fprintln(w, "  "+n)
+		}
+		for _, rw := range r.rows {
+			if rw.p50.FloorWithinNoise || rw.p99.FloorWithinNoise {
+				fmt.Fprintln(w, "[a] the floor's added latency is within noise: judged in absolute µs instead (see the notes above)")
+				break
+			}
+		}
+	}
+	fmt.Fprintln(w, "[b] largest gap, over the three targets, between the percentile of the even and of the odd rounds: the noise of these figures")
+	if len(r.proxyCPU) > 0 {
+		fmt.Fprintf(w, "\nproxy CPU time over the latency run (utime+stime, same calls for each):")
+		for _, p := range r.proxyCPU {
+			fmt.Fprintf(w, "  %s %.2f s = %.0f µs/call", p.Target, float64(p.Ticks)/userHZ, p.microsPerCall())
+		}
+		fmt.Fprintln(w)
+	}
+
+	if r.Idle != nil {
+		i := r.Idle
+		fmt.Fprintf(w, "\ntandem-proxy at rest with %d containers: %.0f s window, no calls, connections open\n", o.pods*o.containersPerPod, i.Tandem.Seconds)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "\ttandem-proxy\tfloor (for scale)\ttarget\t")
+		floorMem := func(f func(idleCost) string) string {
+			if i.Floor == nil {
+				return "-"
+			}
+			return f(*i.Floor)
+		}
+		fmt.Fprintf(tw, "VmRSS after start, before load\t%s\t-\t\t\n", mib(i.TandemFresh.VmRSSKiB))
+		fmt.Fprintf(tw, "VmRSS idle, start of window\t%s\t%s\t\t\n", mib(i.Tandem.Start.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.Start.VmRSSKiB) }))
+		fmt.Fprintf(tw, "VmRSS idle, end of window\t%s\t%s\t<= %d MiB %s\t\n", mib(i.Tandem.End.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.End.VmRSSKiB) }),
+			limitRSSMiB, okMiss(float64(i.Tandem.End.VmRSSKiB)/kibPerMiB <= limitRSSMiB))
+		fmt.Fprintf(tw, "VmHWM (peak, under load)\t%s\t%s\t\t\n", mib(i.Tandem.End.VmHWMKiB), floorMem(func(c idleCost) string { return mib(c.End.VmHWMKiB) }))
+		fmt.Fprintf(tw, "CPU, %% of one core\t%.3f%%\t%s\t<= %.0f%% %s\t\n", i.Tandem.CPUPercentCore,
+			floorMem(func(c idleCost) string { return fmt.Sprintf("%.3f%%", c.CPUPercentCore) }), limitCPUPct, okMiss(i.Tandem.CPUPercentCore <= limitCPUPct))
+		fmt.Fprintf(tw, "CPU ticks (1/%d s) in window\t%d\t%s\t\t\n", userHZ, i.Tandem.CPUTicks, floorMem(func(c idleCost) string { return fmt.Sprint(c.CPUTicks) }))
+		_ = tw.Flush()
+	}
+	fmt.Fprintln(w)
+}
+
+func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/kibPerMiB) }
+
+func okMiss(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "MISS"
+}
+
+// The JSON form gives every duration in microseconds.
+
+type jsonQuantiles struct {
+	P50us        float64 `json:"p50Micros"`
+	P99us        float64 `json:"p99Micros"`
+	HalfGapP50us float64 `json:"halfGapP50Micros"`
+	HalfGapP99us float64 `json:"halfGapP99Micros"`
+	Samples      int     `json:"samples"`
+}
+
+type jsonComparison struct {
+	FloorAddedUs     float64  `json:"floorAddedMicros"`
+	TandemAddedUs    float64  `json:"tandemAddedMicros"`
+	NoiseUs          float64  `json:"noiseMicros"`
+	Ratio            *float64 `json:"ratio"` // null when the floor's added latency is within noise
+	Limit            float64  `json:"limit"`
+	FloorWithinNoise bool     `json:"floorWithinNoise"`
+	Meets            bool     `json:"meets"`
+}
+
+type jsonRow struct {
+	RPC     string                   `json:"rpc"`
+	Mode    string                   `json:"mode"`
+	Targets map[string]jsonQuantiles `json:"targets"`
+	P50     *jsonComparison          `json:"p50,omitempty"`
+	P99     *jsonComparison          `json:"p99,omitempty"`
+}
+
+type jsonIdle struct {
+	Seconds          float64 `json:"seconds"`
+	CPUTicks         int64   `json:"cpuTicks"`
+	CPUPercentOfCore float64 `json:"cpuPercentOfOneCore"`
+	VmRSSStartKiB    int64   `json:"vmRSSStartKiB"`
+	VmRSSEndKiB      int64   `json:"vmRSSEndKiB"`
+	VmHWMKiB         int64   `json:"vmHWMKiB"`
+}
+
+type jsonReport struct {
+	Machine          machine    `json:"machine"`
+	FloorUnaryInvoke bool       `json:"floorUnaryInvoke"`
+	AA               bool       `json:"aaCheck"`
+	Pods             int        `json:"pods"`
+	Containers       int        `json:"containers"`
+	Iterations       int        `json:"iterations"`
+	Batch            int        `json:"batchPerCaller"`
+	Warmup           int        `json:"warmupPerCaller"`
+	LatencySeconds   float64    `json:"latencySeconds"`
+	Latency          []jsonRow  `json:"latency"`
+	ProxyCPU         []proxyCPU `json:"proxyCPU"`
+	TandemFreshRSS   *int64     `json:"tandemRSSAfterStartKiB,omitempty"`
+	TandemIdle       *jsonIdle  `json:"tandemIdle,omitempty"`
+	FloorIdle        *jsonIdle  `json:"floorIdle,omitempty"`
+	TargetRSSMiB     float64    `json:"targetRSSMiB"`
+	TargetCPUPercent float64    `json:"targetCPUPercent"`
+}
+
+func toMicros(d time.Duration) float64 { return float64(d) * microsPerNano }
+
+func toJSONComparison(c *comparison) *jsonComparison {
+	if c == nil {
+		return nil
+	}
+	j := &jsonComparison{
+		FloorAddedUs: toMicros(c.FloorAdded), TandemAddedUs: toMicros(c.TandemAdded), NoiseUs: toMicros(c.Noise),
+		Limit: c.Limit, FloorWithinNoise: c.FloorWithinNoise, Meets: c.Meets,
+	}
+	if !math.IsNaN(c.Ratio) {
+		r := c.Ratio
+		j.Ratio = &r
+	}
+	return j
+}
+
+func toJSONIdle(c idleCost) *jsonIdle {
+	return &jsonIdle{
+		Seconds: c.Seconds, CPUTicks: c.CPUTicks, CPUPercentOfCore: c.CPUPercentCore,
+		VmRSSStartKiB: c.Start.VmRSSKiB, VmRSSEndKiB: c.End.VmRSSKiB, VmHWMKiB: c.End.VmHWMKiB,
+	}
+}
+
+func (r *report) writeJSON(path string) error {
+	j := jsonReport{
+		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, AA: r.opts.aa, Pods: r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
+		Iterations: r.opts.iterations, Batch: r.opts.batch, Warmup: r.opts.warmup, LatencySeconds: r.LatencySeconds,
+		TargetRSSMiB: limitRSSMiB, TargetCPUPercent: limitCPUPct, ProxyCPU: r.proxyCPU,
+	}
+	for _, rw := range r.rows {
+		jr := jsonRow{RPC: rw.rpc, Mode: rw.mode, Targets: map[string]jsonQuantiles{}, P50: toJSONComparison(rw.p50), P99: toJSONComparison(rw.p99)}
+		for t, q := range rw.q {
+			jr.Targets[t] = jsonQuantiles{P50us: toMicros(q.P50), P99us: toMicros(q.P99), HalfGapP50us: toMicros(q.HalfGapP50), HalfGapP99us: toMicros(q.HalfGapP99), Samples: q.N}
+		}
+		j.Latency = append(j.Latency, jr)
+	}
+	if r.Idle != nil {
+		fresh := r.Idle.TandemFresh.VmRSSKiB
+		j.TandemFreshRSS = &fresh
+		j.TandemIdle = toJSONIdle(r.Idle.Tandem)
+		if r.Idle.Floor != nil {
+			j.FloorIdle = toJSONIdle(*r.Idle.Floor)
+		}
+	}
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
