@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,13 +26,17 @@ import (
 	"github.com/spf13/viper"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
+	"github.com/tandemkit/tandem/hooks/policy/podspec"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/hooks/policy/resctrl"
 	"github.com/tandemkit/tandem/hooks/remote"
+	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/reporter"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -77,6 +82,9 @@ func options() []option {
 		{"reserved-cpus", "reservedCPUs"},
 		{"slo-config", "sloConfig"},
 		{"node-labels", "nodeLabels"},
+		{"kubeconfig", "kubeconfig"},
+		{"node-name", "nodeName"},
+		{"pod-spec-wait", "podSpecWait"},
 	}
 }
 
@@ -92,6 +100,9 @@ type settings struct {
 	cpus        alloc.Config
 	sloConfig   string
 	nodeLabels  map[string]string
+	podSpec     podspec.Config
+	// colocation is the slo-config resolved for this node, swapped on reload; the reporter reads it.
+	colocation *atomic.Pointer[slo.Resolved]
 }
 
 // load resolves flags over TANDEM_* variables over the config file over defaults.
@@ -117,6 +128,11 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	fs.String("reserved-cpus", "", "CPUs never handed to pods (a cpu list such as 0-1), as kubelet's --reserved-cpus")
 	fs.String("slo-config", "", "Koordinator slo-controller-config (the ConfigMap YAML, or a file of its sections) for the policies' knobs; reloaded on change")
 	fs.StringToString("node-labels", nil, "this node's labels, for the nodeStrategies selectors of --slo-config (k=v,...)")
+	hostname, _ := os.Hostname()
+	fs.String("kubeconfig", "", "kubeconfig for the API server (node reporter; this node's pod specs); empty uses the in-cluster configuration, and without either the proxy runs standalone")
+	// Kubelet registers the node under its lowercased hostname unless told otherwise.
+	fs.String("node-name", strings.ToLower(hostname), "this node's name as kubelet registers it")
+	fs.Duration("pod-spec-wait", podspec.DefaultConfig().Wait, "how long a lookup waits for a pod the informer has not delivered yet, before one direct GET")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -172,11 +188,26 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	st := settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile,
 		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot"), policy: pol,
 		sysfsRoot: v.GetString("sysfsRoot"), cpus: cpus, sloConfig: v.GetString("sloConfig"), nodeLabels: labels}
+	st.podSpec = podspec.DefaultConfig()
+	st.podSpec.Kubeconfig = v.GetString("kubeconfig")
+	st.podSpec.NodeName = v.GetString("nodeName")
+	st.podSpec.Wait = v.GetDuration("podSpecWait")
+	if err := st.podSpec.Validate(); err != nil {
+		return settings{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	st.colocation = &atomic.Pointer[slo.Resolved]{}
+	resolved, err := slo.DefaultConfig().ForNode(st.nodeLabels)
+	if err != nil {
+		return settings{}, err
+	}
+	st.colocation.Store(&resolved)
 	if st.sloConfig != "" {
 		// Refuse to start on a bad file: an operator's typo must not silently run the defaults.
-		if st.policy, _, err = loadPolicies(st.sloConfig, st.nodeLabels, st.policy); err != nil {
+		var r slo.Resolved
+		if st.policy, r, _, err = loadPolicies(st.sloConfig, st.nodeLabels, st.policy); err != nil {
 			return settings{}, fmt.Errorf("invalid configuration: %w", err)
 		}
+		st.colocation.Store(&r)
 	}
 	return st, nil
 }
@@ -225,6 +256,19 @@ func run(ctx context.Context, args []string) error {
 		// Read at the first hook call, after Recover rebuilt the store.
 		Recorded: func() []cpuset.Recorded { return recordedCPUs(srv.Store().Snapshot()) },
 	}
+	client, err := kubeClient(ctx, st.podSpec.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if client != nil {
+		pods, err := podspec.NewForClient(client, st.podSpec)
+		if err != nil {
+			return err
+		}
+		go pods.Run(ctx)
+		policyDeps.BatchResources = pods
+		policyDeps.MemoryRequests = pods
+	}
 	builtin := policy.Builtin(st.policy, policyDeps)
 	dispatcher, err := hooks.NewDispatcher(ctx, builtin, reg)
 	if err != nil {
@@ -242,18 +286,22 @@ func run(ctx context.Context, args []string) error {
 		logger.Error(err, "Remote hooks rejected; starting without them", "hooksDir", st.hooksDir)
 	}
 	if st.sloConfig != "" {
-		if _, warnings, _ := loadPolicies(st.sloConfig, st.nodeLabels, st.policy); len(warnings) > 0 {
+		if _, _, warnings, _ := loadPolicies(st.sloConfig, st.nodeLabels, st.policy); len(warnings) > 0 {
 			logger.Info("slo-config notes", "sloConfig", st.sloConfig, "notes", warnings)
 		}
 		go watchSLO(ctx, st.sloConfig, func(ctx context.Context) error {
-			cfg, warnings, err := loadPolicies(st.sloConfig, st.nodeLabels, st.policy)
+			cfg, r, warnings, err := loadPolicies(st.sloConfig, st.nodeLabels, st.policy)
 			if err != nil {
 				return err
 			}
 			if len(warnings) > 0 {
 				logger.Info("slo-config notes", "sloConfig", st.sloConfig, "notes", warnings)
 			}
-			return dispatcher.SetBuiltin(ctx, policy.Builtin(cfg, policyDeps))
+			if err := dispatcher.SetBuiltin(ctx, policy.Builtin(cfg, policyDeps)); err != nil {
+				return err
+			}
+			st.colocation.Store(&r)
+			return nil
 		})
 	}
 	go func() {
@@ -282,7 +330,38 @@ func run(ctx context.Context, args []string) error {
 		}
 		defer stopHTTP()
 	}
+	// The node loops: measure, and where connected, publish what batch work may reclaim.
+	col, err := collector.New(collectorConfig(st), collector.Deps{ProcRoot: "/proc", CgroupRoot: st.cgroupRoot,
+		Targets: collectorTargets(srv.Store()), Registerer: reg})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := col.Run(ctx); err != nil {
+			logger.Error(err, "Collectors stopped")
+		}
+	}()
+	if client != nil {
+		rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
+			Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(srv.Store()),
+			Settings: func() slo.ColocationSettings { return st.colocation.Load().Colocation }, Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := rep.Run(ctx); err != nil {
+				logger.Error(err, "Node reporter stopped")
+			}
+		}()
+	}
 	return srv.Serve(ctx, lis)
+}
+
+func collectorConfig(st settings) collector.Config {
+	c := collector.DefaultConfig()
+	c.NodeName = st.podSpec.NodeName
+	return c
 }
 
 // recordedCPUs lists the exclusive cpusets live containers hold, from the store the proxy rebuilt.

@@ -16,25 +16,28 @@ import (
 
 // loadPolicies reads an slo-controller-config (seed 004's ConfigMap, or a file of its sections),
 // validates it, resolves it for this node and maps it onto the built-in policies.
-func loadPolicies(path string, nodeLabels map[string]string, base policy.Config) (policy.Config, []string, error) {
+func loadPolicies(path string, nodeLabels map[string]string, base policy.Config) (policy.Config, slo.Resolved, []string, error) {
+	fail := func(err error) (policy.Config, slo.Resolved, []string, error) {
+		return base, slo.Resolved{}, nil, fmt.Errorf("--slo-config %s: %w", path, err)
+	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return base, nil, fmt.Errorf("read --slo-config %s: %w", path, err)
+		return fail(err)
 	}
 	cfg, err := slo.ParseFile(raw)
 	if err != nil {
-		return base, nil, fmt.Errorf("--slo-config %s: %w", path, err)
+		return fail(err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return base, nil, fmt.Errorf("--slo-config %s: %w", path, err)
+		return fail(err)
 	}
 	r, err := cfg.ForNode(nodeLabels)
 	if err != nil {
-		return base, nil, fmt.Errorf("--slo-config %s: %w", path, err)
+		return fail(err)
 	}
 	out := policy.FromSLO(base, r)
 	if err := out.Validate(); err != nil {
-		return base, nil, fmt.Errorf("--slo-config %s: %w", path, err)
+		return fail(err)
 	}
 	warnings := cfg.Warnings()
 	for _, m := range r.Matches {
@@ -45,7 +48,7 @@ func loadPolicies(path string, nodeLabels map[string]string, base policy.Config)
 			warnings = append(warnings, fmt.Sprintf("%s: node strategy %q also matches this node and is ignored: the first match wins", m.Section, ign))
 		}
 	}
-	return out, warnings, nil
+	return out, r, warnings, nil
 }
 
 // watchSLO reloads the policies when the file changes. The directory is watched, not the file: a mounted

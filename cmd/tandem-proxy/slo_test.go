@@ -36,7 +36,7 @@ func TestLoadPolicies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, _, err := loadPolicies(tt.path, map[string]string{"kubernetes.io/kernel": "anolis"}, policy.DefaultConfig())
+			_, _, _, err := loadPolicies(tt.path, map[string]string{"kubernetes.io/kernel": "anolis"}, policy.DefaultConfig())
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/reclaim"
+	"github.com/tandemkit/tandem/metrics/reporter"
+	"github.com/tandemkit/tandem/proxy/store"
+)
+
+// kubeClient connects to the API server named by kubeconfig, or the in-cluster one; with neither it
+// returns nil and the proxy runs standalone (no node reporter, pod specs unread).
+func kubeClient(ctx context.Context, kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		if rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		}
+	} else if rc, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
+		klog.FromContext(ctx).Info("No kubeconfig and not in a cluster: standalone, without the node reporter; batch resources come from annotations only")
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("in-cluster API configuration (pass --kubeconfig instead): %w", err)
+	}
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = "tandem-proxy"
+	// Pods are large in JSON; protobuf halves the informer's list and every watch event.
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("API client for %s: %w", rc.Host, err)
+	}
+	return client, nil
+}
+
+// collectorTargets lists the store's containers for the collector, rebuilt only when the store changed:
+// every source calls it each interval.
+func collectorTargets(st *store.Store) func() []collector.Target {
+	var mu sync.Mutex
+	gen, cached := uint64(math.MaxUint64), []collector.Target(nil)
+	return func() []collector.Target {
+		mu.Lock()
+		defer mu.Unlock()
+		if g := st.Generation(); g == gen {
+			return cached
+		} else {
+			gen = g
+		}
+		snap := st.Snapshot()
+		pods := make(map[string]*store.Pod, len(snap.Pods))
+		for _, p := range snap.Pods {
+			pods[p.ID] = p
+		}
+		cached = make([]collector.Target, 0, len(snap.Containers))
+		for _, c := range snap.Containers {
+			p := pods[c.PodSandboxID]
+			if p == nil {
+				continue
+			}
+			class := c.Annotations[qos.AnnotationClass]
+			if class == "" {
+				class = p.Annotations[qos.AnnotationClass]
+			}
+			cached = append(cached, collector.Target{Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID,
+				Container: c.Name, ContainerID: c.ID, QoS: class, CgroupParent: p.CgroupParent})
+		}
+		return cached
+	}
+}
+
+// podRequests sums, per pod, the requests of its live containers as the runtime got them: CPU from the
+// shares, memory from the limit (the runtime never sees the memory request, so this errs towards less
+// batch capacity).
+func podRequests(st *store.Store) func() []reporter.PodRequest {
+	return func() []reporter.PodRequest {
+		snap := st.Snapshot()
+		byPod := map[string]*reporter.PodRequest{}
+		for _, p := range snap.Pods {
+			byPod[p.ID] = &reporter.PodRequest{UID: p.UID, QoS: p.Annotations[qos.AnnotationClass]}
+		}
+		for _, c := range snap.Containers {
+			pr, ok := byPod[c.PodSandboxID]
+			if !ok || c.Resources == nil || c.State == "CONTAINER_EXITED" {
+				continue
+			}
+			r := reclaim.RequestFromLinux(c.Resources.CPUShares, c.Resources.CPUQuota, c.Resources.CPUPeriod, c.Resources.MemoryLimitInBytes)
+			pr.Request.CPUMilli += r.CPUMilli
+			pr.Request.MemoryBytes += r.MemoryBytes
+		}
+		out := make([]reporter.PodRequest, 0, len(byPod))
+		for _, pr := range byPod {
+			out = append(out, *pr)
+		}
+		return out
+	}
+}
