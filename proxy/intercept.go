@@ -189,6 +189,9 @@ func (s *Server) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 		s.persist(ctx)
 	}
 	for _, c := range removed {
+		s.ctrLocks.Delete(c.ID)
+	}
+	for _, c := range removed {
 		s.postHooks(ctx, hooks.PostRemoveContainer, orStub(pod, c.PodSandboxID), c)
 	}
 	if pod != nil {
@@ -239,6 +242,7 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 }
 
 func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContainerRequest, opts []grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
+	defer s.lockContainer(req.GetContainerId())()
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	if pod != nil {
 		adj, err := s.runHooks(ctx, hooks.PreStartContainer, podInfo(pod), storedContainerInfo(ctr))
@@ -320,6 +324,7 @@ func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveCont
 	if err != nil {
 		return nil, err
 	}
+	s.ctrLocks.Delete(req.GetContainerId())
 	if removed, ok := s.store.RemoveContainer(req.GetContainerId()); ok {
 		s.persist(ctx)
 		s.postHooks(ctx, hooks.PostRemoveContainer, orStub(pod, removed.PodSandboxID), removed)
@@ -329,6 +334,7 @@ func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveCont
 }
 
 func (s *Server) updateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest, opts []grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	defer s.lockContainer(req.GetContainerId())()
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	if pod != nil {
 		ci := storedContainerInfo(ctr)

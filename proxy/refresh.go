@@ -48,6 +48,12 @@ func (s *Server) refreshAll(ctx context.Context) {
 }
 
 func (s *Server) refreshOne(ctx context.Context, pod *store.Pod, c *store.Container) bool {
+	defer s.lockContainer(c.ID)()
+	// Re-read under the lock: a start or update may have changed the container since the snapshot.
+	c, ok := s.store.Container(c.ID)
+	if !ok {
+		return false
+	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "container", c.Name, "containerID", c.ID)
 	ctx = klog.NewContext(ctx, logger)
 	adj, err := s.runHooks(ctx, hooks.PreUpdateContainerResources, podInfo(pod), storedContainerInfo(c))

@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +62,18 @@ type Server struct {
 
 	intercepted map[string]interceptFn
 	unary       map[string]bool
+
+	// ctrLocks serialises what the proxy does to one container: a refresh that moves a container to a
+	// new pool must not interleave with a start or an update that applies what hooks decided before.
+	ctrLocks sync.Map // container id → *sync.Mutex
+}
+
+// lockContainer takes the container's lock and returns its unlock.
+func (s *Server) lockContainer(id string) func() {
+	m, _ := s.ctrLocks.LoadOrStore(id, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // interceptFn handles one decoded lifecycle call. opts carry the header and trailer capture so the
