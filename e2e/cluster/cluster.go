@@ -41,8 +41,17 @@ const (
 	TandemProxy = "tandem-proxy"
 )
 
+// Daemons a test may add beside the cluster's with StartExtender: they are
+// absent from a cluster that Up starts, and Down stops them when present.
+const (
+	TandemExtender = "tandem-extender"
+	// ExtenderScheduler is a second kube-scheduler whose only profile calls
+	// tandem-extender; the cluster's own kube-scheduler stays unchanged.
+	ExtenderScheduler = "kube-scheduler-extender"
+)
+
 func daemonOrder() []string {
-	return []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, TandemProxy, Kubelet}
+	return []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, TandemExtender, ExtenderScheduler, TandemProxy, Kubelet}
 }
 
 // Options configure Up.

@@ -9,6 +9,7 @@ require (
 	k8s.io/client-go v0.36.3
 	k8s.io/cri-api v0.36.3
 	k8s.io/klog/v2 v2.140.0
+	k8s.io/kube-scheduler v0.36.3
 	k8s.io/kubelet v0.36.3
 	k8s.io/kubernetes v1.36.3
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
@@ -166,7 +167,6 @@ require (
 	k8s.io/kube-controller-manager v0.0.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
 	k8s.io/kube-proxy v0.0.0 // indirect
-	k8s.io/kube-scheduler v0.36.3 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
 	k8s.io/metrics v0.36.3 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
