@@ -364,3 +364,11 @@ func (s *Server) updateContainerResources(ctx context.Context, req *runtimeapi.U
 	}
 	return resp, nil
 }
+
+// StopPodSandbox stops a pod on the proxy's own behalf, as if kubelet had asked: the runtime stops it,
+// the store and the post-stop hooks see it. The node loops use it to evict when no API server is there.
+func (s *Server) StopPodSandbox(ctx context.Context, id string) error {
+	logger := klog.FromContext(ctx).WithValues("rpc", "StopPodSandbox", "podSandboxID", id)
+	_, err := s.stopPodSandbox(klog.NewContext(ctx, logger), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}, nil)
+	return err
+}

@@ -341,6 +341,9 @@ func run(ctx context.Context, args []string) error {
 			logger.Error(err, "Collectors stopped")
 		}
 	}()
+	if err := startNodeLoops(ctx, st, col, cpus, cgroups, policyDeps.PoolsChanged, client, srv, reg); err != nil {
+		return err
+	}
 	if client != nil {
 		rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
 			Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(srv.Store()),

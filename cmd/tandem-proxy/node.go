@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -14,9 +15,14 @@ import (
 
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
+	"github.com/tandemkit/tandem/metrics/suppress"
+	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/resource/cgroup"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
 
 // kubeClient connects to the API server named by kubeconfig, or the in-cluster one; with neither it
@@ -104,5 +110,66 @@ func podRequests(st *store.Store) func() []reporter.PodRequest {
 			out = append(out, *pr)
 		}
 		return out
+	}
+}
+
+// startNodeLoops starts CPU suppression and eviction, configured by resource-threshold-config (off unless
+// the operator enables it, as in Koordinator).
+func startNodeLoops(ctx context.Context, st settings, col *collector.Collector, cpus *alloc.Allocator, cgroups cgroup.Writer,
+	poolsChanged func(), client kubernetes.Interface, srv *proxy.Server, reg prometheus.Registerer) error {
+	logger := klog.FromContext(ctx)
+	thresholds := st.colocation.Load().ResourceThreshold
+	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Cgroups: cgroups, Registerer: reg}
+	if cpus != nil {
+		sdeps.CPUs = cpus
+	}
+	sup, err := suppress.New(suppress.FromSLO(suppress.DefaultConfig(), thresholds), sdeps)
+	if err != nil {
+		// A policy the node cannot apply (cpuset without a topology) must not stop the proxy.
+		logger.Error(err, "CPU suppression off")
+	} else {
+		go func() {
+			if err := sup.Run(ctx); err != nil {
+				logger.Error(err, "CPU suppression stopped")
+			}
+		}()
+	}
+	var ev evict.Evictor = evict.NewCRIEvictor(srv)
+	if client != nil {
+		ev = evict.NewAPIEvictor(client, st.podSpec.NodeName)
+	}
+	edeps := evict.Deps{Latest: col.Latest, Evictor: ev, Registerer: reg, Pods: podMeta(srv.Store())}
+	if sup != nil {
+		edeps.BEAllowedMilli = sup.AllowedMilli
+	}
+	el, err := evict.New(evict.FromSLO(evict.DefaultConfig(), thresholds), edeps)
+	if err != nil {
+		return fmt.Errorf("eviction: %w", err)
+	}
+	go func() {
+		if err := el.Run(ctx); err != nil {
+			logger.Error(err, "Eviction stopped")
+		}
+	}()
+	return nil
+}
+
+// podMeta tells the eviction loop a pod's sandbox and CPU request, from the store.
+func podMeta(st *store.Store) func(uid string) (evict.PodMeta, bool) {
+	return func(uid string) (evict.PodMeta, bool) {
+		snap := st.Snapshot()
+		for _, p := range snap.Pods {
+			if p.UID != uid {
+				continue
+			}
+			m := evict.PodMeta{SandboxID: p.ID}
+			for _, c := range snap.Containers {
+				if c.PodSandboxID == p.ID && c.Resources != nil {
+					m.CPURequestMilli += reclaim.RequestFromLinux(c.Resources.CPUShares, c.Resources.CPUQuota, c.Resources.CPUPeriod, 0).CPUMilli
+				}
+			}
+			return m, true
+		}
+		return evict.PodMeta{}, false
 	}
 }
