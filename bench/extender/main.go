@@ -93,7 +93,7 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("cluster: %d nodes, %d assigned pods, cache synced in %s; GOMAXPROCS=%d, %s %s/%s\n",
 		*clusterSize, *clusterSize**podsPerNode, time.Since(start).Round(time.Millisecond), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Printf("pod: a Spark executor requesting kubernetes.io/batch-cpu 1000 and batch-memory 2Gi (managedResources sends only batch pods)\n")
+	fmt.Printf("pod: a Spark executor requesting kubernetes.io/batch-cpu 1000 and batch-memory 2Gi\n")
 
 	scale := 1
 	if *quick {
