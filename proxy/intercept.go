@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -48,7 +49,8 @@ func (s *Server) runHooks(ctx context.Context, stage hooks.Stage, pod *hooks.Pod
 	if s.hooks == nil {
 		return nil, nil
 	}
-	return s.hooks.Run(ctx, stage, pod, ctr)
+	// Kubelet's metadata is for the runtime, not for hook servers.
+	return s.hooks.Run(metadata.NewOutgoingContext(ctx, nil), stage, pod, ctr)
 }
 
 // orStub returns pod, or a stand-in carrying only the sandbox id when the store no longer knows the pod,
