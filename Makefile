@@ -1,7 +1,8 @@
 # Tandem's entry points. `sudo make demo` and `sudo make test` are the two commands the README promises
 # work on a fresh Debian 12 machine with Go installed.
 
-GO       ?= go
+# sudo may drop /usr/local/go/bin from PATH: fall back to where the Go tarball installs.
+GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 BIN      ?= bin
 E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 # Which containerd builds the e2e tier runs against: Debian's 1.6 and a v2.4.2 built once and cached.
