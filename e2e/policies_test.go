@@ -21,7 +21,6 @@ import (
 // removes it when the test ends.
 func podCgroup(t *testing.T, parent string) {
 	t.Helper()
-	var made []string
 	for _, ctrl := range []string{"cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer"} {
 		dir := filepath.Join("/sys/fs/cgroup", ctrl, parent)
 		if _, err := os.Stat(filepath.Dir(filepath.Dir(dir))); err != nil {
@@ -30,21 +29,49 @@ func podCgroup(t *testing.T, parent string) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatalf("create pod cgroup %s: %v", dir, err)
 		}
-		made = append(made, dir)
 	}
 	t.Cleanup(func() {
-		// Innermost first; the containers' cgroups are gone once their pod was removed.
-		for _, d := range made {
-			for p := d; p != filepath.Dir(filepath.Join("/sys/fs/cgroup", filepath.Base(filepath.Dir(filepath.Dir(d))))); p = filepath.Dir(p) {
-				if filepath.Base(p) == "kubepods" || filepath.Base(filepath.Dir(p)) == "kubepods" || filepath.Base(p) == filepath.Base(d) {
-					_ = os.Remove(p)
-				}
-				if filepath.Base(p) == "kubepods" {
-					break
-				}
+		// The pod's cgroup, then its QoS and kubepods parents, in every hierarchy (runc also makes the pod's
+		// cgroup in the named systemd one): os.Remove only removes empty cgroups, so parents another pod
+		// still uses stay. The containers' cgroups are gone with their pod.
+		hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, h := range hierarchies {
+			for i, p := 0, filepath.Join(h, parent); i < 3; i, p = i+1, filepath.Dir(p) {
+				_ = os.Remove(p)
 			}
 		}
 	})
+}
+
+// batchSpec is the extended-resource-spec of runBEPod's container c0: 1 batch CPU requested, 1.5 the limit,
+// 64Mi of memory.
+const batchSpec = `{"containers":{"c0":{"requests":{"kubernetes.io/batch-cpu":"1k","kubernetes.io/batch-memory":"64Mi"},"limits":{"kubernetes.io/batch-cpu":"1500","kubernetes.io/batch-memory":"64Mi"}}}}`
+
+// runBEPod runs a BE pod with batch resources (batchSpec) and one container through the proxy, in a pod
+// cgroup made as kubelet would, and removes it when the test ends. It returns the pod's cgroup parent and
+// the container's id.
+func runBEPod(t *testing.T, ctx context.Context, e *env, name string) (parent, ctrID string) {
+	t.Helper()
+	uid := framework.NewUID()
+	parent = "/kubepods/besteffort/pod" + uid
+	podCgroup(t, parent)
+	cfg := framework.PodSandboxConfig(name, "e2e", true)
+	cfg.Metadata.Uid = uid
+	cfg.Linux.CgroupParent = parent
+	cfg.Labels["koordinator.sh/qosClass"] = "BE"
+	cfg.Annotations["node.koordinator.sh/extended-resource-spec"] = batchSpec
+	podID, ids, err := framework.RunPod(ctx, e.viaProxy, cfg, 1)
+	if podID != "" {
+		t.Cleanup(func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			_ = framework.RemovePod(cctx, e.direct, podID)
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parent, ids[0]
 }
 
 func readCgroup(t *testing.T, ctrl, parent, file string) string {
@@ -62,28 +89,8 @@ func readCgroup(t *testing.T, ctrl, parent, file string) string {
 // is refused with InvalidArgument and leaves nothing behind.
 func TestBuiltinPolicies(t *testing.T) {
 	forEachRuntime(t, envOptions{}, func(t *testing.T, ctx context.Context, e *env) {
-		uid := framework.NewUID()
-		parent := "/kubepods/besteffort/pod" + uid
-		podCgroup(t, parent)
-
-		cfg := framework.PodSandboxConfig("nginx-be", "e2e", true)
-		cfg.Metadata.Uid = uid
-		cfg.Linux.CgroupParent = parent
-		cfg.Labels["koordinator.sh/qosClass"] = "BE"
-		cfg.Annotations["node.koordinator.sh/extended-resource-spec"] =
-			`{"containers":{"c0":{"requests":{"kubernetes.io/batch-cpu":"1k","kubernetes.io/batch-memory":"64Mi"},"limits":{"kubernetes.io/batch-cpu":"1500","kubernetes.io/batch-memory":"64Mi"}}}}`
-		podID, ids, err := framework.RunPod(ctx, e.viaProxy, cfg, 1)
-		if podID != "" {
-			t.Cleanup(func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-				defer cancel()
-				_ = framework.RemovePod(cctx, e.direct, podID)
-			})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctrDir := filepath.Join(parent, ids[0])
+		parent, ctr := runBEPod(t, ctx, e, "nginx-be")
+		ctrDir := filepath.Join(parent, ctr)
 		for _, c := range []struct{ ctrl, dir, file, want string }{
 			{"cpu", ctrDir, "cpu.shares", "1024"},
 			{"cpu", ctrDir, "cpu.cfs_quota_us", "150000"},
@@ -97,7 +104,7 @@ func TestBuiltinPolicies(t *testing.T) {
 				t.Errorf("%s/%s = %s, want %s", c.dir, c.file, got, c.want)
 			}
 		}
-		st, err := e.direct.ContainerStatus(ctx, ids[0], false)
+		st, err := e.direct.ContainerStatus(ctx, ctr, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -86,31 +86,12 @@ func TestTandemctl(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		uid := framework.NewUID()
-		parent := "/kubepods/besteffort/pod" + uid
-		podCgroup(t, parent)
-		cfg := framework.PodSandboxConfig("nginx-be", "e2e", true)
-		cfg.Metadata.Uid = uid
-		cfg.Linux.CgroupParent = parent
-		cfg.Labels["koordinator.sh/qosClass"] = "BE"
-		cfg.Annotations["node.koordinator.sh/extended-resource-spec"] =
-			`{"containers":{"c0":{"requests":{"kubernetes.io/batch-cpu":"1k","kubernetes.io/batch-memory":"64Mi"},"limits":{"kubernetes.io/batch-cpu":"1500","kubernetes.io/batch-memory":"64Mi"}}}}`
-		bePod, beIDs, err := framework.RunPod(ctx, e.viaProxy, cfg, 1)
-		if bePod != "" {
-			t.Cleanup(func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-				defer cancel()
-				_ = framework.RemovePod(cctx, e.direct, bePod)
-			})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		parent, be := runBEPod(t, ctx, e, "nginx-be")
 		exclusive := cpusetOf(t, ctx, e, lse)
 		// The LS/BE pools move off the LSE CPU asynchronously; wait until the kernel shows it.
 		other := map[string]string{"0": "1", "1": "0"}[exclusive]
 		waitCPUSet(t, ctx, e, plainIDs[0], other, 2*time.Second)
-		waitCPUSet(t, ctx, e, beIDs[0], other, 2*time.Second)
+		waitCPUSet(t, ctx, e, be, other, 2*time.Second)
 
 		table, err := tandemctl(t, ctx, bin, addr, "pods")
 		if err != nil {
@@ -131,7 +112,7 @@ func TestTandemctl(t *testing.T) {
 		}{
 			plainIDs[0]: {"plain", "LS", "-"}, // no class label, no kubelet cgroup parent: the shared pool
 			lse:         {"nginx-lse", "LSE", "-"},
-			beIDs[0]:    {"nginx-be", "BE", "1"},
+			be:          {"nginx-be", "BE", "1"},
 		}
 		seen := 0
 		for _, c := range view.Containers {
@@ -187,11 +168,11 @@ func TestTandemctl(t *testing.T) {
 		}
 
 		// BE memory limit as the file says, in the table's units.
-		if got := readCgroup(t, "memory", filepath.Join(parent, beIDs[0]), "memory.limit_in_bytes"); got != fmt.Sprint(64<<20) {
+		if got := readCgroup(t, "memory", filepath.Join(parent, be), "memory.limit_in_bytes"); got != fmt.Sprint(64<<20) {
 			t.Fatalf("BE memory.limit_in_bytes %s, want 64 MiB", got)
 		}
 		for _, c := range view.Containers {
-			if c.ID == beIDs[0] && c.MemoryLimit.Kernel != "64Mi" {
+			if c.ID == be && c.MemoryLimit.Kernel != "64Mi" {
 				t.Errorf("BE memory limit shown %q, want 64Mi", c.MemoryLimit.Kernel)
 			}
 		}

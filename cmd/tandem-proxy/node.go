@@ -154,22 +154,34 @@ func startNodeLoops(ctx context.Context, st settings, col *collector.Collector, 
 	return nil
 }
 
-// podMeta tells the eviction loop a pod's sandbox and CPU request, from the store.
+// podMeta tells the eviction loop a pod's sandbox and CPU request, from the store. The loop asks once per
+// candidate pod; the index is rebuilt only when the store changed, not copied on every question.
 func podMeta(st *store.Store) func(uid string) (evict.PodMeta, bool) {
+	var mu sync.Mutex
+	gen, byUID := uint64(math.MaxUint64), map[string]evict.PodMeta(nil)
 	return func(uid string) (evict.PodMeta, bool) {
-		snap := st.Snapshot()
-		for _, p := range snap.Pods {
-			if p.UID != uid {
-				continue
+		mu.Lock()
+		defer mu.Unlock()
+		if g := st.Generation(); g != gen {
+			gen = g
+			snap := st.Snapshot()
+			byID := make(map[string]string, len(snap.Pods))
+			byUID = make(map[string]evict.PodMeta, len(snap.Pods))
+			for _, p := range snap.Pods {
+				byID[p.ID] = p.UID
+				byUID[p.UID] = evict.PodMeta{SandboxID: p.ID}
 			}
-			m := evict.PodMeta{SandboxID: p.ID}
 			for _, c := range snap.Containers {
-				if c.PodSandboxID == p.ID && c.Resources != nil {
-					m.CPURequestMilli += reclaim.RequestFromLinux(c.Resources.CPUShares, c.Resources.CPUQuota, c.Resources.CPUPeriod, 0).CPUMilli
+				u, ok := byID[c.PodSandboxID]
+				if !ok || c.Resources == nil {
+					continue
 				}
+				m := byUID[u]
+				m.CPURequestMilli += reclaim.RequestFromLinux(c.Resources.CPUShares, c.Resources.CPUQuota, c.Resources.CPUPeriod, 0).CPUMilli
+				byUID[u] = m
 			}
-			return m, true
 		}
-		return evict.PodMeta{}, false
+		m, ok := byUID[uid]
+		return m, ok
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tandemkit/tandem/e2e/framework"
 )
 
 func TestExecStart(t *testing.T) {
@@ -223,8 +225,8 @@ func TestUnescapeMount(t *testing.T) {
 		{`/a\011b\134`, "/a\tb\\"},
 	}
 	for _, tc := range tests {
-		if got := unescapeMount(tc.in); got != tc.want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := framework.UnescapeMount(tc.in); got != tc.want {
+			t.Errorf("framework.UnescapeMount(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

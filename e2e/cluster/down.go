@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/e2e/framework"
 )
 
 // cgroupMounts returns the mount points of every cgroup hierarchy (v1
@@ -253,28 +255,9 @@ func readMounts() ([]mount, error) {
 		if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) {
 			continue
 		}
-		out = append(out, mount{point: unescapeMount(fields[4]), fstype: fields[sep+1]})
+		out = append(out, mount{point: framework.UnescapeMount(fields[4]), fstype: fields[sep+1]})
 	}
 	return out, sc.Err()
-}
-
-// unescapeMount decodes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // unmountUnder detaches every mount at or below dir, deepest first; kubelet

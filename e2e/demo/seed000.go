@@ -133,10 +133,12 @@ func makePodCgroup(parent string) error {
 	return nil
 }
 
-// removeDemoCgroups removes the demo's cgroup tree, deepest first; the containers are gone by then.
+// removeDemoCgroups removes the demo's cgroup tree, deepest first, from every hierarchy: runc also makes
+// the pods' cgroups in the named systemd and the unified ones. The containers are gone by then.
 func removeDemoCgroups() {
-	for _, ctrl := range cgroupControllers() {
-		root := filepath.Join("/sys/fs/cgroup", ctrl, demoCgroupRoot)
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hierarchies {
+		root := filepath.Join(h, demoCgroupRoot)
 		var dirs []string
 		_ = filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
 			if err == nil && e.IsDir() {

@@ -415,7 +415,7 @@ func unmountUnder(dir string) error {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
+		mp := UnescapeMount(fields[4])
 		if strings.HasPrefix(mp, dir+"/") {
 			points = append(points, mp)
 		}
@@ -430,8 +430,8 @@ func unmountUnder(dir string) error {
 	return errors.Join(errs...)
 }
 
-// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
-func unescapeMount(s string) string {
+// UnescapeMount decodes the octal escapes (\040 for space) of /proc/self/mountinfo.
+func UnescapeMount(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

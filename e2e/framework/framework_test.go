@@ -162,8 +162,8 @@ func TestUnescapeMount(t *testing.T) {
 		{`/tmp/trailing\04`, `/tmp/trailing\04`},
 	}
 	for _, tc := range tests {
-		if got := unescapeMount(tc.in); got != tc.want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := UnescapeMount(tc.in); got != tc.want {
+			t.Errorf("UnescapeMount(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
