@@ -177,24 +177,28 @@ func setStr(m map[string]string, k string, v *string) {
 	}
 }
 
-// writeAll writes every file, in a stable order, and reports every failure. A cgroup that does not exist
-// is ErrNotFound: the settings cannot be applied, and creating it here would leave a cgroup behind that
-// nothing removes.
-func writeAll(files map[string]string, path func(string) string) error {
+// writeOrder is the order files are written in: by name, except cpu.idle, which goes last. Once a group
+// is idle the kernel refuses (EINVAL) any cpu.shares or cpu.weight write and reports the idle weight.
+func writeOrder(files map[string]string) []string {
 	names := make([]string, 0, len(files))
 	for k := range files {
 		names = append(names, k)
 	}
-	// cpu.idle goes last: once a group is idle the kernel refuses (EINVAL) any cpu.shares or cpu.weight
-	// write, and reports the idle weight instead.
 	sort.Slice(names, func(i, j int) bool {
 		if (names[i] == "cpu.idle") != (names[j] == "cpu.idle") {
 			return names[j] == "cpu.idle"
 		}
 		return names[i] < names[j]
 	})
+	return names
+}
+
+// writeAll writes every file, in a stable order, and reports every failure. A cgroup that does not exist
+// is ErrNotFound: the settings cannot be applied, and creating it here would leave a cgroup behind that
+// nothing removes.
+func writeAll(files map[string]string, path func(string) string) error {
 	var errs []error
-	for _, name := range names {
+	for _, name := range writeOrder(files) {
 		p := path(name)
 		if _, err := os.Stat(filepath.Dir(p)); errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("cgroup %s does not exist: %w", filepath.Dir(p), errdefs.ErrNotFound))

@@ -3,6 +3,7 @@ package cgroup
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -162,23 +163,14 @@ func TestSupports(t *testing.T) {
 	}
 }
 
-// TestIdleWrittenLast checks the order a kernel needs: shares first, cpu.idle last (an idle group refuses
-// shares with EINVAL). The fake file system cannot refuse, so the test records the order of writes by
-// making cpu.shares a directory: if it were written after cpu.idle, cpu.idle would already hold "1" when
-// the error is reported, and the error would be the only failure either way; instead compare mtimes.
+// TestIdleWrittenLast checks the order a kernel needs: cpu.idle after cpu.shares and cpu.weight, which an
+// idle group refuses (EINVAL). A fake tree cannot refuse, so the rule is tested on the order itself; the
+// e2e suite writes a real idle pod cgroup.
 func TestIdleWrittenLast(t *testing.T) {
 	t.Parallel()
-	pod := "kubepods/besteffort/pod1"
-	root := fakeTree(t, "cpu/"+pod+"/cpu.shares", "cpu/"+pod+"/cpu.idle", "cpu/"+pod+"/cpu.cfs_quota_us")
-	w, _ := New(root)
-	if err := w.Write("/"+pod, Settings{CPUShares: i64(1024), CPUQuota: i64(1000), Files: map[string]string{"cpu.idle": "1"}}); err != nil {
-		t.Fatal(err)
-	}
-	idle, _ := os.Stat(filepath.Join(root, "cpu", pod, "cpu.idle"))
-	for _, f := range []string{"cpu.shares", "cpu.cfs_quota_us"} {
-		fi, _ := os.Stat(filepath.Join(root, "cpu", pod, f))
-		if fi.ModTime().After(idle.ModTime()) {
-			t.Fatalf("%s written after cpu.idle; the kernel would refuse it", f)
-		}
+	got := writeOrder(map[string]string{"cpu.idle": "1", "cpu.shares": "2", "cpu.weight": "1", "cpu.cfs_quota_us": "-1", "memory.limit_in_bytes": "1"})
+	want := []string{"cpu.cfs_quota_us", "cpu.shares", "cpu.weight", "memory.limit_in_bytes", "cpu.idle"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("write order %v, want %v", got, want)
 	}
 }
