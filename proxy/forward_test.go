@@ -144,6 +144,32 @@ func TestForwardOversizeMessage(t *testing.T) {
 	}
 }
 
+// Messages just under kubelet's 16 MiB limit pass both ways, although the proxy's flow-control window
+// (localWindow) is a quarter of that: the window is refilled as the message moves.
+func TestForwardLargeMessages(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		name    string
+		req     *runtimeapi.ExecSyncRequest
+		wantOut int
+	}{
+		{"15 MiB request", &runtimeapi.ExecSyncRequest{ContainerId: "c", Cmd: []string{string(make([]byte, 15<<20))}}, 1 << 10},
+		{"15 MiB response", &runtimeapi.ExecSyncRequest{ContainerId: "c", Cmd: make([]string, 15<<10)}, 15 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := h.rs().ExecSync(ctx, tc.req)
+			if err != nil {
+				t.Fatalf("ExecSync: %v", err)
+			}
+			if got := len(resp.GetStdout()); got != tc.wantOut {
+				t.Fatalf("stdout is %d bytes, want %d", got, tc.wantOut)
+			}
+		})
+	}
+}
+
 func TestRuntimeDownFailsFastWithUnavailable(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{})

@@ -297,7 +297,8 @@ func startRuntime(t testing.TB, rt *fakeRuntime, sock string) *grpc.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(grpc.UnknownServiceHandler(futureEcho))
+	// containerd accepts and sends messages up to 16 MiB, as kubelet does.
+	gs := grpc.NewServer(grpc.UnknownServiceHandler(futureEcho), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))
 	runtimeapi.RegisterRuntimeServiceServer(gs, rt)
 	runtimeapi.RegisterImageServiceServer(gs, rt)
 	go func() { _ = gs.Serve(lis) }()

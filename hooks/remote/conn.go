@@ -25,6 +25,9 @@ import (
 // comes back within a second or so; the default two minutes would fail calls long after it returned.
 const maxReconnectDelay = time.Second
 
+// localWindow is the HTTP/2 flow-control window toward a hook server: hook messages are kilobytes.
+const localWindow = 1 << 20
+
 // Conn is the connection to one hook server endpoint, shared by every hook registered with it. gRPC
 // reconnects by itself when the server returns; calls fail fast while it is away, so a dead server
 // costs one failed call, not a timeout.
@@ -72,6 +75,10 @@ func (c *Conn) api() (v1alpha1.RuntimeHookServiceClient, error) {
 	if c.cc == nil {
 		cc, err := grpc.NewClient(c.target,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// A fixed window: grpc-go's bandwidth estimation would ping the hook server after every answer,
+			// one more write and wake-up per call for a window a local socket never needs to grow.
+			grpc.WithStaticStreamWindowSize(localWindow),
+			grpc.WithStaticConnWindowSize(localWindow),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxReconnectDelay},
 				MinConnectTimeout: time.Second,
