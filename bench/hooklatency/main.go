@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -43,10 +44,8 @@ type options struct {
 	warmup     int
 	jsonPath   string
 	stateRoot  string
-	// hookProcess runs the hook server in a process of its own, as hook servers run on a node.
-	hookProcess bool
-	// serveHook makes this binary the hook server, on that socket: how it starts itself for hookProcess.
-	serveHook string
+	// singleProcess runs every server in the benchmark's own process instead of one process each.
+	singleProcess bool
 }
 
 // errMissed is returned when the run worked but a target was missed.
@@ -60,9 +59,7 @@ func main() {
 	fs.IntVar(&o.warmup, "warmup", 500, "untimed calls per variant before timing")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&o.stateRoot, "state-root", "/dev/shm", "tmpfs directory for the proxies' state and sockets: the checkpoint's fsync on a disk would drown the hooks")
-	fs.BoolVar(&o.hookProcess, "hook-server-process", false, "run the hook server in a process of its own, as on a node, instead of in the benchmark's process")
-	fs.StringVar(&o.serveHook, "serve-hook", "", "internal: serve the benchmark's hook server on this socket")
-	_ = fs.MarkHidden("serve-hook")
+	fs.BoolVar(&o.singleProcess, "single-process", false, "run the runtime, the hook server, the proxies and the relays in this process, sharing one Go runtime, instead of one process each as on a node")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -71,8 +68,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	ctx = klog.NewContext(ctx, klog.Background().WithName("hooklatency"))
 	var err error
-	if o.serveHook != "" {
-		err = serveHookServer(ctx, o.serveHook)
+	if spec := os.Getenv(childEnv); spec != "" {
+		err = serveChild(ctx, spec)
 	} else {
 		err = run(ctx, o)
 	}
@@ -123,91 +120,36 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(dir)
 
-	// The remote hook server; the remote variants and the bare round trip all call it.
-	hookSock := filepath.Join(dir, "hook.sock")
-	stopHook, err := startHookServer(ctx, hookSock, o.hookProcess)
+	start := processes
+	if o.singleProcess {
+		start = inProcess
+	}
+	variants, hookSock, finish, err := start(ctx, dir)
 	if err != nil {
 		return err
 	}
-	defer stopHook()
-	conn, err := remote.NewConn("unix://" + hookSock)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-
-	// The remote-1 proxy's hook metrics: its histogram tells how long the hook call took inside the proxy.
-	inProxy := prometheus.NewRegistry()
-	setups := []struct {
-		name, description string
-		dispatcher        func() (*hooks.Dispatcher, error)
-		want              func(*hooks.Resources, map[string]string) bool
-	}{
-		{"none", "no hooks", func() (*hooks.Dispatcher, error) { return hooks.NewDispatcher(ctx, nil, nil) },
-			func(r *hooks.Resources, _ map[string]string) bool { return r.CPUShares == kubeletShares }},
-		{"inproc-1", "1 in-process hook", func() (*hooks.Dispatcher, error) { return hooks.NewDispatcher(ctx, policies(1), nil) },
-			func(r *hooks.Resources, _ map[string]string) bool { return r.CPUShares == 512 }},
-		{"inproc-5", "5 in-process hooks", func() (*hooks.Dispatcher, error) { return hooks.NewDispatcher(ctx, policies(5), nil) },
-			func(r *hooks.Resources, ann map[string]string) bool {
-				return r.CPUShares == 512 && r.CpusetCpus == "0" && r.CPUQuota == 200000 && r.MemoryLimitInBytes == 1<<30 && ann["tandem.io/qos"] == "LS"
-			}},
-		{"remote-1", "1 remote hook", func() (*hooks.Dispatcher, error) { return remoteDispatcher(ctx, conn, inProxy) },
-			func(r *hooks.Resources, _ map[string]string) bool { return r.CPUShares == 512 }},
-		// Tandem's own policies as tandem-proxy runs them by default, on this machine's real topology and
-		// cgroups: the benchmark's pod is BE, so qos, cpuset and the OOM score act on it.
-		{"builtin", "all built-in policies", func() (*hooks.Dispatcher, error) { return builtinDispatcher(ctx) },
-			func(r *hooks.Resources, ann map[string]string) bool {
-				return ann["tandem.io/qos-class"] == "BE" && r.CpusetCpus != "" && r.OomScoreAdj == 1000
-			}},
-	}
-	var variants []variant
-	for _, s := range setups {
-		d, err := s.dispatcher()
-		if err != nil {
-			return fmt.Errorf("%s: build the hooks: %w", s.name, err)
+	finished := false
+	defer func() {
+		if !finished {
+			_, _ = finish()
 		}
-		t, stopProxy, err := startProxy(ctx, dir, s.name, d)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		defer stopProxy()
-		// A run that measured hooks that did not act would be worthless: check that they did.
-		if err := t.verify(ctx, s.want); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		variants = append(variants, variant{name: s.name, description: s.description, createContainer: true, once: t.once})
-	}
+	}()
 	api, closeAPI, err := hookClient(hookSock)
 	if err != nil {
 		return err
 	}
 	defer closeAPI()
-	variants = append(variants, variant{name: "grpc-rtt", description: "bare gRPC round trip to the hook server", once: hookCall(api)})
-	// Not targets: the same round trip made by a gRPC server's handler while its own caller waits,
-	// as any gRPC proxy makes it, less the same relay answering at once. A nested call costs more than
-	// a bare one in grpc-go, whatever the proxy does around it.
-	for _, rl := range []struct {
-		name, description string
-		hook              v1alpha1.RuntimeHookServiceClient
-	}{
-		{"relay-empty", "a gRPC relay answering at once", nil},
-		{"relay-rtt", "the same relay making the round trip", api},
-	} {
-		sock := filepath.Join(dir, rl.name+".sock")
-		stopRelay, err := serveUnix(ctx, sock, func(s *grpc.Server) { v1alpha1.RegisterRuntimeHookServiceServer(s, relay{hook: rl.hook}) })
-		if err != nil {
-			return err
-		}
-		defer stopRelay()
-		c, closeC, err := hookClient(sock)
-		if err != nil {
-			return err
-		}
-		defer closeC()
-		variants = append(variants, variant{name: rl.name, description: rl.description, once: hookCall(c)})
+	// The bare round trip goes after the proxies (variants[0] is the one without hooks) and before the
+	// relays, as the report lists them.
+	bare := variant{name: "grpc-rtt", description: "bare gRPC round trip to the hook server", once: hookCall(api)}
+	variants = slices.Insert(variants, len(setups()), bare)
+	// The remote hook through the dispatcher without a proxy around it tells the framework's own cost
+	// around the round trip apart from the cost of a nested call inside the proxy.
+	conn, err := remote.NewConn("unix://" + hookSock)
+	if err != nil {
+		return err
 	}
-	// Nor is the remote hook through the dispatcher without the proxy around it, which tells the
-	// framework's own cost around the round trip apart from the cost of a nested call inside the proxy.
+	defer conn.Close()
 	rd, err := remoteDispatcher(ctx, conn, nil)
 	if err != nil {
 		return err
@@ -222,15 +164,16 @@ func run(ctx context.Context, o options) error {
 	variants = append(variants, variant{name: "inproc5-dispatch", description: "5 in-process hooks via Dispatcher.Run alone", once: dispatchOnce(d5)})
 
 	m := readMachine()
-	logger.Info("Measuring", "variants", len(variants), "iterations", o.iterations, "batch", o.batch, "warmup", o.warmup)
+	m.Processes = !o.singleProcess
+	logger.Info("Measuring", "variants", len(variants), "iterations", o.iterations, "batch", o.batch, "warmup", o.warmup, "singleProcess", o.singleProcess)
 	samples, err := measure(ctx, variants, o)
 	if err != nil {
 		return err
 	}
 	m.LoadAfter = loadAverage()
 	rep := newReport(m, o, variants, samples)
-	rep.RemoteHookInProxyMean, err = meanHookSeconds(inProxy)
-	if err != nil {
+	finished = true
+	if rep.RemoteHookInProxyMean, err = finish(); err != nil {
 		return err
 	}
 	rep.print(os.Stdout)
@@ -243,6 +186,138 @@ func run(ctx context.Context, o options) error {
 		return errMissed
 	}
 	return nil
+}
+
+// setup is one proxy variant: the hooks it runs and what they must have changed in a container.
+type setup struct {
+	name, description string
+	// dispatcher builds the hooks; hookSock is the hook server's socket, for the remote variant. The
+	// returned func closes what the hooks opened.
+	dispatcher func(ctx context.Context, hookSock string, reg prometheus.Registerer) (*hooks.Dispatcher, func(), error)
+	want       func(*hooks.Resources, map[string]string) bool
+}
+
+// setups lists the proxy variants; the first has no hooks, and the others' latency is added to it.
+func setups() []setup {
+	inProcess := func(regs func() []hooks.Registration) func(context.Context, string, prometheus.Registerer) (*hooks.Dispatcher, func(), error) {
+		return func(ctx context.Context, _ string, reg prometheus.Registerer) (*hooks.Dispatcher, func(), error) {
+			d, err := hooks.NewDispatcher(ctx, regs(), reg)
+			return d, func() {}, err
+		}
+	}
+	return []setup{
+		{"none", "no hooks", inProcess(func() []hooks.Registration { return nil }),
+			func(r *hooks.Resources, _ map[string]string) bool { return r.CPUShares == kubeletShares }},
+		{"inproc-1", "1 in-process hook", inProcess(func() []hooks.Registration { return policies(1) }),
+			func(r *hooks.Resources, _ map[string]string) bool { return r.CPUShares == 512 }},
+		{"inproc-5", "5 in-process hooks", inProcess(func() []hooks.Registration { return policies(5) }),
+			func(r *hooks.Resources, ann map[string]string) bool {
+				return r.CPUShares == 512 && r.CpusetCpus == "0" && r.CPUQuota == 200000 && r.MemoryLimitInBytes == 1<<30 && ann["tandem.io/qos"] == "LS"
+			}},
+		{"remote-1", "1 remote hook", func(ctx context.Context, hookSock string, reg prometheus.Registerer) (*hooks.Dispatcher, func(), error) {
+			conn, err := remote.NewConn("unix://" + hookSock)
+			if err != nil {
+				return nil, nil, err
+			}
+			d, err := remoteDispatcher(ctx, conn, reg)
+			return d, func() { _ = conn.Close() }, err
+		}, func(r *hooks.Resources, _ map[string]string) bool { return r.CPUShares == 512 }},
+		// Tandem's own policies as tandem-proxy runs them by default, on this machine's real topology and
+		// cgroups: the benchmark's pod is BE, so qos, cpuset and the OOM score act on it.
+		{"builtin", "all built-in policies", func(ctx context.Context, _ string, _ prometheus.Registerer) (*hooks.Dispatcher, func(), error) {
+			d, err := builtinDispatcher(ctx)
+			return d, func() {}, err
+		}, func(r *hooks.Resources, ann map[string]string) bool {
+			return ann["tandem.io/qos-class"] == "BE" && r.CpusetCpus != "" && r.OomScoreAdj == 1000
+		}},
+	}
+}
+
+func findSetup(name string) (setup, bool) {
+	for _, s := range setups() {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return setup{}, false
+}
+
+// inProcess runs every server in this process: one Go runtime, scheduler and garbage collector for the
+// proxies, their runtimes, the hook server and the relays. Its figures show what sharing them costs;
+// processes is how servers run on a node.
+func inProcess(ctx context.Context, dir string) ([]variant, string, func() (float64, error), error) {
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+		stops = nil
+	}
+	fail := func(err error) ([]variant, string, func() (float64, error), error) {
+		stopAll()
+		return nil, "", nil, err
+	}
+	hookSock := filepath.Join(dir, "hook.sock")
+	stopHook, err := serveUnix(ctx, hookSock, registerHookServer)
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopHook)
+	// The remote proxy's hook metrics: its histogram tells how long the hook call took inside the proxy.
+	inProxy := prometheus.NewRegistry()
+	var variants []variant
+	for _, s := range setups() {
+		var reg prometheus.Registerer
+		if s.name == "remote-1" {
+			reg = inProxy
+		}
+		d, closeHooks, err := s.dispatcher(ctx, hookSock, reg)
+		if err != nil {
+			return fail(fmt.Errorf("%s: build the hooks: %w", s.name, err))
+		}
+		stops = append(stops, closeHooks)
+		rtSock := filepath.Join(dir, s.name+"-rt.sock")
+		stopRT, err := serveUnix(ctx, rtSock, func(s *grpc.Server) { runtimeapi.RegisterRuntimeServiceServer(s, newStubRuntime()) })
+		if err != nil {
+			return fail(err)
+		}
+		stops = append(stops, stopRT)
+		t, stopProxy, err := startProxyAt(ctx, filepath.Join(dir, s.name+".sock"), rtSock, filepath.Join(dir, s.name+"-state"), s.name, d)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", s.name, err))
+		}
+		stops = append(stops, stopProxy)
+		// A run that measured hooks that did not act would be worthless: check that they did.
+		if err := t.verify(ctx, s.want); err != nil {
+			return fail(fmt.Errorf("%s: %w", s.name, err))
+		}
+		variants = append(variants, variant{name: s.name, description: s.description, createContainer: true, once: t.once})
+	}
+	// Not targets: the same round trip made by a gRPC server's handler while its own caller waits,
+	// as any gRPC proxy makes it, less the same relay answering at once.
+	for _, rl := range []struct{ name, description, hook string }{
+		{"relay-empty", "a gRPC relay answering at once", ""},
+		{"relay-rtt", "the same relay making the round trip", hookSock},
+	} {
+		sock := filepath.Join(dir, rl.name+".sock")
+		stopRelay, err := serveRelay(ctx, sock, rl.hook)
+		if err != nil {
+			return fail(err)
+		}
+		stops = append(stops, stopRelay)
+		c, closeC, err := hookClient(sock)
+		if err != nil {
+			return fail(err)
+		}
+		stops = append(stops, closeC)
+		variants = append(variants, variant{name: rl.name, description: rl.description, once: hookCall(c)})
+	}
+	finish := func() (float64, error) {
+		stopAll()
+		mean, err := meanHookSeconds(inProxy)
+		return mean, err
+	}
+	return variants, hookSock, finish, nil
 }
 
 // measure runs every variant's warm-up, then takes turns: each variant makes batch calls in its turn,
@@ -371,8 +446,8 @@ func policies(n int) []hooks.Registration {
 	return regs
 }
 
-// proxyTarget is an in-process proxy.Server in front of its own stub runtime, with one pod to create
-// containers in.
+// proxyTarget is a proxy to time, with one pod to create containers in; srv is set where the proxy runs
+// in this process.
 type proxyTarget struct {
 	srv   *proxy.Server
 	rs    runtimeapi.RuntimeServiceClient
@@ -380,28 +455,21 @@ type proxyTarget struct {
 	podID string
 }
 
-// startProxy starts a proxy with dispatcher d in front of a fresh stub runtime and runs a pod through it.
-func startProxy(ctx context.Context, dir, name string, d *hooks.Dispatcher) (*proxyTarget, func(), error) {
+// startProxyAt starts a proxy with dispatcher d on sock, in front of the runtime on rtSock, with its
+// state in stateDir, and runs a pod through it. The returned func stops it.
+func startProxyAt(ctx context.Context, sock, rtSock, stateDir, name string, d *hooks.Dispatcher) (*proxyTarget, func(), error) {
 	var stops []func()
 	stop := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
-	rtSock := filepath.Join(dir, name+"-rt.sock")
-	stopRT, err := serveUnix(ctx, rtSock, func(s *grpc.Server) { runtimeapi.RegisterRuntimeServiceServer(s, newStubRuntime()) })
-	if err != nil {
-		return nil, nil, err
-	}
-	stops = append(stops, stopRT)
-
 	cfg := proxy.DefaultConfig()
-	cfg.Listen = filepath.Join(dir, name+".sock")
+	cfg.Listen = sock
 	cfg.RuntimeEndpoint = "unix://" + rtSock
-	cfg.StateDir = filepath.Join(dir, name+"-state")
+	cfg.StateDir = stateDir
 	srv, err := proxy.New(cfg, proxy.Deps{Hooks: d})
 	if err != nil {
-		stop()
 		return nil, nil, err
 	}
 	stops = append(stops, func() { _ = srv.Close() })
@@ -423,23 +491,32 @@ func startProxy(ctx context.Context, dir, name string, d *hooks.Dispatcher) (*pr
 		}
 	}()
 	stops = append(stops, func() { cancel(); <-done })
-
-	cc, err := grpc.NewClient("unix://"+cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	t, closeClient, err := dialProxy(ctx, sock)
 	if err != nil {
 		stop()
 		return nil, nil, err
 	}
-	stops = append(stops, func() { _ = cc.Close() })
-	t := &proxyTarget{srv: srv, rs: runtimeapi.NewRuntimeServiceClient(cc)}
+	stops = append(stops, closeClient)
+	t.srv = srv
+	return t, stop, nil
+}
+
+// dialProxy connects to the proxy on sock, as kubelet does, and runs a pod through it.
+func dialProxy(ctx context.Context, sock string) (*proxyTarget, func(), error) {
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	t := &proxyTarget{rs: runtimeapi.NewRuntimeServiceClient(cc)}
 	sandbox := sandboxConfig()
 	pod, err := t.rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sandbox})
 	if err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("run a pod through the proxy: %w", err)
+		_ = cc.Close()
+		return nil, nil, fmt.Errorf("run a pod through the proxy on %s: %w", sock, err)
 	}
 	t.podID = pod.GetPodSandboxId()
 	t.req = &runtimeapi.CreateContainerRequest{PodSandboxId: t.podID, Config: containerConfig(), SandboxConfig: sandbox}
-	return t, stop, nil
+	return t, func() { _ = cc.Close() }, nil
 }
 
 // once times one CreateContainer, then removes the container untimed, so the store keeps its size.

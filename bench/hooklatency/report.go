@@ -32,6 +32,8 @@ type machine struct {
 	Kernel     string `json:"kernel"`
 	OS         string `json:"os"`
 	GoVersion  string `json:"goVersion"`
+	// Processes is true when every server ran in a process of its own, false for --single-process.
+	Processes bool `json:"processes"`
 	// Load averages (1, 5, 15 min) before and after the run: other work on the machine shows here.
 	LoadBefore string `json:"loadBefore"`
 	LoadAfter  string `json:"loadAfter"`
@@ -188,7 +190,11 @@ func newReport(m machine, o options, variants []variant, samples [][]time.Durati
 
 func (r *report) print(w io.Writer) {
 	m := r.Machine
-	fmt.Fprintf(w, "CreateContainer through an in-process tandem proxy.Server in front of a stub runtime\n")
+	if m.Processes {
+		fmt.Fprintf(w, "CreateContainer through tandem proxy.Servers in front of a stub runtime; the client, the runtime, the hook server,\neach proxy and each relay in a process of its own, as on a node\n")
+	} else {
+		fmt.Fprintf(w, "CreateContainer through tandem proxy.Servers in front of stub runtimes, all in the benchmark's process (--single-process)\n")
+	}
 	fmt.Fprintf(w, "%d timed calls per variant in turns of %d (after %d warm-up calls), interleaved\n", r.Iterations, r.Batch, r.Warmup)
 	fmt.Fprintf(w, "machine: %s; %d CPUs (GOMAXPROCS %d) %s; kernel %s; %s; load %s → %s\n\n",
 		m.OS, m.CPUs, m.GOMAXPROCS, m.CPUModel, m.Kernel, m.GoVersion, m.LoadBefore, m.LoadAfter)

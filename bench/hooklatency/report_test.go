@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,16 +141,42 @@ func TestMeasureInterleaves(t *testing.T) {
 	}
 }
 
-// TestRunSmall runs the whole benchmark briefly: every proxy starts, its hooks act (run verifies that
-// in each proxy's store before timing) and the report is written. Timing targets are not judged here:
-// a few calls on a shared test machine say nothing.
-func TestRunSmall(t *testing.T) {
-	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
-	jsonPath := filepath.Join(t.TempDir(), "out.json")
-	err := run(ctx, options{iterations: 20, batch: 5, warmup: 2, jsonPath: jsonPath, stateRoot: t.TempDir()})
-	if err != nil && !errors.Is(err, errMissed) {
-		t.Fatal(err)
+// TestMain lets the test binary be one of the benchmark's server processes, as the benchmark's own
+// binary is when it runs them in processes of their own.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		err := serveChild(klog.NewContext(ctx, klog.Background()), spec)
+		stop()
+		if err != nil {
+			klog.ErrorS(err, "Benchmark server process failed")
+			os.Exit(2)
+		}
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+// TestRunSmall runs the whole benchmark briefly, with its servers in processes of their own and all in
+// one process: every proxy starts, its hooks act (each proxy checks that in its store before it says it
+// is ready) and the report is written, with the remote proxy's hook time. Timing targets are not judged
+// here: a few calls on a shared test machine say nothing.
+func TestRunSmall(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single-process=%v", single), func(t *testing.T) {
+			ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
+			jsonPath := filepath.Join(t.TempDir(), "out.json")
+			err := run(ctx, options{iterations: 20, batch: 5, warmup: 2, jsonPath: jsonPath, stateRoot: t.TempDir(), singleProcess: single})
+			if err != nil && !errors.Is(err, errMissed) {
+				t.Fatal(err)
+			}
+			checkReport(t, jsonPath, !single)
+		})
+	}
+}
+
+func checkReport(t *testing.T, jsonPath string, processes bool) {
+	t.Helper()
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
 		t.Fatal(err)
@@ -163,5 +192,11 @@ func TestRunSmall(t *testing.T) {
 		if r.Calls != 20 || r.P50 <= 0 {
 			t.Errorf("%s: %d calls, p50 %v µs; want 20 calls and a positive latency", r.Name, r.Calls, r.P50)
 		}
+	}
+	if rep.Machine.Processes != processes {
+		t.Errorf("report says processes=%v, want %v", rep.Machine.Processes, processes)
+	}
+	if rep.RemoteHookInProxyMean <= 0 {
+		t.Errorf("the remote proxy reported no hook time (%v µs): its hook never ran, or its report was lost", rep.RemoteHookInProxyMean)
 	}
 }

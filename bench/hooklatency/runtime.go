@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -166,66 +163,7 @@ func (r relay) PreCreateContainerHook(ctx context.Context, req *v1alpha1.Contain
 	return &v1alpha1.ContainerResourceHookResponse{}, nil
 }
 
-// serveHookServer serves the hook server on sock until ctx is done.
-func serveHookServer(ctx context.Context, sock string) error {
-	stop, err := serveUnix(ctx, sock, registerHookServer)
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	stop()
-	return nil
-}
-
 func registerHookServer(s *grpc.Server) { v1alpha1.RegisterRuntimeHookServiceServer(s, hookServer{}) }
-
-// startHookServer serves the hook server on sock: in this process, or in a child process running this
-// binary with --serve-hook, so that it does not share the proxies' Go runtime (its scheduler, its
-// garbage collector), as a hook server on a node does not. The returned func stops it.
-func startHookServer(ctx context.Context, sock string, ownProcess bool) (func(), error) {
-	if !ownProcess {
-		return serveUnix(ctx, sock, registerHookServer)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find this binary to start the hook server: %w", err)
-	}
-	cmd := exec.Command(exe, "--serve-hook", sock)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the hook server process: %w", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", sock)
-		if err == nil {
-			_ = c.Close()
-			return stop, nil
-		}
-		select {
-		case <-done:
-			return nil, fmt.Errorf("the hook server process exited during start: %w", err)
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			stop()
-			return nil, fmt.Errorf("the hook server process does not listen on %s: %w", sock, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // serveUnix serves the services that register adds on a unix socket at path; the returned func stops it.
 func serveUnix(ctx context.Context, path string, register func(*grpc.Server)) (func(), error) {
