@@ -16,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/bench/internal/hostinfo"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
 
@@ -269,7 +270,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 	rep := newReport(o, runtimeVersion)
 	p := plan{iterations: o.iterations, batchPerWorker: o.batch, warmupPerWorker: o.warmup}
 	logger.Info("Measuring latency", "targets", o.targets, "iterations", p.iterations)
-	rep.machine.LoadBefore = loadAverage()
+	rep.machine.LoadBefore = hostinfo.LoadAverage()
 	// CPU time each proxy process spends on the same calls: where latency
 	// differs, this tells whether it is work or waiting.
 	proxyPIDs := map[string]int{}
@@ -300,7 +301,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		return err
 	}
 	rep.LatencySeconds = time.Since(measureStart).Seconds()
-	rep.machine.LoadAfter = loadAverage()
+	rep.machine.LoadAfter = hostinfo.LoadAverage()
 	calls := len(benchmarkRPCs()) * len(benchmarkModes()) * o.iterations
 	for _, m := range benchmarkModes() {
 		calls += len(benchmarkRPCs()) * o.warmup * m.workers

@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"runtime"
-	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/tandemkit/tandem/bench/internal/hostinfo"
 )
 
 // Targets of issue 2: tandem-proxy's added latency against the floor's, and
@@ -26,58 +24,17 @@ const (
 )
 
 type machine struct {
-	CPUs      int    `json:"cpus"`
-	CPUModel  string `json:"cpuModel"`
-	Kernel    string `json:"kernel"`
-	OS        string `json:"os"`
-	GoVersion string `json:"goVersion"`
-	Runtime   string `json:"runtime"`
-	Flavor    string `json:"flavor"`
+	hostinfo.Facts
+	Runtime string `json:"runtime"`
+	Flavor  string `json:"flavor"`
 	// Load averages (1, 5, 15 min) when the latency run started and ended:
 	// other work on the machine shows here.
 	LoadBefore string `json:"loadBefore"`
 	LoadAfter  string `json:"loadAfter"`
 }
 
-// loadAverage returns the 1, 5 and 15 minute load averages of /proc/loadavg.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func readMachine(flavor, runtimeVersion string) machine {
-	m := machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Runtime: runtimeVersion, Flavor: flavor}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/etc/os-release"); err == nil {
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "PRETTY_NAME="); ok {
-				m.OS = strings.Trim(v, `"`)
-			}
-		}
-	}
-	if b, err := os.ReadFile("/etc/debian_version"); err == nil {
-		m.OS += " (" + strings.TrimSpace(string(b)) + ")"
-	}
-	return m
+	return machine{Facts: hostinfo.Read(), Runtime: runtimeVersion, Flavor: flavor}
 }
 
 // row is the result of one RPC × mode.

@@ -28,6 +28,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/bench/internal/hostinfo"
 	"github.com/tandemkit/tandem/hooks"
 	builtinpolicy "github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/remote"
@@ -170,7 +171,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	m.LoadAfter = loadAverage()
+	m.LoadAfter = hostinfo.LoadAverage()
 	rep := newReport(m, o, variants, samples)
 	finished = true
 	if rep.RemoteHookInProxyMean, err = finish(); err != nil {
@@ -242,6 +243,18 @@ func findSetup(name string) (setup, bool) {
 	return setup{}, false
 }
 
+// relaySpec is a relay to time: hook is the hook server it calls, or "" to answer at once.
+type relaySpec struct{ name, description, hook string }
+
+// relays are not targets: the same round trip made by a gRPC server's handler while its own caller
+// waits, as any gRPC proxy makes it, less the same relay answering at once.
+func relays(hookSock string) []relaySpec {
+	return []relaySpec{
+		{"relay-empty", "a gRPC relay answering at once", ""},
+		{"relay-rtt", "the same relay making the round trip", hookSock},
+	}
+}
+
 // inProcess runs every server in this process: one Go runtime, scheduler and garbage collector for the
 // proxies, their runtimes, the hook server and the relays. Its figures show what sharing them costs;
 // processes is how servers run on a node.
@@ -293,12 +306,7 @@ func inProcess(ctx context.Context, dir string) ([]variant, string, func() (floa
 		}
 		variants = append(variants, variant{name: s.name, description: s.description, createContainer: true, once: t.once})
 	}
-	// Not targets: the same round trip made by a gRPC server's handler while its own caller waits,
-	// as any gRPC proxy makes it, less the same relay answering at once.
-	for _, rl := range []struct{ name, description, hook string }{
-		{"relay-empty", "a gRPC relay answering at once", ""},
-		{"relay-rtt", "the same relay making the round trip", hookSock},
-	} {
+	for _, rl := range relays(hookSock) {
 		sock := filepath.Join(dir, rl.name+".sock")
 		stopRelay, err := serveRelay(ctx, sock, rl.hook)
 		if err != nil {

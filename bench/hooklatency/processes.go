@@ -263,10 +263,7 @@ func processes(ctx context.Context, dir string) ([]variant, string, func() (floa
 		closers = append(closers, closeClient)
 		variants = append(variants, variant{name: s.name, description: s.description, createContainer: true, once: t.once})
 	}
-	for _, rl := range []struct{ name, description, hook string }{
-		{"relay-empty", "a gRPC relay answering at once", ""},
-		{"relay-rtt", "the same relay making the round trip", hookSock},
-	} {
+	for _, rl := range relays(hookSock) {
 		sock := filepath.Join(dir, rl.name+".sock")
 		if _, err := start(rl.name, childSpec{Role: "relay", Sock: sock, Hook: rl.hook}); err != nil {
 			return fail(err)

@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/tandemkit/tandem/bench/internal/hostinfo"
 )
 
 // The hook framework's targets.
@@ -26,12 +24,7 @@ const (
 )
 
 type machine struct {
-	CPUs       int    `json:"cpus"`
-	GOMAXPROCS int    `json:"gomaxprocs"`
-	CPUModel   string `json:"cpuModel"`
-	Kernel     string `json:"kernel"`
-	OS         string `json:"os"`
-	GoVersion  string `json:"goVersion"`
+	hostinfo.Facts
 	// Processes is true when every server ran in a process of its own, false for --single-process.
 	Processes bool `json:"processes"`
 	// Load averages (1, 5, 15 min) before and after the run: other work on the machine shows here.
@@ -39,41 +32,8 @@ type machine struct {
 	LoadAfter  string `json:"loadAfter"`
 }
 
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func readMachine() machine {
-	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), LoadBefore: loadAverage()}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/etc/os-release"); err == nil {
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "PRETTY_NAME="); ok {
-				m.OS = strings.Trim(v, `"`)
-			}
-		}
-	}
-	return m
+	return machine{Facts: hostinfo.Read(), LoadBefore: hostinfo.LoadAverage()}
 }
 
 // result is one variant's latency, in microseconds. Added* are against the variant without hooks: the
