@@ -29,8 +29,9 @@ func SkipsRemote(labels map[string]string) bool {
 // Dispatcher runs the hooks of a stage. The set of hooks is swapped atomically on reload, so a call in
 // flight finishes with the set it started with.
 type Dispatcher struct {
-	set     atomic.Pointer[hookSet]
-	metrics *metrics
+	set       atomic.Pointer[hookSet]
+	metrics   *metrics
+	deadlines deadlines
 
 	// mu serialises reloads; calls read set without it.
 	mu      sync.Mutex
@@ -212,13 +213,13 @@ func (d *Dispatcher) Rollback(ctx context.Context, stage Stage, pod *PodInfo, ct
 // call runs one hook under its timeout. A hook that returns after its deadline counts as timed out even
 // if it ignored ctx, so a slow in-process hook is visible; remote calls are cut off by gRPC at the deadline.
 func (d *Dispatcher) call(ctx context.Context, stage Stage, b binding, pod *PodInfo, ctr *ContainerInfo) (*Adjustment, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
 	start := time.Now()
-	adj, err := safeCall(ctx, b.call, pod, ctr)
+	hctx, stop := d.deadlines.start(ctx, b.timeout)
+	defer stop()
+	adj, err := safeCall(hctx, b.call, pod, ctr)
 	b.calls.Inc()
 	b.duration.Observe(time.Since(start).Seconds())
-	if ctx.Err() == context.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+	if hctx.Err() == context.DeadlineExceeded || hctx.passed() || errors.Is(err, context.DeadlineExceeded) {
 		d.metrics.timeouts.WithLabelValues(b.name, string(stage)).Inc()
 		return nil, fmt.Errorf("no answer within %v (raise its timeout or fix the hook): %w", b.timeout, context.DeadlineExceeded)
 	}
