@@ -348,18 +348,10 @@ func TestServerAway(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	serve(t, path, srv)
-	back := time.Now()
-	for {
-		_, err := d.Run(ctx, hooks.PreCreateContainer, testPod(), testContainer())
-		if err == nil {
-			break
-		}
-		if time.Since(back) > maxReconnectDelay+time.Second {
-			t.Fatalf("calls still fail %v after the server came back: %v", time.Since(back), err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The first call after the server is back reaches it: no reconnect backoff to wait out.
+	if _, err := d.Run(ctx, hooks.PreCreateContainer, testPod(), testContainer()); err != nil {
+		t.Fatalf("the first call after the server came back: %v", err)
 	}
-	t.Logf("calls succeeded again %v after the server came back", time.Since(back).Round(time.Millisecond))
 }
 
 // TestCallErrors: what a failing server turns into, under each policy.

@@ -58,7 +58,7 @@ type spec struct {
 	file     string
 	name     string
 	endpoint string
-	target   string
+	path     string // the socket, absolute and clean
 	stages   []hooks.Stage
 	policy   hooks.FailurePolicy
 	timeout  time.Duration
@@ -71,7 +71,7 @@ func (s *spec) equal(o *spec) bool {
 	if s == nil || o == nil {
 		return s == o
 	}
-	return s.file == o.file && s.name == o.name && s.target == o.target &&
+	return s.file == o.file && s.name == o.name && s.path == o.path &&
 		slices.Equal(s.stages, o.stages) && s.policy == o.policy && s.timeout == o.timeout &&
 		s.order == o.order && s.koordinator == o.koordinator
 }
@@ -123,10 +123,10 @@ func tandemSpec(file, name string, fc FileConfig) (*spec, error) {
 	}
 	if fc.Endpoint == "" {
 		errs = append(errs, errors.New(`"endpoint" is required: the hook server's unix socket, as in unix:///run/my-hook.sock`))
-	} else if t, err := socketTarget(fc.Endpoint); err != nil {
+	} else if t, err := endpointPath(fc.Endpoint); err != nil {
 		errs = append(errs, err)
 	} else {
-		s.target = t
+		s.path = t
 	}
 	var err error
 	if s.stages, err = parseStages("stages", fc.Stages, false); err != nil {
@@ -170,10 +170,10 @@ func koordinatorSpec(file, name string, kc koordinatorConfig) (*spec, error) {
 	}
 	if kc.RemoteEndpoint == "" {
 		errs = append(errs, errors.New(`"remote-endpoint" is required: the hook server's unix socket path`))
-	} else if t, err := socketTarget(kc.RemoteEndpoint); err != nil {
+	} else if t, err := endpointPath(kc.RemoteEndpoint); err != nil {
 		errs = append(errs, err)
 	} else {
-		s.target = t
+		s.path = t
 	}
 	var err error
 	if s.stages, err = parseStages("runtime-hooks", kc.RuntimeHooks, true); err != nil {

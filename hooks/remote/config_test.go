@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,27 +23,27 @@ func TestParseFile(t *testing.T) {
 		file: "ignored.json",
 		data: `{"name": "cpu-tuner", "endpoint": "unix:///run/cpu-tuner.sock", "stages": ["PreUpdateContainerResources", "PreCreateContainerHook"],
 			"failurePolicy": "Ignore", "timeout": "750ms", "order": 1500}`,
-		want: &spec{file: "ignored.json", name: "cpu-tuner", endpoint: "unix:///run/cpu-tuner.sock", target: "unix:///run/cpu-tuner.sock",
+		want: &spec{file: "ignored.json", name: "cpu-tuner", endpoint: "unix:///run/cpu-tuner.sock", path: "/run/cpu-tuner.sock",
 			stages: []hooks.Stage{hooks.PreCreateContainer, hooks.PreUpdateContainerResources}, policy: hooks.Ignore, timeout: 750 * time.Millisecond, order: 1500},
 	}, {
 		name: "tandem, defaults: name from the file, Fail, 2s",
 		file: "tuner.json",
 		data: `{"endpoint": "/run/t.sock", "stages": ["PreRunPodSandbox"], "order": -5}`,
-		want: &spec{file: "tuner.json", name: "tuner", endpoint: "/run/t.sock", target: "unix:///run/t.sock",
+		want: &spec{file: "tuner.json", name: "tuner", endpoint: "/run/t.sock", path: "/run/t.sock",
 			stages: []hooks.Stage{hooks.PreRunPodSandbox}, policy: hooks.Fail, timeout: hooks.DefaultTimeout, order: -5},
 	}, {
 		name: "koordinator, as koordlet writes it",
 		file: "koordlet.json",
 		data: `{"remote-endpoint": "/var/run/koordlet/koordlet.sock", "failure-policy": "Ignore",
 			"runtime-hooks": ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PreUpdateContainerResources", "PostStopPodSandbox", "PreRemoveRunPodSandbox"]}`,
-		want: &spec{file: "koordlet.json", name: "koordlet", endpoint: "/var/run/koordlet/koordlet.sock", target: "unix:///var/run/koordlet/koordlet.sock",
+		want: &spec{file: "koordlet.json", name: "koordlet", endpoint: "/var/run/koordlet/koordlet.sock", path: "/var/run/koordlet/koordlet.sock",
 			stages: []hooks.Stage{hooks.PreRunPodSandbox, hooks.PostStopPodSandbox, hooks.PreCreateContainer, hooks.PreStartContainer, hooks.PreUpdateContainerResources},
 			policy: hooks.Ignore, timeout: hooks.DefaultTimeout, koordinator: true},
 	}, {
 		name: "koordinator without a policy ignores failures, as koord-runtime-proxy does",
 		file: "k.json",
 		data: `{"remote-endpoint": "unix:///k.sock", "runtime-hooks": ["PreCreateContainerHook"]}`,
-		want: &spec{file: "k.json", name: "k", endpoint: "unix:///k.sock", target: "unix:///k.sock",
+		want: &spec{file: "k.json", name: "k", endpoint: "unix:///k.sock", path: "/k.sock",
 			stages: []hooks.Stage{hooks.PreCreateContainer}, policy: hooks.Ignore, timeout: hooks.DefaultTimeout, koordinator: true},
 	}, {
 		name:    "unknown key is named",
@@ -142,8 +143,8 @@ func FuzzParseFile(f *testing.F) {
 		if !validName.MatchString(s.name) {
 			t.Errorf("accepted name %q", s.name)
 		}
-		if !strings.HasPrefix(s.target, "unix:///") {
-			t.Errorf("accepted target %q", s.target)
+		if !filepath.IsAbs(s.path) {
+			t.Errorf("accepted socket path %q", s.path)
 		}
 		if len(s.stages) == 0 || slices.Contains(s.stages, hooks.PreRemoveContainer) {
 			t.Errorf("accepted stages %v", s.stages)

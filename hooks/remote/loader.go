@@ -40,8 +40,8 @@ type Loader struct {
 
 	mu            sync.Mutex
 	files         map[string]*fileState // by file name
-	conns         map[string]*Conn      // by socket target
-	inUse         map[string]bool       // targets of the last load
+	conns         map[string]*Conn      // by socket path
+	inUse         map[string]bool       // socket paths of the last load
 	missingLogged bool
 	last          []*spec // the specs of the last load, in order
 }
@@ -130,12 +130,12 @@ func (l *Loader) load(ctx context.Context) ([]hooks.Registration, bool, error) {
 	regs := make([]hooks.Registration, 0, len(specs))
 	l.inUse = map[string]bool{}
 	for _, s := range specs {
-		conn, ok := l.conns[s.target]
+		conn, ok := l.conns[s.path]
 		if !ok {
-			conn = &Conn{endpoint: s.endpoint, target: s.target}
-			l.conns[s.target] = conn
+			conn = &Conn{endpoint: s.endpoint, path: s.path}
+			l.conns[s.path] = conn
 		}
-		l.inUse[s.target] = true
+		l.inUse[s.path] = true
 		name := s.name
 		regs = append(regs, hooks.Registration{
 			Name:          s.name,
@@ -252,11 +252,11 @@ func (l *Loader) resolve(logger klog.Logger) []*spec {
 func (l *Loader) Prune(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for target, c := range l.conns {
-		if l.inUse[target] {
+	for path, c := range l.conns {
+		if l.inUse[path] {
 			continue
 		}
-		delete(l.conns, target)
+		delete(l.conns, path)
 		if err := c.Close(); err != nil {
 			klog.FromContext(ctx).Error(err, "Closing the connection to a hook server", "endpoint", c.endpoint)
 		}
@@ -268,8 +268,8 @@ func (l *Loader) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var errs []error
-	for target, c := range l.conns {
-		delete(l.conns, target)
+	for path, c := range l.conns {
+		delete(l.conns, path)
 		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
