@@ -1,10 +1,11 @@
 // Command hooklatency measures what hooks add to a CreateContainer call through tandem's proxy: with no
 // hooks, one and five in-process hooks, and one remote hook server, all interleaved in one run, against
 // the bare unix-socket gRPC round trip to the same hook server. It checks the hook framework's targets:
-// five in-process hooks add at most 20 µs, and one remote hook adds at most 1.5 round trips.
-// See the Benchmark section of docs/hooks.md.
+// five in-process hooks add at most 20 µs, and one remote hook adds at most 1.5 round trips. It runs
+// twice, with every server in a process of its own and with all of them in one process; each target is
+// judged in the layout that measures it. See the Benchmark section of docs/hooks.md.
 //
-//	go run ./bench/hooklatency [--iterations N] [--batch B] [--warmup W] [--json out.json]
+//	go run ./bench/hooklatency [--layout both|processes|one-process] [--iterations N] [--batch B] [--warmup W] [--json out.json]
 //
 // It exits 1 when a target is missed.
 package main
@@ -45,8 +46,26 @@ type options struct {
 	warmup     int
 	jsonPath   string
 	stateRoot  string
-	// singleProcess runs every server in the benchmark's own process instead of one process each.
-	singleProcess bool
+	// layout is both, processes or one-process.
+	layout string
+}
+
+// Layouts: every server in a process of its own, as on a node, or all in the benchmark's process.
+const (
+	layoutBoth       = "both"
+	layoutProcesses  = "processes"
+	layoutOneProcess = "one-process"
+)
+
+// processLayouts lists the layouts to run, as "every server in a process of its own" flags.
+func (o options) processLayouts() []bool {
+	switch o.layout {
+	case layoutProcesses:
+		return []bool{true}
+	case layoutOneProcess:
+		return []bool{false}
+	}
+	return []bool{true, false}
 }
 
 // errMissed is returned when the run worked but a target was missed.
@@ -60,7 +79,7 @@ func main() {
 	fs.IntVar(&o.warmup, "warmup", 500, "untimed calls per variant before timing")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&o.stateRoot, "state-root", "/dev/shm", "tmpfs directory for the proxies' state and sockets: the checkpoint's fsync on a disk would drown the hooks")
-	fs.BoolVar(&o.singleProcess, "single-process", false, "run the runtime, the hook server, the proxies and the relays in this process, sharing one Go runtime, instead of one process each as on a node")
+	fs.StringVar(&o.layout, "layout", layoutBoth, "processes: the runtime, the hook server, each proxy and each relay in a process of its own, as on a node; one-process: all in this process, sharing one Go runtime; both: one run of each, every target judged in the layout that measures it")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -94,6 +113,11 @@ func (o options) validate() error {
 	if o.warmup < 0 {
 		errs = append(errs, errors.New("--warmup cannot be negative"))
 	}
+	switch o.layout {
+	case layoutBoth, layoutProcesses, layoutOneProcess:
+	default:
+		errs = append(errs, fmt.Errorf("--layout %q: want %s, %s or %s", o.layout, layoutBoth, layoutProcesses, layoutOneProcess))
+	}
 	return errors.Join(errs...)
 }
 
@@ -105,10 +129,38 @@ type variant struct {
 	once              func(ctx context.Context) (time.Duration, error)
 }
 
+// run measures each layout in turn, prints its report, and fails when a target judged in it is missed.
 func run(ctx context.Context, o options) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	var reps []*report
+	pass := true
+	for i, processes := range o.processLayouts() {
+		rep, err := runLayout(ctx, o, processes)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Println()
+		}
+		rep.print(os.Stdout)
+		reps = append(reps, rep)
+		pass = pass && rep.Pass
+	}
+	if o.jsonPath != "" {
+		if err := writeJSON(o.jsonPath, reps); err != nil {
+			return err
+		}
+	}
+	if !pass {
+		return errMissed
+	}
+	return nil
+}
+
+// runLayout measures every variant with the servers in processes of their own, or all in this one.
+func runLayout(ctx context.Context, o options, separate bool) (*report, error) {
 	logger := klog.FromContext(ctx)
 	root := o.stateRoot
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
@@ -117,17 +169,17 @@ func run(ctx context.Context, o options) error {
 	}
 	dir, err := os.MkdirTemp(root, "tandem-hooklatency-")
 	if err != nil {
-		return fmt.Errorf("create the run's directory under --state-root %s: %w", root, err)
+		return nil, fmt.Errorf("create the run's directory under --state-root %s: %w", root, err)
 	}
 	defer os.RemoveAll(dir)
 
-	start := processes
-	if o.singleProcess {
-		start = inProcess
+	start := inProcess
+	if separate {
+		start = processes
 	}
 	variants, hookSock, finish, err := start(ctx, dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	finished := false
 	defer func() {
@@ -137,7 +189,7 @@ func run(ctx context.Context, o options) error {
 	}()
 	api, closeAPI, err := hookClient(hookSock)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeAPI()
 	// The bare round trip goes after the proxies (variants[0] is the one without hooks) and before the
@@ -148,45 +200,36 @@ func run(ctx context.Context, o options) error {
 	// around the round trip apart from the cost of a nested call inside the proxy.
 	conn, err := remote.NewConn("unix://" + hookSock)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer conn.Close()
 	rd, err := remoteDispatcher(ctx, conn, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	variants = append(variants, variant{name: "remote-dispatch", description: "the remote hook via Dispatcher.Run alone", once: dispatchOnce(rd)})
 	// Likewise the five in-process hooks: what dispatch itself costs, apart from applying the changes
 	// to the request, forwarding the larger request and checkpointing the larger container.
 	d5, err := hooks.NewDispatcher(ctx, policies(5), nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	variants = append(variants, variant{name: "inproc5-dispatch", description: "5 in-process hooks via Dispatcher.Run alone", once: dispatchOnce(d5)})
 
 	m := readMachine()
-	m.Processes = !o.singleProcess
-	logger.Info("Measuring", "variants", len(variants), "iterations", o.iterations, "batch", o.batch, "warmup", o.warmup, "singleProcess", o.singleProcess)
+	m.Processes = separate
+	logger.Info("Measuring", "variants", len(variants), "iterations", o.iterations, "batch", o.batch, "warmup", o.warmup, "processes", separate)
 	samples, err := measure(ctx, variants, o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.LoadAfter = hostinfo.LoadAverage()
 	rep := newReport(m, o, variants, samples)
 	finished = true
 	if rep.RemoteHookInProxyMean, err = finish(); err != nil {
-		return err
+		return nil, err
 	}
-	rep.print(os.Stdout)
-	if o.jsonPath != "" {
-		if err := rep.writeJSON(o.jsonPath); err != nil {
-			return err
-		}
-	}
-	if !rep.Pass {
-		return errMissed
-	}
-	return nil
+	return rep, nil
 }
 
 // setup is one proxy variant: the hooks it runs and what they must have changed in a container.

@@ -77,32 +77,51 @@ func TestReportChecks(t *testing.T) {
 		{name: "remote hook over 1.5 round trips", p50: []int{100, 103, 115, 176, 50}, wantChecks: []bool{true, false}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			var variants []variant
-			var samples [][]time.Duration
-			for i, n := range names {
-				variants = append(variants, variant{name: n, description: n, createContainer: n != "grpc-rtt"})
-				samples = append(samples, constant(10, time.Duration(tt.p50[i])*time.Microsecond))
-			}
-			rep := newReport(machine{}, options{iterations: 10, batch: 5}, variants, samples)
-			var got []bool
-			for _, c := range rep.Checks {
-				got = append(got, c.Pass)
-			}
-			if !slices.Equal(got, tt.wantChecks) {
-				t.Errorf("checks pass = %v, want %v (%+v)", got, tt.wantChecks, rep.Checks)
-			}
-			if want := !slices.Contains(tt.wantChecks, false); rep.Pass != want {
-				t.Errorf("report pass = %v, want %v", rep.Pass, want)
-			}
-			if a := rep.Results[2].AddedP50; a == nil || *a != float64(tt.p50[2]-tt.p50[0]) {
-				t.Errorf("inproc-5 added p50 = %v, want %d", a, tt.p50[2]-tt.p50[0])
-			}
-			if rep.Results[4].AddedP50 != nil {
-				t.Errorf("the round trip has an added latency %v; it is not a CreateContainer", *rep.Results[4].AddedP50)
-			}
-		})
+		for _, processes := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/processes=%v", tt.name, processes), func(t *testing.T) {
+				t.Parallel()
+				var variants []variant
+				var samples [][]time.Duration
+				for i, n := range names {
+					variants = append(variants, variant{name: n, description: n, createContainer: n != "grpc-rtt"})
+					samples = append(samples, constant(10, time.Duration(tt.p50[i])*time.Microsecond))
+				}
+				rep := newReport(machine{Processes: processes}, options{iterations: 10, batch: 5}, variants, samples)
+				var got, judged []bool
+				for _, c := range rep.Checks {
+					got = append(got, c.Pass)
+					judged = append(judged, c.Judged)
+				}
+				if !slices.Equal(got, tt.wantChecks) {
+					t.Errorf("checks pass = %v, want %v (%+v)", got, tt.wantChecks, rep.Checks)
+				}
+				// The remote hook is judged across processes, the in-process hooks in one.
+				if want := []bool{!processes, processes}; !slices.Equal(judged, want) {
+					t.Errorf("checks judged = %v, want %v", judged, want)
+				}
+				want := true
+				for i, pass := range tt.wantChecks {
+					if judged[i] {
+						want = want && pass
+					}
+				}
+				if rep.Pass != want {
+					t.Errorf("report pass = %v, want %v: only the targets judged in the layout decide", rep.Pass, want)
+				}
+				checkAdded(t, rep, tt.p50)
+			})
+		}
+	}
+}
+
+// checkAdded checks the added latencies: against the variant without hooks, and only for CreateContainer.
+func checkAdded(t *testing.T, rep *report, p50 []int) {
+	t.Helper()
+	if a := rep.Results[2].AddedP50; a == nil || *a != float64(p50[2]-p50[0]) {
+		t.Errorf("inproc-5 added p50 = %v, want %d", a, p50[2]-p50[0])
+	}
+	if rep.Results[4].AddedP50 != nil {
+		t.Errorf("the round trip has an added latency %v; it is not a CreateContainer", *rep.Results[4].AddedP50)
 	}
 }
 
@@ -157,46 +176,62 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestRunSmall runs the whole benchmark briefly, with its servers in processes of their own and all in
-// one process: every proxy starts, its hooks act (each proxy checks that in its store before it says it
-// is ready) and the report is written, with the remote proxy's hook time. Timing targets are not judged
-// here: a few calls on a shared test machine say nothing.
+// TestRunSmall runs the whole benchmark briefly in both layouts, with its servers in processes of their
+// own and all in one process: every proxy starts, its hooks act (each proxy checks that in its store
+// before it says it is ready) and the reports are written, with the remote proxy's hook time. Timing
+// targets are not judged here: a few calls on a shared test machine say nothing.
 func TestRunSmall(t *testing.T) {
-	for _, single := range []bool{false, true} {
-		t.Run(fmt.Sprintf("single-process=%v", single), func(t *testing.T) {
-			ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
-			jsonPath := filepath.Join(t.TempDir(), "out.json")
-			err := run(ctx, options{iterations: 20, batch: 5, warmup: 2, jsonPath: jsonPath, stateRoot: t.TempDir(), singleProcess: single})
-			if err != nil && !errors.Is(err, errMissed) {
-				t.Fatal(err)
-			}
-			checkReport(t, jsonPath, !single)
-		})
+	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	err := run(ctx, options{iterations: 20, batch: 5, warmup: 2, jsonPath: jsonPath, stateRoot: t.TempDir(), layout: layoutBoth})
+	if err != nil && !errors.Is(err, errMissed) {
+		t.Fatal(err)
 	}
-}
-
-func checkReport(t *testing.T, jsonPath string, processes bool) {
-	t.Helper()
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep report
-	if err := json.Unmarshal(b, &rep); err != nil {
+	var reps []report
+	if err := json.Unmarshal(b, &reps); err != nil {
 		t.Fatal(err)
 	}
+	if len(reps) != 2 || !reps[0].Machine.Processes || reps[1].Machine.Processes {
+		t.Fatalf("want two reports, processes then one process: %s", b)
+	}
+	for _, rep := range reps {
+		checkReport(t, rep)
+	}
+}
+
+func checkReport(t *testing.T, rep report) {
+	t.Helper()
 	if len(rep.Results) != 10 || len(rep.Checks) != 3 || len(rep.Context) != 1 {
-		t.Fatalf("report has %d results, %d checks and %d comparisons, want 10, 3 and 1: %s", len(rep.Results), len(rep.Checks), len(rep.Context), b)
+		t.Fatalf("report has %d results, %d checks and %d comparisons, want 10, 3 and 1: %+v", len(rep.Results), len(rep.Checks), len(rep.Context), rep)
 	}
 	for _, r := range rep.Results {
 		if r.Calls != 20 || r.P50 <= 0 {
 			t.Errorf("%s: %d calls, p50 %v µs; want 20 calls and a positive latency", r.Name, r.Calls, r.P50)
 		}
 	}
-	if rep.Machine.Processes != processes {
-		t.Errorf("report says processes=%v, want %v", rep.Machine.Processes, processes)
-	}
 	if rep.RemoteHookInProxyMean <= 0 {
 		t.Errorf("the remote proxy reported no hook time (%v µs): its hook never ran, or its report was lost", rep.RemoteHookInProxyMean)
+	}
+}
+
+func TestLayoutFlag(t *testing.T) {
+	for _, tt := range []struct {
+		layout string
+		want   []bool
+	}{{layoutBoth, []bool{true, false}}, {layoutProcesses, []bool{true}}, {layoutOneProcess, []bool{false}}} {
+		o := options{iterations: 1, batch: 1, layout: tt.layout}
+		if err := o.validate(); err != nil {
+			t.Errorf("--layout %s: %v", tt.layout, err)
+		}
+		if got := o.processLayouts(); !slices.Equal(got, tt.want) {
+			t.Errorf("--layout %s runs %v, want %v", tt.layout, got, tt.want)
+		}
+	}
+	if err := (options{iterations: 1, batch: 1, layout: "single"}).validate(); err == nil {
+		t.Error("--layout single was accepted")
 	}
 }
