@@ -30,27 +30,28 @@ const childEnv = "TANDEM_HOOKLATENCY_CHILD"
 
 // childSpec says what a child process serves.
 type childSpec struct {
-	// Role is runtime, hook, relay or proxy.
+	// Role is runtime, hook, relay or proxies.
 	Role string `json:"role"`
 	// Sock is where it listens.
 	Sock string `json:"sock"`
 	// Hook is the hook server's socket: a relay calls it (none answers at once); a proxy of a remote
 	// variant registers it.
 	Hook string `json:"hook,omitempty"`
-	// Runtime and State are a proxy's runtime socket and state directory; Variant names its hooks.
-	Runtime string `json:"runtime,omitempty"`
-	State   string `json:"state,omitempty"`
-	Variant string `json:"variant,omitempty"`
+	// Runtime is the proxies' runtime socket; Variants name their hooks, one proxy each, with its socket
+	// and state directory in Dir, named after the variant.
+	Runtime  string   `json:"runtime,omitempty"`
+	Variants []string `json:"variants,omitempty"`
+	Dir      string   `json:"dir,omitempty"`
 }
 
-// childResult is what a proxy process reports when it stops.
+// childResult is what the proxies' process reports when it stops.
 type childResult struct {
 	// HookMeanMicros is the mean of its tandem_hook_duration_seconds, for the remote variant.
 	HookMeanMicros float64 `json:"hookMeanMicros"`
 }
 
-// readyLine is what a child prints on stdout once it serves (and, for a proxy, once its hooks were
-// seen acting).
+// readyLine is what a child prints on stdout once it serves (and, for the proxies, once their hooks
+// were seen acting).
 const readyLine = "ready"
 
 // serveChild runs this process as the server spec describes, until ctx is done.
@@ -69,9 +70,9 @@ func serveChild(ctx context.Context, specJSON string) error {
 		stop, err = serveUnix(ctx, spec.Sock, registerHookServer)
 	case "relay":
 		stop, err = serveRelay(ctx, spec.Sock, spec.Hook)
-	case "proxy":
+	case "proxies":
 		hookMetrics = prometheus.NewRegistry()
-		stop, err = serveProxy(ctx, spec, hookMetrics)
+		stop, err = serveProxies(ctx, spec, hookMetrics)
 	default:
 		err = fmt.Errorf("unknown role %q", spec.Role)
 	}
@@ -83,7 +84,7 @@ func serveChild(ctx context.Context, specJSON string) error {
 	stop()
 	if hookMetrics != nil {
 		var res childResult
-		// A proxy without a remote hook has no samples: its mean stays 0.
+		// Without the remote variant there are no samples: the mean stays 0.
 		res.HookMeanMicros, _ = meanHookSeconds(hookMetrics)
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
@@ -109,28 +110,47 @@ func serveRelay(ctx context.Context, sock, hookSock string) (func(), error) {
 	return func() { stop(); closeHook() }, nil
 }
 
-// serveProxy starts the variant's proxy on spec.Sock and checks that its hooks act before it says ready.
-func serveProxy(ctx context.Context, spec childSpec, reg prometheus.Registerer) (func(), error) {
-	s, ok := findSetup(spec.Variant)
-	if !ok {
-		return nil, fmt.Errorf("unknown variant %q", spec.Variant)
+// serveProxies starts a proxy per variant, all in this process as tandem-proxy is one process on a
+// node, and checks that their hooks act before it says ready. The remote variant's hook metrics go to reg.
+func serveProxies(ctx context.Context, spec childSpec, reg prometheus.Registerer) (func(), error) {
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
 	}
-	d, closeHooks, err := s.dispatcher(ctx, spec.Hook, reg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: build the hooks: %w", s.name, err)
+	for _, v := range spec.Variants {
+		s, ok := findSetup(v)
+		if !ok {
+			stopAll()
+			return nil, fmt.Errorf("unknown variant %q", v)
+		}
+		var hookReg prometheus.Registerer
+		if s.name == "remote-1" {
+			hookReg = reg
+		}
+		d, closeHooks, err := s.dispatcher(ctx, spec.Hook, hookReg)
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("%s: build the hooks: %w", s.name, err)
+		}
+		stops = append(stops, closeHooks)
+		t, stopProxy, err := startProxyAt(ctx, proxySock(spec.Dir, s.name), spec.Runtime, filepath.Join(spec.Dir, s.name+"-state"), s.name, d)
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		stops = append(stops, stopProxy)
+		if err := t.verify(ctx, s.want); err != nil {
+			stopAll()
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
 	}
-	t, stopProxy, err := startProxyAt(ctx, spec.Sock, spec.Runtime, spec.State, s.name, d)
-	if err != nil {
-		closeHooks()
-		return nil, fmt.Errorf("%s: %w", s.name, err)
-	}
-	stop := func() { stopProxy(); closeHooks() }
-	if err := t.verify(ctx, s.want); err != nil {
-		stop()
-		return nil, fmt.Errorf("%s: %w", s.name, err)
-	}
-	return stop, nil
+	return stopAll, nil
 }
+
+// proxySock is where the variant's proxy listens.
+func proxySock(dir, variant string) string { return filepath.Join(dir, variant+".sock") }
 
 // child is a running server process.
 type child struct {
@@ -204,9 +224,10 @@ func (c *child) stop() (string, error) {
 	return string(out), nil
 }
 
-// processes runs every server in a process of its own, as on a node: one stub runtime (containerd), one
-// hook server, a proxy per variant, and the two relays. It returns the variants to time, the hook
-// server's socket, and a func that stops everything and returns the remote proxy's mean hook time in µs.
+// processes runs the servers in processes of their own, as on a node: the stub runtime (containerd), the
+// hook server (koordlet), the proxies (tandem-proxy: one proxy.Server per variant, in one process, so that
+// they differ in their hooks only), and each relay. It returns the variants to time, the hook server's
+// socket, and a func that stops everything and returns the remote proxy's mean hook time in µs.
 func processes(ctx context.Context, dir string) ([]variant, string, func() (float64, error), error) {
 	var children []*child
 	var closers []func()
@@ -244,19 +265,17 @@ func processes(ctx context.Context, dir string) ([]variant, string, func() (floa
 	if _, err := start("hook server", childSpec{Role: "hook", Sock: hookSock}); err != nil {
 		return fail(err)
 	}
-	var variants []variant
-	remote := -1
+	var names []string
 	for _, s := range setups() {
-		sock := filepath.Join(dir, s.name+".sock")
-		c, err := start(s.name+" proxy", childSpec{Role: "proxy", Sock: sock, Runtime: rtSock, Hook: hookSock,
-			State: filepath.Join(dir, s.name+"-state"), Variant: s.name})
-		if err != nil {
-			return fail(err)
-		}
-		if s.name == "remote-1" {
-			remote = slices.Index(children, c)
-		}
-		t, closeClient, err := dialProxy(ctx, sock)
+		names = append(names, s.name)
+	}
+	proxies, err := start("proxies", childSpec{Role: "proxies", Runtime: rtSock, Hook: hookSock, Variants: names, Dir: dir})
+	if err != nil {
+		return fail(err)
+	}
+	var variants []variant
+	for _, s := range setups() {
+		t, closeClient, err := dialProxy(ctx, proxySock(dir, s.name))
 		if err != nil {
 			return fail(err)
 		}
@@ -276,16 +295,16 @@ func processes(ctx context.Context, dir string) ([]variant, string, func() (floa
 		variants = append(variants, variant{name: rl.name, description: rl.description, once: hookCall(api)})
 	}
 	finish := func() (float64, error) {
+		for _, c := range closers {
+			c()
+		}
+		closers = nil
 		var res childResult
-		var err error
-		if remote >= 0 {
-			c := children[remote]
-			children = slices.Delete(children, remote, remote+1)
-			var out string
-			if out, err = c.stop(); err == nil {
-				if err = json.Unmarshal([]byte(out), &res); err != nil {
-					err = fmt.Errorf("the remote proxy's report %q: %w", out, err)
-				}
+		children = slices.DeleteFunc(children, func(c *child) bool { return c == proxies })
+		out, err := proxies.stop()
+		if err == nil {
+			if err = json.Unmarshal([]byte(out), &res); err != nil {
+				err = fmt.Errorf("the proxies' report %q: %w", out, err)
 			}
 		}
 		return res.HookMeanMicros, errors.Join(err, stopAll())
