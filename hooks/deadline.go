@@ -20,11 +20,11 @@ type deadlines struct {
 	next time.Time
 }
 
-// start returns a context that ends at now+timeout, or when parent ends; stop must be called when the
-// call returns, and releases it.
-func (w *deadlines) start(parent context.Context, timeout time.Duration) (*deadlineCtx, func()) {
+// start returns a context that ends at now+timeout (now is the call's start, which the caller has read
+// already), or when parent ends; stop must be called when the call returns, and releases it.
+func (w *deadlines) start(parent context.Context, now time.Time, timeout time.Duration) (*deadlineCtx, func()) {
 	inner, cancel := context.WithCancelCause(parent)
-	c := &deadlineCtx{Context: inner, cancel: cancel, deadline: time.Now().Add(timeout)}
+	c := &deadlineCtx{Context: inner, cancel: cancel, deadline: now.Add(timeout)}
 	w.mu.Lock()
 	c.index = len(w.inFlight)
 	w.inFlight = append(w.inFlight, c)
@@ -125,7 +125,3 @@ func (c *deadlineCtx) Err() error {
 	}
 	return err
 }
-
-// passed reports whether the deadline has passed, for a hook that ignored its context and returned late:
-// the timer may not have fired yet.
-func (c *deadlineCtx) passed() bool { return !time.Now().Before(c.deadline) }

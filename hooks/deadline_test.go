@@ -37,7 +37,7 @@ func TestDeadlinesEndCalls(t *testing.T) {
 			var w deadlines
 			parent, end := tt.parent()
 			start := time.Now()
-			ctx, stop := w.start(parent, tt.timeout)
+			ctx, stop := w.start(parent, time.Now(), tt.timeout)
 			if tt.stopEarly {
 				stop()
 			}
@@ -70,7 +70,7 @@ func background() (context.Context, func()) { return context.Background(), nil }
 
 func TestDeadlineReportsTheEarlierDeadline(t *testing.T) {
 	var w deadlines
-	ctx, stop := w.start(context.Background(), time.Minute)
+	ctx, stop := w.start(context.Background(), time.Now(), time.Minute)
 	defer stop()
 	d, ok := ctx.Deadline()
 	if !ok || time.Until(d) > time.Minute || time.Until(d) < 50*time.Second {
@@ -78,7 +78,7 @@ func TestDeadlineReportsTheEarlierDeadline(t *testing.T) {
 	}
 	parent, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	ctx2, stop2 := w.start(parent, time.Minute)
+	ctx2, stop2 := w.start(parent, time.Now(), time.Minute)
 	defer stop2()
 	want, _ := parent.Deadline()
 	if d, ok := ctx2.Deadline(); !ok || !d.Equal(want) {
@@ -89,9 +89,9 @@ func TestDeadlineReportsTheEarlierDeadline(t *testing.T) {
 // A short timeout after a long one must not wait for the long one's timer.
 func TestDeadlinesShorterTimeoutAfterLonger(t *testing.T) {
 	var w deadlines
-	long, stopLong := w.start(context.Background(), time.Hour)
+	long, stopLong := w.start(context.Background(), time.Now(), time.Hour)
 	defer stopLong()
-	short, stopShort := w.start(context.Background(), 20*time.Millisecond)
+	short, stopShort := w.start(context.Background(), time.Now(), 20*time.Millisecond)
 	defer stopShort()
 	select {
 	case <-short.Done():
@@ -111,7 +111,7 @@ func TestDeadlinesShorterTimeoutAfterLonger(t *testing.T) {
 func TestDeadlinesArmTheTimerOnce(t *testing.T) {
 	var w deadlines
 	for range 1000 {
-		_, stop := w.start(context.Background(), time.Hour)
+		_, stop := w.start(context.Background(), time.Now(), time.Hour)
 		stop()
 	}
 	w.mu.Lock()
@@ -138,7 +138,7 @@ func TestDeadlinesConcurrentCalls(t *testing.T) {
 				timeout = time.Hour
 			}
 			start := time.Now()
-			ctx, stop := w.start(context.Background(), timeout)
+			ctx, stop := w.start(context.Background(), time.Now(), timeout)
 			defer stop()
 			if i%2 == 0 {
 				// Returns in time.

@@ -214,12 +214,14 @@ func (d *Dispatcher) Rollback(ctx context.Context, stage Stage, pod *PodInfo, ct
 // if it ignored ctx, so a slow in-process hook is visible; remote calls are cut off by gRPC at the deadline.
 func (d *Dispatcher) call(ctx context.Context, stage Stage, b binding, pod *PodInfo, ctr *ContainerInfo) (*Adjustment, error) {
 	start := time.Now()
-	hctx, stop := d.deadlines.start(ctx, b.timeout)
+	hctx, stop := d.deadlines.start(ctx, start, b.timeout)
 	defer stop()
 	adj, err := safeCall(hctx, b.call, pod, ctr)
+	took := time.Since(start)
 	b.calls.Inc()
-	b.duration.Observe(time.Since(start).Seconds())
-	if hctx.Err() == context.DeadlineExceeded || hctx.passed() || errors.Is(err, context.DeadlineExceeded) {
+	b.duration.Observe(took.Seconds())
+	// took covers a hook that ignored its context and returned late, before the timer fired.
+	if took >= b.timeout || hctx.Err() == context.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
 		d.metrics.timeouts.WithLabelValues(b.name, string(stage)).Inc()
 		return nil, fmt.Errorf("no answer within %v (raise its timeout or fix the hook): %w", b.timeout, context.DeadlineExceeded)
 	}
