@@ -175,7 +175,7 @@ func newReport(m machine, o options, variants []variant, samples [][]time.Durati
 func (r *report) print(w io.Writer) {
 	m := r.Machine
 	if m.Processes {
-		fmt.Fprintf(w, "CreateContainer through tandem proxy.Servers in front of a stub runtime; the client, the runtime, the hook server,\neach proxy and each relay in a process of its own, as on a node\n")
+		fmt.Fprintf(w, "CreateContainer through tandem proxy.Servers in front of a stub runtime; the client, the runtime, the hook server,\nthe proxies (one process, as tandem-proxy) and each relay in processes of their own, as on a node (--layout processes)\n")
 	} else {
 		fmt.Fprintf(w, "CreateContainer through tandem proxy.Servers in front of stub runtimes, all in the benchmark's process (--layout one-process)\n")
 	}
