@@ -42,9 +42,10 @@ type Client struct {
 	idle   []*conn // most recently used last
 	inUse  map[*conn]struct{}
 	closed bool
-	// sweeping is set while the sweep goroutine runs; stop ends it.
-	sweeping bool
-	stop     chan struct{}
+	// sweeping is set while the sweep goroutine runs, every sweepEvery; stop ends it.
+	sweeping   bool
+	sweepEvery time.Duration
+	stop       chan struct{}
 }
 
 var _ grpc.ClientConnInterface = (*Client)(nil)
@@ -52,7 +53,7 @@ var _ grpc.ClientConnInterface = (*Client)(nil)
 // New returns a client of the server on the unix socket at path. It does not connect: the first call
 // does.
 func New(path string) *Client {
-	return &Client{path: path, inUse: map[*conn]struct{}{}, stop: make(chan struct{})}
+	return &Client{path: path, inUse: map[*conn]struct{}{}, sweepEvery: sweepEvery, stop: make(chan struct{})}
 }
 
 // Invoke makes a unary call. Its errors are gRPC statuses, as grpc-go's: the server's own, Unavailable
@@ -116,33 +117,30 @@ func (c *Client) Close() error {
 
 // get returns an idle connection that is still sound, or a new one.
 func (c *Client) get(ctx context.Context) (*conn, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, status.Errorf(codes.Unavailable, "unary: client of %s is closed", c.path)
-	}
-	var stale []*conn
-	var cn *conn
-	for len(c.idle) > 0 && cn == nil {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, status.Errorf(codes.Unavailable, "unary: client of %s is closed", c.path)
+		}
+		if len(c.idle) == 0 {
+			c.mu.Unlock()
+			break
+		}
 		last := len(c.idle) - 1
-		candidate := c.idle[last]
+		cn := c.idle[last]
 		c.idle[last] = nil
 		c.idle = c.idle[:last]
-		if candidate.sound() {
-			cn = candidate
-		} else {
-			stale = append(stale, candidate)
-		}
-	}
-	if cn != nil {
 		c.inUse[cn] = struct{}{}
-	}
-	c.mu.Unlock()
-	for _, s := range stale {
-		_ = s.close()
-	}
-	if cn != nil {
-		return cn, nil
+		c.mu.Unlock()
+		// Checked outside the lock: reading what the server sent may take a moment.
+		if cn.sound() {
+			return cn, nil
+		}
+		c.mu.Lock()
+		delete(c.inUse, cn)
+		c.mu.Unlock()
+		_ = cn.close()
 	}
 	nc, err := c.dialer.DialContext(ctx, "unix", c.path)
 	if err != nil {
@@ -151,7 +149,7 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 		}
 		return nil, status.Errorf(codes.Unavailable, "connect to %s: %v", c.path, err)
 	}
-	cn, err = newConn(nc)
+	cn, err := newConn(nc)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "start HTTP/2 on %s: %v", c.path, err)
 	}
@@ -186,7 +184,7 @@ func (c *Client) put(cn *conn) {
 // sweep closes, every sweepEvery, the idle connections the server closed or wrote to. It ends with the
 // client, or when no connection is left idle.
 func (c *Client) sweep() {
-	t := time.NewTicker(sweepEvery)
+	t := time.NewTicker(c.sweepEvery)
 	defer t.Stop()
 	for {
 		select {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/http2/h2c"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandemkit/tandem/hooks/remote/v1alpha1"
@@ -219,6 +220,58 @@ func TestIdleConnectionToAReplacedServer(t *testing.T) {
 	serve(t, path, newEcho())
 	if _, err := api.PreCreateContainerHook(context.Background(), request("web", nil)); err != nil {
 		t.Fatalf("the first call after the server was replaced failed: %v", err)
+	}
+}
+
+// countingListener counts the connections a server accepts.
+type countingListener struct {
+	net.Listener
+	mu sync.Mutex
+	n  int
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.n++
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *countingListener) accepted() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+// A server that pings an idle connection (grpc-go's keepalive) gets its answer with the next call, on
+// the same connection: what it sent is read before the connection is reused, not taken for a fault.
+func TestIdleConnectionTheServerPinged(t *testing.T) {
+	lis, err := net.Listen("unix", filepath.Join(t.TempDir(), "hook.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &countingListener{Listener: lis}
+	s := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Second, Timeout: 5 * time.Second}))
+	v1alpha1.RegisterRuntimeHookServiceServer(s, newEcho())
+	go func() { _ = s.Serve(cl) }()
+	defer s.Stop()
+	c := New(lis.Addr().String())
+	// The sweep would close the pinged connection first; this test is about what a call does.
+	c.sweepEvery = time.Hour
+	defer c.Close()
+	api := v1alpha1.NewRuntimeHookServiceClient(c)
+	for i := range 3 {
+		if _, err := api.PreCreateContainerHook(context.Background(), request("web", nil)); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		// grpc-go pings an idle connection after a second at the earliest.
+		time.Sleep(1300 * time.Millisecond)
+	}
+	if n := cl.accepted(); n != 1 {
+		t.Fatalf("the server accepted %d connections; want 1, reused after each ping", n)
 	}
 }
 
