@@ -324,7 +324,7 @@ func TestServerRestart(t *testing.T) {
 }
 
 // TestServerAway: while a server is away, calls fail fast instead of waiting for their timeout; once it
-// is back, calls reach it again within the reconnect backoff (at most a second), with no reload.
+// is back, the first call reaches it, with no reload.
 func TestServerAway(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
