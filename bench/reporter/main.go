@@ -36,6 +36,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
 )
@@ -110,7 +111,7 @@ func run(ctx context.Context, o options) error {
 	clk := clocktesting.NewFakeClock(start)
 	var current *reporter.Sample
 	r, err := reporter.New(reporter.Config{NodeName: nodeName}, reporter.Deps{
-		Client:   client,
+		Client:   kubeclienttest.Clientset{Interface: client},
 		Samples:  func() *reporter.Sample { return current },
 		Settings: func() slo.ColocationSettings { return settings },
 		Clock:    clk,

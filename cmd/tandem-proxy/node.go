@@ -8,12 +8,10 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/reclaim"
@@ -27,28 +25,16 @@ import (
 
 // kubeClient connects to the API server named by kubeconfig, or the in-cluster one; with neither it
 // returns nil and the proxy runs standalone (no node reporter, pod specs unread).
-func kubeClient(ctx context.Context, kubeconfig string) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig != "" {
-		if rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-			return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-		}
-	} else if rc, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
+func kubeClient(ctx context.Context, kubeconfig string) (*kubeclient.Client, error) {
+	rc, err := kubeclient.Config(kubeconfig)
+	if errors.Is(err, kubeclient.ErrNoConfig) {
 		klog.FromContext(ctx).Info("No kubeconfig and not in a cluster: standalone, without the node reporter; batch resources come from annotations only")
 		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("in-cluster API configuration (pass --kubeconfig instead): %w", err)
 	}
-	rc = rest.CopyConfig(rc)
-	rc.UserAgent = "tandem-proxy"
-	// Pods are large in JSON; protobuf halves the informer's list and every watch event.
-	rc.ContentType = "application/vnd.kubernetes.protobuf"
-	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("API client for %s: %w", rc.Host, err)
+		return nil, err
 	}
-	return client, nil
+	return kubeclient.New(rc, "tandem-proxy")
 }
 
 // collectorTargets lists the store's containers for the collector, rebuilt only when the store changed:
@@ -116,7 +102,7 @@ func podRequests(st *store.Store) func() []reporter.PodRequest {
 // startNodeLoops starts CPU suppression and eviction, configured by resource-threshold-config (off unless
 // the operator enables it, as in Koordinator).
 func startNodeLoops(ctx context.Context, st settings, col *collector.Collector, cpus *alloc.Allocator, cgroups cgroup.Writer,
-	poolsChanged func(), client kubernetes.Interface, srv *proxy.Server, reg prometheus.Registerer) error {
+	poolsChanged func(), client *kubeclient.Client, srv *proxy.Server, reg prometheus.Registerer) error {
 	logger := klog.FromContext(ctx)
 	thresholds := st.colocation.Load().ResourceThreshold
 	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Cgroups: cgroups, Registerer: reg}

@@ -10,17 +10,22 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
 // EventReason is the reason of the Kubernetes Event recorded for each eviction.
 const EventReason = "Evicted"
 
+// API is what APIEvictor needs of the API server; *kubeclient.Client has it.
+type API interface {
+	EvictPod(ctx context.Context, eviction *policyv1.Eviction) error
+	CreateEvent(ctx context.Context, event *corev1.Event) (*corev1.Event, error)
+}
+
 // APIEvictor evicts through the Eviction API (policy/v1), so PodDisruptionBudgets are honoured and
 // controllers replace the pod elsewhere, and records a Warning Event on the pod naming the reason.
 type APIEvictor struct {
-	client   kubernetes.Interface
+	client   API
 	nodeName string
 	// now stamps the events; a field so tests can fix it.
 	now func() time.Time
@@ -29,7 +34,7 @@ type APIEvictor struct {
 var _ Evictor = (*APIEvictor)(nil)
 
 // NewAPIEvictor evicts through client; nodeName goes into the events' source.
-func NewAPIEvictor(client kubernetes.Interface, nodeName string) *APIEvictor {
+func NewAPIEvictor(client API, nodeName string) *APIEvictor {
 	return &APIEvictor{client: client, nodeName: nodeName, now: time.Now}
 }
 
@@ -42,7 +47,7 @@ func (e *APIEvictor) Evict(ctx context.Context, pod Pod, reason Reason, message 
 		uid := types.UID(pod.UID)
 		ev.DeleteOptions = &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
 	}
-	err := e.client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, ev)
+	err := e.client.EvictPod(ctx, ev)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
@@ -74,7 +79,7 @@ func (e *APIEvictor) event(ctx context.Context, pod Pod, reason Reason, message 
 		LastTimestamp:       now,
 		Count:               1,
 	}
-	if _, err := e.client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	if _, err := e.client.CreateEvent(ctx, ev); err != nil {
 		klog.FromContext(ctx).Error(err, "Eviction event not recorded", "pod", klog.KRef(pod.Namespace, pod.Name))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
 )
@@ -49,7 +50,7 @@ func TestAPIEvictor(t *testing.T) {
 	})
 	clk := &clock{t: time.Unix(1000, 0)}
 	l, err := evict.New(memConfig(), evict.Deps{
-		Latest: func() *collector.Snapshot { return nil }, Evictor: evict.NewAPIEvictor(client, "node-1"), Now: clk.now,
+		Latest: func() *collector.Snapshot { return nil }, Evictor: evict.NewAPIEvictor(kubeclienttest.Clientset{Interface: client}, "node-1"), Now: clk.now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func TestAPIEvictorRefusal(t *testing.T) {
 	client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewTooManyRequests("pdb", 10)
 	})
-	err := evict.NewAPIEvictor(client, "n").Evict(ctx, evict.Pod{Namespace: "ns", Name: "p"}, evict.ReasonMemory, "m")
+	err := evict.NewAPIEvictor(kubeclienttest.Clientset{Interface: client}, "n").Evict(ctx, evict.Pod{Namespace: "ns", Name: "p"}, evict.ReasonMemory, "m")
 	if !errors.Is(err, evict.ErrRefused) {
 		t.Errorf("429 gave %v, want ErrRefused", err)
 	}
@@ -96,7 +97,7 @@ func TestAPIEvictorRefusal(t *testing.T) {
 	client2.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "p", errors.New("rbac"))
 	})
-	err = evict.NewAPIEvictor(client2, "n").Evict(ctx, evict.Pod{Namespace: "ns", Name: "p"}, evict.ReasonMemory, "m")
+	err = evict.NewAPIEvictor(kubeclienttest.Clientset{Interface: client2}, "n").Evict(ctx, evict.Pod{Namespace: "ns", Name: "p"}, evict.ReasonMemory, "m")
 	if err == nil || errors.Is(err, evict.ErrRefused) || !apierrors.IsForbidden(err) {
 		t.Errorf("403 gave %v, want a forbidden error that is not a refusal", err)
 	}

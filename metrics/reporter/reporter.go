@@ -41,9 +41,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -159,10 +157,16 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// NodeAPI is what the reporter needs of the API server; *kubeclient.Client has it.
+type NodeAPI interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	PatchNode(ctx context.Context, name string, pt types.PatchType, data []byte, subresources ...string) (*corev1.Node, error)
+}
+
 // Deps are the reporter's collaborators.
 type Deps struct {
 	// Client talks to the API server.
-	Client kubernetes.Interface
+	Client NodeAPI
 	// Samples returns the collector's latest sample, nil before the first. It must be cheap and
 	// must not block.
 	Samples func() *Sample
@@ -474,7 +478,7 @@ func movedBy(old, cur int64, threshold, floor float64) bool {
 func (r *Reporter) learnNode(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	defer cancel()
-	node, err := r.deps.Client.CoreV1().Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
+	node, err := r.deps.Client.GetNode(ctx, r.cfg.NodeName)
 	if err != nil {
 		return err
 	}
@@ -532,7 +536,7 @@ func (r *Reporter) patchStatus(ctx context.Context, want desired) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	defer cancel()
-	node, err := r.deps.Client.CoreV1().Nodes().Patch(ctx, r.cfg.NodeName, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
+	node, err := r.deps.Client.PatchNode(ctx, r.cfg.NodeName, types.StrategicMergePatchType, body, "status")
 	if err != nil {
 		return err
 	}
@@ -549,7 +553,7 @@ func (r *Reporter) patchAnnotation(ctx context.Context, m *nodemetric.NodeMetric
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	defer cancel()
-	node, err := r.deps.Client.CoreV1().Nodes().Patch(ctx, r.cfg.NodeName, types.MergePatchType, body, metav1.PatchOptions{})
+	node, err := r.deps.Client.PatchNode(ctx, r.cfg.NodeName, types.MergePatchType, body)
 	if err != nil {
 		return err
 	}

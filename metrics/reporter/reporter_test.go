@@ -32,6 +32,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 )
@@ -133,7 +134,7 @@ func newHarness(t testing.TB, settings slo.ColocationSettings, node *corev1.Node
 	// No warm-up and no jitter, so that each test's first sample publishes and retries are exact;
 	// TestWarmup covers the warm-up.
 	r, err := New(Config{NodeName: nodeName, BackoffJitter: -1, Warmup: -1}, Deps{
-		Client:     h.client,
+		Client:     kubeclienttest.Clientset{Interface: h.client},
 		Samples:    h.latest,
 		Settings:   func() slo.ColocationSettings { h.mu.Lock(); defer h.mu.Unlock(); return h.settings },
 		Clock:      h.clock,

@@ -26,18 +26,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/kubeclient"
 )
 
 // Kubelet's annotations on the pods it runs (they reach the sandbox with the pod's other annotations).
@@ -90,11 +86,16 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// API is what a Source needs of the API server; *kubeclient.Client has it.
+type API interface {
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	PodListWatch(fieldSelector string) cache.ListerWatcher
+}
+
 // Source answers questions about the pods of this node from an informer cache.
 type Source struct {
 	cfg      Config
-	client   kubernetes.Interface
-	factory  informers.SharedInformerFactory
+	client   API
 	informer cache.SharedIndexInformer
 	lister   corelisters.PodLister
 	// gaveUp is set when the first sync did not finish within SyncTimeout.
@@ -125,40 +126,31 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pod spec source: %w", err)
 	}
-	var rc *rest.Config
-	var err error
-	if cfg.Kubeconfig != "" {
-		if rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", cfg.Kubeconfig, err)
-		}
-	} else if rc, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
+	rc, err := kubeclient.Config(cfg.Kubeconfig)
+	if errors.Is(err, kubeclient.ErrNoConfig) {
 		klog.FromContext(ctx).Info("No kubeconfig and not in a cluster; pod specs are not read, batch resources come from annotations only")
 		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("in-cluster API configuration (pass a kubeconfig instead): %w", err)
 	}
-	rc = rest.CopyConfig(rc)
-	rc.UserAgent = "tandem-proxy"
-	// Pods are large in JSON; protobuf halves the list at start and every watch event.
-	rc.ContentType = "application/vnd.kubernetes.protobuf"
-	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("API client for %s: %w", rc.Host, err)
+		return nil, err
+	}
+	client, err := kubeclient.New(rc, "tandem-proxy")
+	if err != nil {
+		return nil, err
 	}
 	return NewForClient(client, cfg)
 }
 
 // NewForClient builds a Source on client. Run starts it.
-func NewForClient(client kubernetes.Interface, cfg Config) (*Source, error) {
+func NewForClient(client API, cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("pod spec source: %w", err)
 	}
 	onNode := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = onNode }))
-	pods := factory.Core().V1().Pods()
+	informer := cache.NewSharedIndexInformer(client.PodListWatch(onNode), &corev1.Pod{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	s := &Source{
-		cfg: cfg, client: client, factory: factory, informer: pods.Informer(), lister: pods.Lister(),
+		cfg: cfg, client: client, informer: informer, lister: corelisters.NewPodLister(informer.GetIndexer()),
 		waiters: map[string]*waiter{}, settled: map[types.UID]time.Time{}, fetched: map[types.UID]fetchedPod{},
 	}
 	// Managed fields are most of a pod object's size and of no use here.
@@ -187,8 +179,12 @@ func (s *Source) Run(ctx context.Context) {
 		return
 	}
 	logger := klog.FromContext(ctx).WithValues("node", s.cfg.NodeName)
-	s.factory.StartWithContext(ctx)
-	defer s.factory.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		s.informer.RunWithContext(ctx)
+	}()
+	defer func() { <-stopped }()
 	start := time.Now()
 	syncCtx, cancel := context.WithTimeout(ctx, s.cfg.SyncTimeout)
 	synced := cache.WaitForCacheSync(syncCtx.Done(), s.informer.HasSynced)
@@ -410,7 +406,7 @@ func (s *Source) get(ctx context.Context, ns, name string, uid types.UID) *corev
 	}
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	p, err := s.client.CoreV1().Pods(ns).Get(gctx, name, metav1.GetOptions{})
+	p, err := s.client.GetPod(gctx, ns, name)
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			klog.FromContext(ctx).V(2).Info("Pod spec GET failed", "pod", klog.KRef(ns, name), "err", err)

@@ -27,6 +27,7 @@ import (
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/batchresource"
 	"github.com/tandemkit/tandem/hooks/policy/memoryqos"
+	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/resource/batch"
 )
 
@@ -100,7 +101,7 @@ func testConfig(wait time.Duration) Config {
 func start(t *testing.T, cfg Config, objs ...runtime.Object) (*Source, *fake.Clientset, context.Context) {
 	t.Helper()
 	client := fake.NewSimpleClientset(objs...)
-	s, err := NewForClient(client, cfg)
+	s, err := NewForClient(kubeclienttest.Clientset{Interface: client}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +343,7 @@ func TestGetAfterWait(t *testing.T) {
 				}
 				return true, tt.served.DeepCopy(), nil
 			})
-			s, err := NewForClient(client, cfg)
+			s, err := NewForClient(kubeclienttest.Clientset{Interface: client}, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,134 @@
+// Package kubeclient is the Kubernetes API client of tandem-proxy: the pods of its node, its Node
+// object, evictions and events, core/v1 and policy/v1 only.
+//
+// client-go's kubernetes.Clientset links and registers every API group of Kubernetes at start, and the
+// pages that touches stay resident: measured with a pod informer, 21.2 MiB of RSS against 11.5 MiB for
+// the same informer on this client, and an executable 18 MB larger. tandem-proxy runs on every node;
+// docs/performance.md has its memory at rest.
+package kubeclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Client calls the API server's core/v1 endpoints. It is safe for concurrent use.
+type Client struct {
+	rc     rest.Interface
+	params runtime.ParameterCodec
+}
+
+// ErrNoConfig is returned by Config when there is neither a kubeconfig nor an in-cluster configuration:
+// tandem-proxy then runs standalone.
+var ErrNoConfig = errors.New("no kubeconfig and not in a cluster")
+
+// Config reads the kubeconfig at path, or the in-cluster configuration when path is empty.
+func Config(path string) (*rest.Config, error) {
+	if path != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("read the kubeconfig %s: %w", path, err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, ErrNoConfig
+	}
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster API configuration (pass a kubeconfig instead): %w", err)
+	}
+	return rc, nil
+}
+
+// New returns a client for the API server rc names. userAgent names the caller in the server's logs.
+// Requests and answers are protobuf: pods are large in JSON, and protobuf halves the informer's list
+// and every watch event.
+func New(rc *rest.Config, userAgent string) (*Client, error) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := policyv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(rc)
+	cfg.UserAgent = userAgent
+	cfg.APIPath = "/api"
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if cfg.RateLimiter == nil && cfg.QPS == 0 {
+		// client-go's defaults for a typed client.
+		cfg.QPS, cfg.Burst = rest.DefaultQPS, rest.DefaultBurst
+	}
+	restClient, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API client for %s: %w", rc.Host, err)
+	}
+	return &Client{rc: restClient, params: runtime.NewParameterCodec(scheme)}, nil
+}
+
+// GetNode reads a Node.
+func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := c.rc.Get().Resource("nodes").Name(name).Do(ctx).Into(node)
+	return node, err
+}
+
+// PatchNode patches a Node, or one of its subresources ("status").
+func (c *Client) PatchNode(ctx context.Context, name string, pt types.PatchType, data []byte, subresources ...string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := c.rc.Patch(pt).Resource("nodes").Name(name).SubResource(subresources...).Body(data).Do(ctx).Into(node)
+	return node, err
+}
+
+// GetPod reads a Pod.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	err := c.rc.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
+	return pod, err
+}
+
+// EvictPod asks the API server to evict a pod, which honours its PodDisruptionBudgets.
+func (c *Client) EvictPod(ctx context.Context, eviction *policyv1.Eviction) error {
+	return c.rc.Post().Namespace(eviction.Namespace).Resource("pods").Name(eviction.Name).SubResource("eviction").
+		Body(eviction).Do(ctx).Error()
+}
+
+// CreateEvent records an Event.
+func (c *Client) CreateEvent(ctx context.Context, event *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	err := c.rc.Post().Namespace(event.Namespace).Resource("events").Body(event).Do(ctx).Into(out)
+	return out, err
+}
+
+// PodListWatch lists and watches the pods of every namespace that fieldSelector selects, for an informer.
+func (c *Client) PodListWatch(fieldSelector string) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = fieldSelector
+			list := &corev1.PodList{}
+			err := c.rc.Get().Resource("pods").VersionedParams(&opts, c.params).Do(ctx).Into(list)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = fieldSelector
+			opts.Watch = true
+			return c.rc.Get().Resource("pods").VersionedParams(&opts, c.params).Watch(ctx)
+		},
+	}
+}
