@@ -22,6 +22,7 @@ import (
 
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/e2e/cluster"
+	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
@@ -238,7 +239,7 @@ func seed004Colocation(t *testing.T, node *corev1.Node) slo.ColocationSettings {
 func TestReporterPublishesToRealAPIServer(t *testing.T) {
 	ctx := testContext(t, 10*time.Minute)
 	cs := client(t)
-	// The reporter gets a clientset of its own from the cluster's kubeconfig,
+	// The reporter gets a client of its own from the cluster's kubeconfig,
 	// whose transport counts its PATCH requests.
 	restCfg, err := clientcmd.BuildConfigFromFlags("", suite.c.Kubeconfig)
 	if err != nil {
@@ -249,9 +250,10 @@ func TestReporterPublishesToRealAPIServer(t *testing.T) {
 		counter.next = rt
 		return counter
 	})
-	reporterClient, err := kubernetes.NewForConfig(restCfg)
+	// The client tandem-proxy gives its reporter, here against a real kube-apiserver.
+	reporterClient, err := kubeclient.New(restCfg, "tandem-e2e")
 	if err != nil {
-		t.Fatalf("clientset for the reporter: %v", err)
+		t.Fatalf("API client for the reporter: %v", err)
 	}
 	// Remove anything an earlier (killed) run left, and everything this one
 	// writes, whatever happens below.
