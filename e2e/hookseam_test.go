@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
@@ -97,27 +96,7 @@ func TestHookSeamChangesRealCgroups(t *testing.T) {
 	for _, flavor := range flavors() {
 		t.Run("containerd-"+flavor, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			if flavor == framework.Flavor2 {
-				if _, err := containerdV2(); err != nil {
-					t.Fatalf("containerd v2 is not available: %v", err)
-				}
-			}
-			dir, err := os.MkdirTemp("", "tdm-seam-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(dir) })
-			ctrd, err := framework.StartContainerd(ctx, framework.ContainerdOptions{Flavor: flavor, Dir: filepath.Join(dir, "ctrd")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				if err := ctrd.Stop(sctx); err != nil {
-					t.Errorf("stop containerd: %v", err)
-				}
-			})
+			dir, ctrd := privateContainerd(t, ctx, flavor, "tdm-seam-")
 
 			cfg := proxy.DefaultConfig()
 			cfg.Listen = filepath.Join(dir, "tandem.sock")

@@ -105,13 +105,44 @@ func forEachRuntime(t *testing.T, opts envOptions, fn func(t *testing.T, ctx con
 	}
 }
 
-func newEnv(t *testing.T, ctx context.Context, flavor string, opts envOptions) *env {
+// requireFlavor fails the test when flavor's containerd is not available (containerd 2 is built once).
+func requireFlavor(t *testing.T, flavor string) {
 	t.Helper()
 	if flavor == framework.Flavor2 {
 		if _, err := containerdV2(); err != nil {
 			t.Fatalf("containerd v2 is not available: %v", err)
 		}
 	}
+}
+
+// privateContainerd starts a containerd of flavor for one test, in a new temporary directory named after
+// prefix (short: unix socket paths live in it), and stops it and removes the directory when the test
+// ends. The directory is returned for the test's own sockets and state.
+func privateContainerd(t *testing.T, ctx context.Context, flavor, prefix string) (string, *framework.Containerd) {
+	t.Helper()
+	requireFlavor(t, flavor)
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ctrd, err := framework.StartContainerd(ctx, framework.ContainerdOptions{Flavor: flavor, Dir: filepath.Join(dir, "ctrd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := ctrd.Stop(sctx); err != nil {
+			t.Errorf("stop containerd: %v", err)
+		}
+	})
+	return dir, ctrd
+}
+
+func newEnv(t *testing.T, ctx context.Context, flavor string, opts envOptions) *env {
+	t.Helper()
+	requireFlavor(t, flavor)
 	bin, err := proxyBinary()
 	if err != nil {
 		t.Fatalf("tandem-proxy does not build: %v", err)

@@ -182,27 +182,7 @@ type suppressHarness struct {
 
 func startSuppressHarness(t *testing.T, ctx context.Context, flavor string) *suppressHarness {
 	t.Helper()
-	if flavor == framework.Flavor2 {
-		if _, err := containerdV2(); err != nil {
-			t.Fatalf("containerd v2 is not available: %v", err)
-		}
-	}
-	dir, err := os.MkdirTemp("", "tdm-supp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ctrd, err := framework.StartContainerd(ctx, framework.ContainerdOptions{Flavor: flavor, Dir: filepath.Join(dir, "ctrd")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := ctrd.Stop(sctx); err != nil {
-			t.Errorf("stop containerd: %v", err)
-		}
-	})
+	dir, ctrd := privateContainerd(t, ctx, flavor, "tdm-supp-")
 
 	topo, err := topology.Discover("/sys")
 	if err != nil {
