@@ -238,23 +238,8 @@ func (l *Loop) Run(ctx context.Context) error {
 	logger.Info("BE eviction running", "enable", cfg.Enable, "memoryEvictThresholdPercent", cfg.MemoryEvictThresholdPercent,
 		"memoryEvictLowerPercent", cfg.MemoryEvictLowerPercent, "cpuEvictBySatisfaction", cfg.CPUEvictBySatisfaction, "coolDown", cfg.CoolDown)
 	// The interval is read once: a reload that changes it takes effect at the next start.
-	t := time.NewTicker(cfg.Interval)
-	defer t.Stop()
-	var last time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-l.deps.Updates:
-		case <-t.C:
-		}
-		snap := l.deps.Latest()
-		if snap == nil || !snap.Time.After(last) {
-			continue
-		}
-		last = snap.Time
-		l.Step(ctx, snap)
-	}
+	collector.Follow(ctx, cfg.Interval, l.deps.Updates, l.deps.Latest, func(snap *collector.Snapshot) { l.Step(ctx, snap) })
+	return nil
 }
 
 // candidate is a BE pod with its usage summed over its containers.

@@ -272,27 +272,15 @@ func (l *Loop) Run(ctx context.Context) error {
 	cfg := l.cfg.Load()
 	logger.Info("CPU suppression running", "enable", cfg.Enable, "policy", cfg.CPUSuppressPolicy,
 		"thresholdPercent", cfg.CPUSuppressThresholdPercent, "widenAfterSamples", cfg.WidenAfterSamples)
-	// The interval is read once: a reload that changes it takes effect at the next start.
-	t := time.NewTicker(cfg.Interval)
-	defer t.Stop()
-	var last time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-l.deps.Updates:
-		case <-t.C:
-		}
-		snap := l.deps.Latest()
-		// A tick without a new snapshot is no new sample: counting it would widen on stale data.
-		if snap == nil || !snap.Time.After(last) {
-			continue
-		}
-		last = snap.Time
+	// The interval is read once: a reload that changes it takes effect at the next start. Follow steps
+	// each snapshot once: a tick without a new one is no new sample, and counting it would widen on
+	// stale data.
+	collector.Follow(ctx, cfg.Interval, l.deps.Updates, l.deps.Latest, func(snap *collector.Snapshot) {
 		if _, err := l.Step(ctx, snap); err != nil {
 			logger.Error(err, "BE CPU limit not applied; retrying at the next sample")
 		}
-	}
+	})
+	return nil
 }
 
 // Want is the formula for one snapshot, in milli-cores, floored at the minimum BE keeps and capped at
