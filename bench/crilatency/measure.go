@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/tandemkit/tandem/bench/internal/quantile"
 )
 
 // rpc is one CRI call the benchmark times. The requests are the ones kubelet
@@ -191,17 +192,6 @@ func measure(ctx context.Context, targets []target, rpcs []rpc, modes []mode, p 
 	return out, nil
 }
 
-// percentile returns the nearest-rank q-quantile (0 < q ≤ 1) of ds, which it
-// sorts in place.
-func percentile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	i := int(math.Ceil(q*float64(len(ds)))) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
-}
-
 func (s series) durations(keep func(sample) bool) []time.Duration {
 	out := make([]time.Duration, 0, len(s))
 	for _, x := range s {
@@ -226,10 +216,10 @@ func summarize(s series) quantiles {
 	all := s.durations(nil)
 	even := s.durations(func(x sample) bool { return x.round%2 == 0 })
 	odd := s.durations(func(x sample) bool { return x.round%2 == 1 })
-	q := quantiles{P50: percentile(all, 0.50), P99: percentile(all, 0.99), N: len(all)}
+	q := quantiles{P50: quantile.Nearest(all, 0.50), P99: quantile.Nearest(all, 0.99), N: len(all)}
 	if len(even) > 0 && len(odd) > 0 {
-		q.HalfGapP50 = absDur(percentile(even, 0.50) - percentile(odd, 0.50))
-		q.HalfGapP99 = absDur(percentile(even, 0.99) - percentile(odd, 0.99))
+		q.HalfGapP50 = absDur(quantile.Nearest(even, 0.50) - quantile.Nearest(odd, 0.50))
+		q.HalfGapP99 = absDur(quantile.Nearest(even, 0.99) - quantile.Nearest(odd, 0.99))
 	}
 	return q
 }

@@ -43,6 +43,7 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/tandemkit/tandem/bench/internal/quantile"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	extender "github.com/tandemkit/tandem/scheduler-extender"
 )
@@ -153,8 +154,8 @@ func run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			p50, p99 := percentile(m.wall, 50), percentile(m.wall, 99)
-			c50, c99 := percentile(m.onCPU, 50), percentile(m.onCPU, 99)
+			p50, p99 := quantile.Nearest(m.wall, 0.50), quantile.Nearest(m.wall, 0.99)
+			c50, c99 := quantile.Nearest(m.onCPU, 0.50), quantile.Nearest(m.onCPU, 0.99)
 			target := "-"
 			if row.call == "filter+prioritize" && (sc.targetP50 > 0 || sc.targetP99 > 0) {
 				var parts []string
@@ -226,7 +227,7 @@ func loopback(h http.Handler, nodes []*corev1.Node, clusterSize, iters int) erro
 	cpu := (cpuTime() - cpu0) / time.Duration(iters)
 	slices.Sort(lat)
 	fmt.Printf("%-16s %-18s %9s %9s %9s %9s %9s  (client and server both in this process)\n",
-		"500 names, HTTP", "filter+prioritize", fmtDur(percentile(lat, 50)), fmtDur(percentile(lat, 99)), "-", "-", fmtDur(cpu))
+		"500 names, HTTP", "filter+prioritize", fmtDur(quantile.Nearest(lat, 0.50)), fmtDur(quantile.Nearest(lat, 0.99)), "-", "-", fmtDur(cpu))
 	return nil
 }
 
@@ -341,14 +342,6 @@ func throughput(h http.Handler, bodies [][2]string, workers int, d time.Duration
 	}
 	wg.Wait()
 	return float64(done.Load()) / time.Since(start).Seconds(), nil
-}
-
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p + 99) / 100
-	return sorted[min(max(i-1, 0), len(sorted)-1)]
 }
 
 // sink is a ResponseWriter that keeps only the status and body size: the benchmark measures the

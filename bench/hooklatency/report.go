@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/quantile"
 )
 
 // The hook framework's targets.
@@ -95,26 +96,17 @@ type report struct {
 	RemoteHookInProxyMean float64 `json:"remoteHookInProxyMeanMicros"`
 }
 
-// percentile is the nearest-rank q-quantile of sorted ds.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func summarize(name, description string, ds []time.Duration) result {
+	// Nearest sorts in place: the caller's samples keep their order.
 	sorted := slices.Clone(ds)
-	slices.Sort(sorted)
 	var sum time.Duration
 	for _, d := range sorted {
 		sum += d
 	}
 	r := result{Name: name, Description: description, Calls: len(sorted),
-		P50: micros(percentile(sorted, 0.50)), P99: micros(percentile(sorted, 0.99))}
+		P50: micros(quantile.Nearest(sorted, 0.50)), P99: micros(quantile.Nearest(sorted, 0.99))}
 	if len(sorted) > 0 {
 		r.Mean = micros(sum / time.Duration(len(sorted)))
 	}

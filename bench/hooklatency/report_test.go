@@ -17,42 +17,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 )
 
-func TestPercentile(t *testing.T) {
-	t.Parallel()
-	us := func(ns ...int) []time.Duration {
-		out := make([]time.Duration, len(ns))
-		for i, n := range ns {
-			out[i] = time.Duration(n) * time.Microsecond
-		}
-		return out
-	}
-	hundred := make([]int, 100)
-	for i := range hundred {
-		hundred[i] = i + 1
-	}
-	tests := []struct {
-		name   string
-		sorted []time.Duration
-		q      float64
-		want   time.Duration
-	}{
-		{name: "empty", sorted: nil, q: 0.5, want: 0},
-		{name: "one", sorted: us(7), q: 0.99, want: 7 * time.Microsecond},
-		{name: "median of 1..100", sorted: us(hundred...), q: 0.5, want: 50 * time.Microsecond},
-		{name: "p99 of 1..100", sorted: us(hundred...), q: 0.99, want: 99 * time.Microsecond},
-		{name: "p100 is the maximum", sorted: us(hundred...), q: 1, want: 100 * time.Microsecond},
-		{name: "p0 is the minimum", sorted: us(3, 4), q: 0, want: 3 * time.Microsecond},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := percentile(tt.sorted, tt.q); got != tt.want {
-				t.Errorf("percentile(%v) = %v, want %v", tt.q, got, tt.want)
-			}
-		})
-	}
-}
-
 // constant returns n samples of d.
 func constant(n int, d time.Duration) []time.Duration {
 	out := make([]time.Duration, n)
