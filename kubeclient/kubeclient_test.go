@@ -3,10 +3,13 @@ package kubeclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -246,5 +249,55 @@ func TestPodInformer(t *testing.T) {
 		if r.path == "/api/v1/pods" && !strings.Contains(r.query, "fieldSelector=spec.nodeName%3Dnode-1") {
 			t.Errorf("pods listed or watched without the node's field selector: %s", r.query)
 		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	const kc = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(kubeconfig, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
+	tests := []struct {
+		name     string
+		path     string
+		wantHost string
+		wantErr  error
+		anyErr   bool
+	}{
+		{name: "kubeconfig", path: kubeconfig, wantHost: "https://127.0.0.1:6443"},
+		{name: "missing kubeconfig file", path: filepath.Join(dir, "none"), anyErr: true},
+		{name: "no configuration: standalone", wantErr: ErrNoConfig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.path == "" && inCluster {
+				t.Skip("running inside a cluster: the in-cluster configuration exists")
+			}
+			rc, err := Config(tt.path)
+			switch {
+			case tt.anyErr:
+				if err == nil {
+					t.Fatalf("Config(%s) = %v, want an error", tt.path, rc.Host)
+				}
+			case !errors.Is(err, tt.wantErr):
+				t.Fatalf("Config(%q) error %v, want %v", tt.path, err, tt.wantErr)
+			case err == nil:
+				if rc.Host != tt.wantHost {
+					t.Fatalf("host %s, want %s", rc.Host, tt.wantHost)
+				}
+				if _, err := New(rc, "tandem-test"); err != nil {
+					t.Fatalf("New on it: %v", err)
+				}
+			}
+		})
 	}
 }

@@ -33,7 +33,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/kubeclient"
 )
 
 // Kubelet's annotations on the pods it runs (they reach the sandbox with the pod's other annotations).
@@ -118,27 +117,6 @@ type waiter struct {
 type fetchedPod struct {
 	pod *corev1.Pod
 	at  time.Time
-}
-
-// New connects to the API server named by cfg.Kubeconfig, or the in-cluster one. With neither it logs
-// one line and returns (nil, nil): the proxy then runs standalone and policies use annotations only.
-func New(ctx context.Context, cfg Config) (*Source, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("pod spec source: %w", err)
-	}
-	rc, err := kubeclient.Config(cfg.Kubeconfig)
-	if errors.Is(err, kubeclient.ErrNoConfig) {
-		klog.FromContext(ctx).Info("No kubeconfig and not in a cluster; pod specs are not read, batch resources come from annotations only")
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	client, err := kubeclient.New(rc, "tandem-proxy")
-	if err != nil {
-		return nil, err
-	}
-	return NewForClient(client, cfg)
 }
 
 // NewForClient builds a Source on client. Run starts it.

@@ -9,8 +9,6 @@ package podspec
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -459,43 +457,28 @@ func TestNilSource(t *testing.T) {
 	}
 }
 
-func TestNew(t *testing.T) {
+// TestNewForClientValidates: a configuration that cannot work is refused before any API call.
+func TestNewForClientValidates(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	const kc = `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`
-	if err := os.WriteFile(kubeconfig, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	tests := []struct {
-		name       string
-		cfg        Config
-		wantSource bool
-		wantErr    bool
+		name    string
+		cfg     Config
+		wantErr bool
 	}{
-		{name: "kubeconfig", cfg: Config{NodeName: node, Kubeconfig: kubeconfig}, wantSource: true},
-		{name: "missing kubeconfig file", cfg: Config{NodeName: node, Kubeconfig: filepath.Join(dir, "none")}, wantErr: true},
-		{name: "no node name", cfg: Config{Kubeconfig: kubeconfig}, wantErr: true},
-		{name: "negative wait", cfg: Config{NodeName: node, Kubeconfig: kubeconfig, Wait: -time.Second}, wantErr: true},
-		{name: "no configuration: standalone", cfg: Config{NodeName: node}},
+		{name: "valid", cfg: Config{NodeName: node}},
+		{name: "no node name", cfg: Config{}, wantErr: true},
+		{name: "negative wait", cfg: Config{NodeName: node, Wait: -time.Second}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if tt.cfg.Kubeconfig == "" && !tt.wantErr && inCluster {
-				t.Skip("running inside a cluster: the in-cluster configuration exists")
+			client := fake.NewSimpleClientset()
+			s, err := NewForClient(kubeclienttest.Clientset{Interface: client}, tt.cfg)
+			if (err != nil) != tt.wantErr || (s != nil) == tt.wantErr {
+				t.Fatalf("NewForClient = %v, %v; want error %v", s, err, tt.wantErr)
 			}
-			_, ctx := ktesting.NewTestContext(t)
-			s, err := New(ctx, tt.cfg)
-			if (err != nil) != tt.wantErr || (s != nil) != tt.wantSource {
-				t.Fatalf("New = %v, %v; want source %v, error %v", s, err, tt.wantSource, tt.wantErr)
+			if n := len(client.Actions()); n != 0 {
+				t.Fatalf("NewForClient made %d API calls; it must make none before Run", n)
 			}
 		})
 	}
