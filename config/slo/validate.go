@@ -91,6 +91,27 @@ func (v *validator) below(prefix, lowerKey string, lower *int64, upperKey string
 	}
 }
 
+// strategies checks one section's cluster strategy (when set) and node strategies with check, then the
+// node profiles; split takes a node entry apart. It returns the node strategies and their paths, for
+// relations.
+func strategies[S, N any](v *validator, clusterPath string, cluster *S, section, list string, nodes []N,
+	split func(*N) (NodeProfile, *S), check func(prefix string, s *S)) ([]*S, []string) {
+	if cluster != nil {
+		check(clusterPath, cluster)
+	}
+	paths := make([]string, 0, len(nodes))
+	profiles := make([]NodeProfile, 0, len(nodes))
+	out := make([]*S, 0, len(nodes))
+	for i := range nodes {
+		profile, st := split(&nodes[i])
+		path := nodePath(section, list, i)
+		paths, profiles, out = append(paths, path), append(profiles, profile), append(out, st)
+		check(path, st)
+	}
+	v.profiles(paths, profiles)
+	return out, paths
+}
+
 // profiles checks the names and selectors of one section's node strategies.
 func (v *validator) profiles(paths []string, profiles []NodeProfile) {
 	seen := map[string]string{}
@@ -151,15 +172,11 @@ func relations[T any](v *validator, defaults, cluster *T, clusterPath string, no
 // colocation-config
 
 func (v *validator) colocationConfig(c *ColocationConfig) {
-	v.colocationStrategy(ColocationConfigKey, &c.ColocationStrategy)
-	var paths []string
-	var profiles []NodeProfile
-	for i := range c.NodeConfigs {
-		path := nodePath(ColocationConfigKey, "nodeConfigs", i)
-		paths, profiles = append(paths, path), append(profiles, c.NodeConfigs[i].NodeProfile)
-		v.colocationStrategy(path, &c.NodeConfigs[i].ColocationStrategy)
-	}
-	v.profiles(paths, profiles)
+	strategies(v, ColocationConfigKey, &c.ColocationStrategy, ColocationConfigKey, "nodeConfigs", c.NodeConfigs,
+		func(n *NodeColocationConfig) (NodeProfile, *ColocationStrategy) {
+			return n.NodeProfile, &n.ColocationStrategy
+		},
+		v.colocationStrategy)
 }
 
 func (v *validator) colocationStrategy(prefix string, s *ColocationStrategy) {
@@ -208,19 +225,10 @@ func (v *validator) colocationStrategy(prefix string, s *ColocationStrategy) {
 
 func (v *validator) thresholdConfig(c *ResourceThresholdConfig) {
 	clusterPath := ResourceThresholdConfigKey + ".clusterStrategy"
-	if c.ClusterStrategy != nil {
-		v.thresholdStrategy(clusterPath, c.ClusterStrategy)
-	}
-	var paths []string
-	var profiles []NodeProfile
-	var nodes []*ResourceThresholdStrategy
-	for i := range c.NodeStrategies {
-		n := &c.NodeStrategies[i]
-		path := nodePath(ResourceThresholdConfigKey, "nodeStrategies", i)
-		paths, profiles, nodes = append(paths, path), append(profiles, n.NodeProfile), append(nodes, &n.ResourceThresholdStrategy)
-		v.thresholdStrategy(path, &n.ResourceThresholdStrategy)
-	}
-	v.profiles(paths, profiles)
+	nodes, paths := strategies(v, clusterPath, c.ClusterStrategy, ResourceThresholdConfigKey, "nodeStrategies", c.NodeStrategies,
+		func(n *NodeResourceThresholdStrategy) (NodeProfile, *ResourceThresholdStrategy) {
+			return n.NodeProfile, &n.ResourceThresholdStrategy
+		}, v.thresholdStrategy)
 	relations(v, defaultResourceThresholdStrategy(), c.ClusterStrategy, clusterPath, nodes, paths, thresholdRelations)
 }
 
@@ -250,19 +258,11 @@ func thresholdRelations(v *validator, prefix string, s *ResourceThresholdStrateg
 
 func (v *validator) qosConfig(c *ResourceQOSConfig) {
 	clusterPath := ResourceQOSConfigKey + ".clusterStrategy"
-	if c.ClusterStrategy != nil {
-		v.qosStrategy(clusterPath, c.ClusterStrategy)
-	}
-	var paths []string
-	var profiles []NodeProfile
-	var nodes []*ResourceQOSStrategy
-	for i := range c.NodeStrategies {
-		n := &c.NodeStrategies[i]
-		path := nodePath(ResourceQOSConfigKey, "nodeStrategies", i)
-		paths, profiles, nodes = append(paths, path), append(profiles, n.NodeProfile), append(nodes, &n.ResourceQOSStrategy)
-		v.qosStrategy(path, &n.ResourceQOSStrategy)
-	}
-	v.profiles(paths, profiles)
+	nodes, paths := strategies(v, clusterPath, c.ClusterStrategy, ResourceQOSConfigKey, "nodeStrategies", c.NodeStrategies,
+		func(n *NodeResourceQOSStrategy) (NodeProfile, *ResourceQOSStrategy) {
+			return n.NodeProfile, &n.ResourceQOSStrategy
+		},
+		v.qosStrategy)
 	relations(v, defaultResourceQOSStrategy(), c.ClusterStrategy, clusterPath, nodes, paths, qosRelations)
 }
 
@@ -385,17 +385,11 @@ func qosRelations(v *validator, prefix string, s *ResourceQOSStrategy) {
 // cpu-burst-config
 
 func (v *validator) burstConfig(c *CPUBurstConfig) {
-	if c.ClusterStrategy != nil {
-		v.burstStrategy(CPUBurstConfigKey+".clusterStrategy", c.ClusterStrategy)
-	}
-	var paths []string
-	var profiles []NodeProfile
-	for i := range c.NodeStrategies {
-		path := nodePath(CPUBurstConfigKey, "nodeStrategies", i)
-		paths, profiles = append(paths, path), append(profiles, c.NodeStrategies[i].NodeProfile)
-		v.burstStrategy(path, &c.NodeStrategies[i].CPUBurstStrategy)
-	}
-	v.profiles(paths, profiles)
+	strategies(v, CPUBurstConfigKey+".clusterStrategy", c.ClusterStrategy, CPUBurstConfigKey, "nodeStrategies", c.NodeStrategies,
+		func(n *NodeCPUBurstStrategy) (NodeProfile, *CPUBurstStrategy) {
+			return n.NodeProfile, &n.CPUBurstStrategy
+		},
+		v.burstStrategy)
 }
 
 func (v *validator) burstStrategy(prefix string, s *CPUBurstStrategy) {
@@ -409,17 +403,9 @@ func (v *validator) burstStrategy(prefix string, s *CPUBurstStrategy) {
 // system-config
 
 func (v *validator) systemConfig(c *SystemConfig) {
-	if c.ClusterStrategy != nil {
-		v.systemStrategy(SystemConfigKey+".clusterStrategy", c.ClusterStrategy)
-	}
-	var paths []string
-	var profiles []NodeProfile
-	for i := range c.NodeStrategies {
-		path := nodePath(SystemConfigKey, "nodeStrategies", i)
-		paths, profiles = append(paths, path), append(profiles, c.NodeStrategies[i].NodeProfile)
-		v.systemStrategy(path, &c.NodeStrategies[i].SystemStrategy)
-	}
-	v.profiles(paths, profiles)
+	strategies(v, SystemConfigKey+".clusterStrategy", c.ClusterStrategy, SystemConfigKey, "nodeStrategies", c.NodeStrategies,
+		func(n *NodeSystemStrategy) (NodeProfile, *SystemStrategy) { return n.NodeProfile, &n.SystemStrategy },
+		v.systemStrategy)
 }
 
 func (v *validator) systemStrategy(prefix string, s *SystemStrategy) {
