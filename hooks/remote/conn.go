@@ -28,6 +28,7 @@ type Conn struct {
 
 	mu     sync.Mutex
 	client *unary.Client
+	hooks  v1alpha1.RuntimeHookServiceClient // on client
 	closed bool
 }
 
@@ -65,8 +66,9 @@ func (c *Conn) api() (v1alpha1.RuntimeHookServiceClient, error) {
 	}
 	if c.client == nil {
 		c.client = unary.New(c.path)
+		c.hooks = v1alpha1.NewRuntimeHookServiceClient(c.client)
 	}
-	return v1alpha1.NewRuntimeHookServiceClient(c.client), nil
+	return c.hooks, nil
 }
 
 // Close closes the connection; calls still in flight fail.
