@@ -26,10 +26,13 @@
 //     reaper) and Anolis scheduler knobs. Parsed, validated and resolved, but not yet applied by Tandem;
 //     unset knobs resolve to nil so that nothing is written the operator did not ask for.
 //
-// Other Koordinator keys (host-application-config, cpu-normalization-config, resource-amplification-config)
-// load with a warning; any other key is an error, so that a misspelt section cannot fall back to defaults
-// unnoticed. Unknown keys inside a section are errors naming the key path.
+// Sections are read one by one: a section that does not parse (its JSON is bad, a key is misspelt, a value
+// has the wrong type) or does not validate is refused and reported by Config.Refused, naming the key, while
+// the others apply; KeepLastGood puts the caller's last good value back in its place. Other Koordinator keys
+// (host-application-config, cpu-normalization-config, resource-amplification-config) load with a warning;
+// any other top-level key is reported by Refused and ignored. JSON is not repaired: a missing comma refuses
+// the section, as Koordinator's slo-controller does, so that one ConfigMap means the same to both.
 //
-// Typical use, on every (re)load: cfg, err := slo.ParseFile(raw); then cfg.Validate(); then
-// cfg.ForNode(nodeLabels); log cfg.Warnings(); on any error keep the previous configuration.
+// Typical use, on every (re)load: cfg := slo.Parse(data).KeepLastGood(inForce); report cfg.Refused() and
+// cfg.Warnings(); r, err := cfg.ForNode(nodeLabels); on error keep the previous resolution.
 package slo

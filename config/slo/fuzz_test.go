@@ -23,21 +23,24 @@ func FuzzParse(f *testing.F) {
 	nodes := []map[string]string{nil, {"kubernetes.io/kernel": "anolis"}, {"k": "v", "a": "b"}}
 	f.Fuzz(func(t *testing.T, which uint8, text string) {
 		key := sections[int(which)%len(sections)]
-		cfg, err := Parse(map[string]string{key: text})
-		if err != nil {
-			if cfg != nil {
-				t.Fatalf("Parse returned a config with error %v", err)
+		cfg := Parse(map[string]string{key: text})
+		if len(cfg.Refused()) > 0 {
+			if sectionPresent(cfg, key) {
+				t.Fatalf("Parse kept section %s it refused: %v", key, cfg.Refused())
 			}
 			return
 		}
-		if cfg.Validate() != nil {
-			return
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("Parse kept a section that does not validate: %v", err)
 		}
 		written, err := json.Marshal(cfg)
 		if err != nil {
 			t.Fatalf("marshal parsed config: %v", err)
 		}
 		reread, err := ParseFile(written)
+		if err == nil {
+			err = refusals(reread)
+		}
 		if err != nil {
 			t.Fatalf("ParseFile(%s) = %v, but it came from a valid config", written, err)
 		}

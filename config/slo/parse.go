@@ -24,41 +24,88 @@ func ignoredKoordinatorKey(key string) bool {
 	return false
 }
 
-// maxCommaRepairs bounds the missing-comma repair: more than a few means the value is not JSON at all.
-const maxCommaRepairs = 8
-
 // Parse reads the data of a slo-controller-config ConfigMap: each value is the JSON text of one section.
 //
-// Decoding is strict: a key that is not a field of its section (an operator's typo) is an error naming the
-// section and the key path, as is a value of the wrong type. Keys match case-insensitively, as Koordinator's
-// decoder does, with a warning. A missing or empty section means Koordinator's defaults. A top-level key
-// that is neither one of the five sections nor another Koordinator key is an error, so that a misspelt
-// section name cannot silently fall back to defaults.
+// Each section is decoded and validated on its own. A section that does not parse or validate is refused:
+// it is left unset in the result (so it resolves to Koordinator's defaults unless the caller keeps its last
+// good value, see KeepLastGood) and reported by Refused with the error naming the key, and for syntax errors
+// the line and column. The other sections apply. This is how Koordinator's slo-controller treats the same
+// ConfigMap, so the same object means the same thing to both.
 //
-// One syntax error is tolerated: a missing comma between two members at a line break (seed 004's
-// system-config has one, copied from Koordinator's own documentation). Tandem inserts the comma and reports
-// it through Warnings; Koordinator's slo-controller fails to decode such a value and keeps its previous
-// settings for that section, so the operator should fix it.
-//
-// Parse does not validate values: call Validate before using the result.
-func Parse(data map[string]string) (*Config, error) {
+// Decoding is strict: a key that is not a field of its section (an operator's typo) refuses the section,
+// naming the key path, as does a value of the wrong type. Keys match case-insensitively, as Koordinator's
+// decoder does, with a warning. JSON is read as JSON: a missing comma refuses the section, as in
+// Koordinator. A missing or empty section means Koordinator's defaults. A top-level key that is neither
+// one of the five sections nor another Koordinator key is reported by Refused and ignored, so that a
+// misspelt section name cannot silently fall back to defaults unnoticed.
+func Parse(data map[string]string) *Config {
 	cfg := &Config{}
-	var errs []error
 	for _, key := range sortedKeys(data) {
-		if err := cfg.decodeText(key, []byte(data[key])); err != nil {
-			errs = append(errs, err)
+		one := &Config{}
+		err := one.decodeText(key, []byte(data[key]))
+		cfg.take(key, one, err)
+	}
+	return cfg
+}
+
+// take moves section key of one into c once it validates, or records why it was refused.
+func (c *Config) take(key string, one *Config, err error) {
+	c.warnings = append(c.warnings, one.warnings...)
+	if err == nil {
+		err = one.Validate()
+	}
+	if err != nil {
+		c.refused = append(c.refused, SectionError{Key: key, Err: err})
+		return
+	}
+	c.setSection(key, one)
+}
+
+// setSection copies section key from src into c; src's nil leaves c's section unset.
+func (c *Config) setSection(key string, src *Config) {
+	switch key {
+	case ColocationConfigKey:
+		c.Colocation = src.Colocation
+	case ResourceThresholdConfigKey:
+		c.ResourceThreshold = src.ResourceThreshold
+	case ResourceQOSConfigKey:
+		c.ResourceQOS = src.ResourceQOS
+	case CPUBurstConfigKey:
+		c.CPUBurst = src.CPUBurst
+	case SystemConfigKey:
+		c.System = src.System
+	}
+}
+
+// KeepLastGood returns c with every refused section replaced by last's value of it, so that a typo keeps
+// the settings in force instead of falling back to defaults. last is the configuration in force before
+// (nil at a first start: a refused section then means defaults). Sections c does not mention stay unset:
+// a key the operator removed means Koordinator's defaults, as in Koordinator. c is not modified.
+func (c *Config) KeepLastGood(last *Config) *Config {
+	out := &Config{}
+	if c != nil {
+		*out = *c
+		out.warnings = slices.Clone(c.warnings)
+		out.refused = slices.Clone(c.refused)
+	}
+	if last == nil {
+		return out
+	}
+	for _, r := range out.refused {
+		if isSection(r.Key) {
+			out.setSection(r.Key, last)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return out
 }
 
 // ParseFile reads the same content from one YAML or JSON document, so that a Tandem config file can embed
 // it or an operator can point Tandem at their ConfigMap manifest. The document is either a ConfigMap
 // (kind: ConfigMap; its data is read as by Parse) or a mapping whose keys are section names and whose
 // values are either the section's JSON text (a string) or the section itself (a nested object).
+//
+// Sections are read as by Parse: a bad one is refused (see Refused) and the others apply. The error is
+// only for a document that is not YAML or not a mapping at all, where no section can be told from another.
 func ParseFile(raw []byte) (*Config, error) {
 	js, err := yaml.YAMLToJSONStrict(raw)
 	if err != nil {
@@ -75,35 +122,31 @@ func ParseFile(raw []byte) (*Config, error) {
 		if err := json.Unmarshal(js, &cm); err != nil {
 			return nil, fmt.Errorf("read slo config: ConfigMap data must map keys to strings: %w", err)
 		}
-		return Parse(cm.Data)
+		return Parse(cm.Data), nil
 	}
 
 	cfg := &Config{}
-	var errs []error
 	for _, key := range sortedKeys(top) {
 		val := bytes.TrimSpace(top[key])
+		one := &Config{}
+		var err error
 		switch {
 		case len(val) == 0 || string(val) == "null":
 			// An empty key means the section is absent, as in a ConfigMap.
+			continue
 		case val[0] == '"':
 			var text string
-			if err := json.Unmarshal(val, &text); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", key, err))
-				continue
+			if err = json.Unmarshal(val, &text); err != nil {
+				err = fmt.Errorf("%s: %w", key, err)
+				break
 			}
-			if err := cfg.decodeText(key, []byte(text)); err != nil {
-				errs = append(errs, err)
-			}
+			err = one.decodeText(key, []byte(text))
 		case val[0] == '{':
-			if err := cfg.decodeSection(key, val); err != nil {
-				errs = append(errs, err)
-			}
+			err = one.decodeSection(key, val)
 		default:
-			errs = append(errs, fmt.Errorf("%s: want the section as a JSON string or a mapping, got %s", key, abbreviate(val)))
+			err = fmt.Errorf("%s: want the section as a JSON string or a mapping, got %s", key, abbreviate(val))
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		cfg.take(key, one, err)
 	}
 	return cfg, nil
 }
@@ -124,12 +167,6 @@ func (c *Config) decodeText(key string, text []byte) error {
 	if len(bytes.TrimSpace(text)) == 0 {
 		c.warnings = append(c.warnings, fmt.Sprintf("%s: empty; using Koordinator's defaults", key))
 		return nil
-	}
-	text, lines := repairMissingCommas(text)
-	for _, line := range lines {
-		c.warnings = append(c.warnings, fmt.Sprintf(
-			"%s: line %d: added the missing \",\" at the end of the line; fix the ConfigMap, since Koordinator's "+
-				"slo-controller cannot decode this value and keeps its previous %s", key, line, key))
 	}
 	return c.decodeSection(key, text)
 }
@@ -166,7 +203,7 @@ func (c *Config) unknownSection(key string) error {
 		c.warnings = append(c.warnings, fmt.Sprintf("%s: a Koordinator key Tandem does not read; ignored", key))
 		return nil
 	}
-	return fmt.Errorf("%s: unknown section; use one of %s", key, strings.Join(SectionKeys(), ", "))
+	return fmt.Errorf("%s: unknown section, ignored; spell it as one of %s", key, strings.Join(SectionKeys(), ", "))
 }
 
 // decodeStrict checks js against out's type (unknown keys, types, values of custom types, each reported
@@ -224,53 +261,6 @@ func position(js []byte, offset int) (line, col int) {
 	line = bytes.Count(before, []byte("\n")) + 1
 	col = offset - bytes.LastIndexByte(before, '\n') - 1
 	return line, col
-}
-
-// repairMissingCommas inserts the comma missing between two object members or array elements that are
-// separated by a line break, and returns the 1-based lines that lacked it. Anything else is left for the
-// strict decoder to report, so that only this one unambiguous mistake is tolerated.
-func repairMissingCommas(js []byte) ([]byte, []int) {
-	var lines []int
-	for range maxCommaRepairs {
-		var v any
-		err := json.Unmarshal(js, &v)
-		var se *json.SyntaxError
-		if err == nil || !errors.As(err, &se) {
-			return js, lines
-		}
-		msg := se.Error()
-		if !strings.HasPrefix(msg, "invalid character ") ||
-			!(strings.HasSuffix(msg, " after object key:value pair") || strings.HasSuffix(msg, " after array element")) {
-			return js, lines
-		}
-		at := int(se.Offset) - 1 // the character that should have been preceded by a comma
-		if at <= 0 || at >= len(js) {
-			return js, lines
-		}
-		end, newline := at-1, false
-		for end >= 0 && isJSONSpace(js[end]) {
-			newline = newline || js[end] == '\n'
-			end--
-		}
-		if !newline || end < 0 || !endsValue(js[end]) {
-			return js, lines
-		}
-		fixed := make([]byte, 0, len(js)+1)
-		fixed = append(fixed, js[:end+1]...)
-		fixed = append(fixed, ',')
-		fixed = append(fixed, js[end+1:]...)
-		line, _ := position(js, end+1)
-		lines = append(lines, line)
-		js = fixed
-	}
-	return js, lines
-}
-
-func isJSONSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
-
-// endsValue reports whether b can be the last byte of a JSON value (string, object, array, number, literal).
-func endsValue(b byte) bool {
-	return b == '"' || b == '}' || b == ']' || b == 'e' || b == 'l' || (b >= '0' && b <= '9')
 }
 
 func abbreviate(b []byte) string {

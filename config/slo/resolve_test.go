@@ -10,10 +10,7 @@ import (
 // nodeStrategies select, and on any other node.
 func TestSeed004ForNode(t *testing.T) {
 	_, data := seed004(t)
-	cfg, err := Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := Parse(data)
 	anolis, err := cfg.ForNode(map[string]string{"kubernetes.io/kernel": "anolis", "kubernetes.io/os": "linux"})
 	if err != nil {
 		t.Fatal(err)
@@ -80,12 +77,11 @@ func TestSeed004ForNode(t *testing.T) {
 		{"burst.cfsQuotaBurstPeriodSeconds", func(r Resolved) any { return r.CPUBurst.CFSQuotaBurstPeriodSeconds }, int64(-1), int64(-1)},
 		{"burst.sharePoolThresholdPercent", func(r Resolved) any { return r.CPUBurst.SharePoolThresholdPercent }, int64(50), int64(50)},
 
-		// system-config (the section with the repaired comma): the anolis strategy repeats two values and
-		// inherits memcgReapBackGround from the cluster.
-		{"system.minFreeKbytesFactor", func(r Resolved) any { return deref(r.System.MinFreeKbytesFactor) }, int64(100), int64(100)},
-		{"system.watermarkScaleFactor", func(r Resolved) any { return deref(r.System.WatermarkScaleFactor) }, int64(150), int64(150)},
-		{"system.memcgReapBackGround", func(r Resolved) any { return deref(r.System.MemcgReapBackGround) }, int64(0), int64(0)},
-		{"system.schedGroupIdentityEnabled (unset)", func(r Resolved) any { return r.System.SchedGroupIdentityEnabled == nil }, true, true},
+		// system-config lacks a comma and is refused, as Koordinator refuses it: Koordinator's defaults,
+		// which leave every sysctl alone.
+		{"system.minFreeKbytesFactor (unset)", func(r Resolved) any { return r.System.MinFreeKbytesFactor == nil }, true, true},
+		{"system.watermarkScaleFactor (unset)", func(r Resolved) any { return r.System.WatermarkScaleFactor == nil }, true, true},
+		{"system.memcgReapBackGround (unset)", func(r Resolved) any { return r.System.MemcgReapBackGround == nil }, true, true},
 	}
 	for _, k := range knobs {
 		t.Run(k.knob, func(t *testing.T) {
@@ -103,7 +99,7 @@ func TestSeed004ForNode(t *testing.T) {
 		{Section: ResourceThresholdConfigKey, Applied: "anolis"},
 		{Section: ResourceQOSConfigKey, Applied: "anolis"},
 		{Section: CPUBurstConfigKey, Applied: "anolis"},
-		{Section: SystemConfigKey, Applied: "anolis"},
+		// system-config was refused: no strategy of it applies.
 	}
 	if !reflect.DeepEqual(anolis.Matches, wantMatches) {
 		t.Errorf("anolis matches = %+v, want %+v", anolis.Matches, wantMatches)
@@ -111,14 +107,6 @@ func TestSeed004ForNode(t *testing.T) {
 	if len(other.Matches) != 0 {
 		t.Errorf("other node matches = %+v, want none", other.Matches)
 	}
-}
-
-// deref returns -1 for nil, so a test expecting a value fails visibly when the knob is unset.
-func deref(p *int64) int64 {
-	if p == nil {
-		return -1
-	}
-	return *p
 }
 
 func TestForNodeDefaults(t *testing.T) {
@@ -319,18 +307,18 @@ func TestClass(t *testing.T) {
 }
 
 func TestForNodeRejectsBadSelector(t *testing.T) {
-	cfg, err := ParseFile([]byte(`
-resource-qos-config:
-  nodeStrategies:
-  - name: bad
-    nodeSelector:
-      matchExpressions:
-      - {key: kubernetes.io/kernel, operator: Like, values: [anolis]}
-`))
-	if err != nil {
+	// Parse refuses such a section (Validate checks selectors); ForNode must still not apply one that was
+	// built another way.
+	cfg := &Config{}
+	if err := cfg.decodeSection(ResourceQOSConfigKey, []byte(`{"nodeStrategies": [{"name": "bad", "nodeSelector":
+		{"matchExpressions": [{"key": "kubernetes.io/kernel", "operator": "Like", "values": ["anolis"]}]}}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = cfg.ForNode(map[string]string{"kubernetes.io/kernel": "anolis"})
+	if refused := Parse(map[string]string{ResourceQOSConfigKey: `{"nodeStrategies": [{"name": "bad", "nodeSelector":
+		{"matchExpressions": [{"key": "kubernetes.io/kernel", "operator": "Like", "values": ["anolis"]}]}}]}`}).Refused(); len(refused) != 1 {
+		t.Errorf("Parse refused %v, want the resource-qos-config section", refused)
+	}
+	_, err := cfg.ForNode(map[string]string{"kubernetes.io/kernel": "anolis"})
 	if err == nil {
 		t.Fatal("ForNode accepted a selector with operator Like")
 	}

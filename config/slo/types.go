@@ -34,10 +34,32 @@ type Config struct {
 
 	// warnings are things an operator should fix that did not stop parsing; see Warnings.
 	warnings []string
+	// refused are the sections Parse refused; see Refused.
+	refused []SectionError
 }
 
-// Warnings returns what parsing tolerated but the operator should fix (a missing comma repaired, a key
-// matched case-insensitively, a Koordinator key Tandem does not read). Callers log them once per load.
+// SectionError is one top-level key of the ConfigMap that Tandem refused: a section that does not parse
+// or validate, or a key that is no section. Err names the key (and the path, line and column within it).
+type SectionError struct {
+	Key string
+	Err error
+}
+
+func (e SectionError) Error() string { return e.Err.Error() }
+
+func (e SectionError) Unwrap() error { return e.Err }
+
+// Refused returns the keys Parse refused, in key order. A refused section is unset in the Config (see
+// KeepLastGood); callers report each one to the operator (log line, Kubernetes Event naming the key).
+func (c *Config) Refused() []SectionError {
+	if c == nil {
+		return nil
+	}
+	return append([]SectionError(nil), c.refused...)
+}
+
+// Warnings returns what parsing tolerated but the operator should fix (a key matched case-insensitively,
+// an empty section, a Koordinator key Tandem does not read). Callers log them once per load.
 func (c *Config) Warnings() []string {
 	if c == nil {
 		return nil

@@ -145,9 +145,12 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := Parse(tt.data)
-			if err != nil {
-				t.Fatalf("Parse = %v", err)
+			// Decode without Parse's validation, to see every error Validate reports at once.
+			cfg := &Config{}
+			for key, text := range tt.data {
+				if err := cfg.decodeText(key, []byte(text)); err != nil {
+					t.Fatalf("decode %s = %v", key, err)
+				}
 			}
 			got := fieldErrors(t, cfg.Validate())
 			if !slices.EqualFunc(got, tt.want, matches) {
