@@ -4,6 +4,8 @@
 # sudo may drop /usr/local/go/bin from PATH: fall back to where the Go tarball installs.
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 BIN      ?= bin
+# Tag of the images `make images` builds; deploy/extender/daemonset.yaml names the same one.
+VERSION  ?= v0.1.0
 E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 # Which containerd builds the e2e tier runs against: Debian's 1.6 and a v2.4.2 built once and cached.
 TANDEM_E2E_FLAVORS ?= 1.6 2

@@ -3,14 +3,19 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -18,7 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	schedulerv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tandemkit/tandem/config/slo"
 )
 
 // kustomization is the part of kustomize's Kustomization this directory
@@ -93,23 +102,62 @@ func stripComments(doc []byte) []byte {
 	return out.Bytes()
 }
 
-// TestKustomizationListsEveryManifest: every manifest in this directory is
-// installed by `kubectl apply -k`, and everything it lists exists.
+// notInstalled are the manifests of this directory that `kubectl apply -k`
+// must not apply, each with the reason.
+var notInstalled = map[string]string{
+	"slo-controller-config.yaml":          "an example; a Koordinator user's own object must not be overwritten",
+	"extender/kube-scheduler-config.yaml": "kube-scheduler's --config file, not an API object",
+}
+
+// TestKustomizationListsEveryManifest: every manifest of this directory and
+// of extender/ is installed by `kubectl apply -k`, except notInstalled, and
+// everything it lists exists.
 func TestKustomizationListsEveryManifest(t *testing.T) {
 	k := readKustomization(t)
 	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
 		t.Errorf("kustomization.yaml is %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization", k.APIVersion, k.Kind)
 	}
-	manifests, err := filepath.Glob("*.yaml")
-	if err != nil {
-		t.Fatal(err)
+	var manifests []string
+	for _, pattern := range []string{"*.yaml", "extender/*.yaml"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifests = append(manifests, m...)
 	}
-	manifests = slices.DeleteFunc(manifests, func(s string) bool { return s == "kustomization.yaml" })
+	for name := range notInstalled {
+		if !slices.Contains(manifests, name) {
+			t.Errorf("%s is gone: update notInstalled", name)
+		}
+	}
+	manifests = slices.DeleteFunc(manifests, func(s string) bool {
+		_, skip := notInstalled[s]
+		return s == "kustomization.yaml" || skip
+	})
 	slices.Sort(manifests)
 	listed := slices.Sorted(slices.Values(k.Resources))
 	if !slices.Equal(manifests, listed) {
-		t.Errorf("kustomization.yaml lists %v, the directory holds %v", listed, manifests)
+		t.Errorf("kustomization.yaml lists %v, want %v (every manifest but %v)", listed, manifests, slices.Sorted(maps.Keys(notInstalled)))
 	}
+}
+
+// makefileVersion returns VERSION from the Makefile, the tag `make images`
+// gives the images.
+func makefileVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VERSION"); ok {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(v), "?="); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	t.Fatal("the Makefile sets no VERSION ?= ...")
+	return ""
 }
 
 // TestManifestsDecodeStrictly decodes each resource of the kustomization
@@ -142,71 +190,233 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		}
 	})
 
-	t.Run("ServiceAccount", func(t *testing.T) {
-		var found bool
-		for _, obj := range byKind["ServiceAccount"] {
-			sa := obj.(*corev1.ServiceAccount)
-			if sa.Name == "tandem-node" && sa.Namespace == "tandem-system" {
-				found = true
-			}
-		}
-		if !found {
-			t.Error("no ServiceAccount tandem-system/tandem-node")
-		}
-		var ns bool
+	t.Run("Namespaces", func(t *testing.T) {
+		var names []string
 		for _, obj := range byKind["Namespace"] {
-			if obj.(*corev1.Namespace).Name == "tandem-system" {
-				ns = true
+			ns := obj.(*corev1.Namespace)
+			names = append(names, ns.Name)
+			// Uninstalling by this label must leave Koordinator's namespace.
+			if ns.Labels["app.kubernetes.io/part-of"] == "tandem" {
+				t.Errorf("Namespace %s is labelled part-of tandem: uninstalling Tandem would delete it", ns.Name)
 			}
 		}
-		if !ns {
-			t.Error("no Namespace tandem-system")
+		if !slices.Equal(names, []string{"koordinator-system"}) {
+			t.Errorf("Namespaces %v, want [koordinator-system]: the node config Role lives there", names)
 		}
 	})
 
-	t.Run("RBAC", func(t *testing.T) {
-		roles := map[string]*rbacv1.ClusterRole{}
-		for _, obj := range byKind["ClusterRole"] {
-			r := obj.(*rbacv1.ClusterRole)
-			roles[r.Name] = r
+	// Nodes act with their kubelet credentials; the Node authorizer gives
+	// them their own node's objects. The only RBAC they need: read the
+	// slo-controller-config ConfigMap, and nothing else.
+	t.Run("NodeConfigRole", func(t *testing.T) {
+		if sas := byKind["ServiceAccount"]; len(sas) != 1 || sas[0].(*corev1.ServiceAccount).Name != "tandem-extender" {
+			t.Errorf("ServiceAccounts %v, want only tandem-extender: the node agent uses the node's credentials", sas)
+		}
+		roles := map[string]*rbacv1.Role{}
+		for _, obj := range byKind["Role"] {
+			r := obj.(*rbacv1.Role)
+			roles[r.Namespace+"/"+r.Name] = r
+		}
+		var role *rbacv1.Role
+		for _, obj := range byKind["RoleBinding"] {
+			b := obj.(*rbacv1.RoleBinding)
+			for _, s := range b.Subjects {
+				if s.Kind == rbacv1.GroupKind && s.Name == "system:nodes" && b.RoleRef.Kind == "Role" {
+					role = roles[b.Namespace+"/"+b.RoleRef.Name]
+				}
+			}
+		}
+		if role == nil {
+			t.Fatal("no RoleBinding binds group system:nodes to a Role of this directory")
+		}
+		if role.Namespace != "koordinator-system" {
+			t.Errorf("Role %s is in namespace %s, want koordinator-system", role.Name, role.Namespace)
+		}
+		want := []rbacv1.PolicyRule{{
+			APIGroups:     []string{""},
+			Resources:     []string{"configmaps"},
+			ResourceNames: []string{"slo-controller-config"},
+			Verbs:         []string{"get", "list", "watch"},
+		}}
+		if !reflect.DeepEqual(role.Rules, want) {
+			t.Errorf("Role %s/%s rules %+v, want exactly %+v", role.Namespace, role.Name, role.Rules, want)
+		}
+		if len(byKind["ClusterRoleBinding"]) != 1 {
+			t.Errorf("%d ClusterRoleBindings, want 1 (tandem-extender's)", len(byKind["ClusterRoleBinding"]))
+		}
+	})
+
+	t.Run("Extender", func(t *testing.T) {
+		if len(byKind["DaemonSet"]) != 1 {
+			t.Fatalf("%d DaemonSets, want tandem-extender's", len(byKind["DaemonSet"]))
+		}
+		for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget"} {
+			if len(byKind[kind]) != 0 {
+				t.Errorf("a %s is installed: the extender is a DaemonSet reached on loopback", kind)
+			}
+		}
+		ds := byKind["DaemonSet"][0].(*appsv1.DaemonSet)
+		spec := ds.Spec.Template.Spec
+		if ds.Namespace != "kube-system" {
+			t.Errorf("DaemonSet %s in %s, want kube-system", ds.Name, ds.Namespace)
+		}
+		if !spec.HostNetwork {
+			t.Error("extender DaemonSet: hostNetwork is off; kube-scheduler reaches it at 127.0.0.1")
+		}
+		if v, ok := spec.NodeSelector["node-role.kubernetes.io/control-plane"]; !ok || v != "" || len(spec.NodeSelector) != 1 {
+			t.Errorf("extender nodeSelector %v, want only node-role.kubernetes.io/control-plane: \"\"", spec.NodeSelector)
+		}
+		tolerates := slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool {
+			return tol.ToleratesTaint(klog.Background(), &corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}, false)
+		})
+		if !tolerates {
+			t.Errorf("extender tolerations %+v do not tolerate the control-plane taint", spec.Tolerations)
+		}
+		if len(spec.Containers) != 1 {
+			t.Fatalf("extender pod has %d containers, want 1", len(spec.Containers))
+		}
+		c := spec.Containers[0]
+		if want := "ghcr.io/tandemkit/tandem-extender:" + makefileVersion(t); c.Image != want {
+			t.Errorf("extender image %s, want %s (what make images builds)", c.Image, want)
+		}
+		if c.ImagePullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("extender imagePullPolicy %q, want IfNotPresent: the image is imported, not pulled", c.ImagePullPolicy)
+		}
+		if !slices.Contains(c.Args, "--listen=127.0.0.1:10262") {
+			t.Errorf("extender args %v lack --listen=127.0.0.1:10262", c.Args)
+		}
+		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 10262 {
+				t.Errorf("extender %s probe %+v, want an HTTP GET on 127.0.0.1:10262", name, p)
+			}
+		}
+		psc, sc := spec.SecurityContext, c.SecurityContext
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != 65532 {
+			t.Errorf("extender pod securityContext %+v, want runAsNonRoot as 65532", psc)
+		}
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
+			!slices.Contains(sc.Capabilities.Drop, "ALL") {
+			t.Errorf("extender container securityContext %+v, want a read-only root, no privilege escalation, all capabilities dropped", sc)
+		}
+
+		// What the pod refers to is installed alongside it.
+		var cm, sa bool
+		for _, obj := range byKind["ConfigMap"] {
+			cm = cm || obj.(*corev1.ConfigMap).Name == spec.Volumes[0].ConfigMap.Name
+		}
+		for _, obj := range byKind["ServiceAccount"] {
+			s := obj.(*corev1.ServiceAccount)
+			sa = sa || (s.Name == spec.ServiceAccountName && s.Namespace == ds.Namespace)
+		}
+		if !cm || !sa {
+			t.Errorf("extender's ConfigMap installed: %v, its ServiceAccount %s: %v", cm, spec.ServiceAccountName, sa)
 		}
 		var role *rbacv1.ClusterRole
 		for _, obj := range byKind["ClusterRoleBinding"] {
 			b := obj.(*rbacv1.ClusterRoleBinding)
 			for _, s := range b.Subjects {
-				if s.Kind == rbacv1.ServiceAccountKind && s.Name == "tandem-node" && s.Namespace == "tandem-system" && b.RoleRef.Kind == "ClusterRole" {
-					role = roles[b.RoleRef.Name]
+				if s.Kind == rbacv1.ServiceAccountKind && s.Name == spec.ServiceAccountName && s.Namespace == ds.Namespace {
+					for _, obj := range byKind["ClusterRole"] {
+						if r := obj.(*rbacv1.ClusterRole); r.Name == b.RoleRef.Name {
+							role = r
+						}
+					}
 				}
 			}
 		}
 		if role == nil {
-			t.Fatal("no ClusterRoleBinding binds tandem-system/tandem-node to a ClusterRole of this directory")
+			t.Fatal("no ClusterRoleBinding gives the extender's ServiceAccount a ClusterRole of this directory")
 		}
-		needs := []struct{ group, resource, verb string }{
-			{"", "nodes", "get"}, {"", "nodes", "list"}, {"", "nodes", "watch"}, {"", "nodes", "patch"},
-			{"", "nodes/status", "patch"},
-			{"", "pods", "get"}, {"", "pods", "list"}, {"", "pods", "watch"},
-			{"", "pods/eviction", "create"},
-			{"", "events", "create"}, {"events.k8s.io", "events", "create"},
-		}
-		for _, n := range needs {
-			if !allows(role, n.group, n.resource, n.verb) {
-				t.Errorf("ClusterRole %s does not allow %s %s (group %q)", role.Name, n.verb, n.resource, n.group)
+		for _, r := range []string{"nodes", "pods"} {
+			for _, verb := range []string{"get", "list", "watch"} {
+				if !allows(role.Rules, "", r, verb) {
+					t.Errorf("ClusterRole %s does not allow %s %s", role.Name, verb, r)
+				}
 			}
-		}
-		// The agent must not be able to change pods or read secrets.
-		for _, n := range []struct{ group, resource, verb string }{
-			{"", "pods", "delete"}, {"", "pods", "update"}, {"", "secrets", "get"}, {"", "nodes", "delete"},
-		} {
-			if allows(role, n.group, n.resource, n.verb) {
-				t.Errorf("ClusterRole %s allows %s %s, more than the node agent needs", role.Name, n.verb, n.resource)
+			for _, verb := range []string{"create", "update", "patch", "delete"} {
+				if allows(role.Rules, "", r, verb) {
+					t.Errorf("ClusterRole %s allows %s %s: the extender only reads", role.Name, verb, r)
+				}
 			}
 		}
 	})
 }
 
-func allows(r *rbacv1.ClusterRole, group, resource, verb string) bool {
-	for _, rule := range r.Rules {
+// TestSchedulerConfig decodes kube-scheduler's --config file strictly with
+// kube-scheduler's own v1 types and checks it calls the extender where the
+// DaemonSet listens, for Koordinator's scheduler name too. (e2e/cluster
+// also validates it the way kube-scheduler does, and runs it.)
+func TestSchedulerConfig(t *testing.T) {
+	b, err := os.ReadFile("extender/kube-scheduler-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg schedulerv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+		t.Fatalf("kube-scheduler-config.yaml: %v", err)
+	}
+	if cfg.APIVersion != schedulerv1.SchemeGroupVersion.String() || cfg.Kind != "KubeSchedulerConfiguration" {
+		t.Errorf("kube-scheduler-config.yaml is %s %s", cfg.APIVersion, cfg.Kind)
+	}
+	var names []string
+	for _, p := range cfg.Profiles {
+		if p.SchedulerName != nil {
+			names = append(names, *p.SchedulerName)
+		}
+	}
+	if !slices.Equal(names, []string{"default-scheduler", "koord-scheduler"}) {
+		t.Errorf("profiles %v, want default-scheduler and koord-scheduler (seed 000's Deployments name it)", names)
+	}
+	if len(cfg.Extenders) != 1 {
+		t.Fatalf("%d extenders, want tandem-extender", len(cfg.Extenders))
+	}
+	e := cfg.Extenders[0]
+	if e.URLPrefix != "http://127.0.0.1:10262" || e.FilterVerb != "filter" || e.PrioritizeVerb != "prioritize" {
+		t.Errorf("extender %s filter=%q prioritize=%q, want http://127.0.0.1:10262, filter, prioritize", e.URLPrefix, e.FilterVerb, e.PrioritizeVerb)
+	}
+	if !e.NodeCacheCapable || !e.Ignorable {
+		t.Errorf("extender nodeCacheCapable=%v ignorable=%v, want both", e.NodeCacheCapable, e.Ignorable)
+	}
+}
+
+// TestExampleSLOConfig: the example ConfigMap is Koordinator's object with
+// colocation on and suppression present but off, and each section decodes
+// strictly into Tandem's types.
+func TestExampleSLOConfig(t *testing.T) {
+	objs := decodeAll(t, "slo-controller-config.yaml")
+	if len(objs) != 1 {
+		t.Fatalf("slo-controller-config.yaml holds %d objects, want 1", len(objs))
+	}
+	cm, ok := objs[0].obj.(*corev1.ConfigMap)
+	if !ok || cm.Namespace != "koordinator-system" || cm.Name != "slo-controller-config" {
+		t.Fatalf("slo-controller-config.yaml holds %s %v, want ConfigMap koordinator-system/slo-controller-config", objs[0].kind, objs[0].obj)
+	}
+	strict := func(key string, into any) {
+		t.Helper()
+		dec := json.NewDecoder(strings.NewReader(cm.Data[key]))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(into); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+	}
+	var colo slo.ColocationConfig
+	strict(slo.ColocationConfigKey, &colo)
+	if colo.Enable == nil || !*colo.Enable {
+		t.Errorf("%s enable = %v, want true", slo.ColocationConfigKey, colo.Enable)
+	}
+	var thr slo.ResourceThresholdConfig
+	strict(slo.ResourceThresholdConfigKey, &thr)
+	if thr.ClusterStrategy == nil || thr.ClusterStrategy.Enable == nil || *thr.ClusterStrategy.Enable {
+		t.Errorf("%s clusterStrategy.enable present and false, got %+v", slo.ResourceThresholdConfigKey, thr.ClusterStrategy)
+	}
+	if len(cm.Data) != 2 {
+		t.Errorf("keys %v, want only %s and %s", slices.Sorted(maps.Keys(cm.Data)), slo.ColocationConfigKey, slo.ResourceThresholdConfigKey)
+	}
+}
+
+func allows(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	for _, rule := range rules {
 		if (slices.Contains(rule.APIGroups, group) || slices.Contains(rule.APIGroups, "*")) &&
 			(slices.Contains(rule.Resources, resource) || slices.Contains(rule.Resources, "*")) &&
 			(slices.Contains(rule.Verbs, verb) || slices.Contains(rule.Verbs, "*")) {
@@ -267,8 +477,8 @@ func hasWord(values []string, word string) bool {
 // KubeletConfiguration drop-in agree: the proxy starts after containerd and
 // before kubelet, restarts always, and listens where kubelet looks.
 func TestNodeFiles(t *testing.T) {
-	const endpoint = "unix:///var/run/tandem/tandem.sock"
-	unit := unitDirectives(t, "systemd/tandem-proxy.service")
+	const endpoint = NodeRuntimeEndpoint
+	unit := unitDirectives(t, ProxyUnit)
 	tests := []struct {
 		section, key, word string
 	}{
@@ -276,6 +486,7 @@ func TestNodeFiles(t *testing.T) {
 		{"Unit", "Before", "kubelet.service"},
 		{"Service", "Restart", "always"},
 		{"Install", "WantedBy", "multi-user.target"},
+		{"Install", "WantedBy", "kubelet.service"},
 	}
 	for _, tc := range tests {
 		if !hasWord(unit[tc.section][tc.key], tc.word) {
@@ -292,10 +503,17 @@ func TestNodeFiles(t *testing.T) {
 		k, v, _ := strings.Cut(a, "=")
 		flags[k] = v
 	}
-	for _, f := range []string{"--listen", "--runtime-endpoint", "--state-dir", "--metrics-addr", "--hooks-dir", "--cgroup-root"} {
+	// Enabling must not make kubelet's lifetime follow the proxy's.
+	if unit["Install"]["RequiredBy"] != nil {
+		t.Errorf("tandem-proxy.service: [Install] RequiredBy=%q; a proxy restart would restart kubelet", unit["Install"]["RequiredBy"])
+	}
+	for _, f := range []string{"--listen", "--runtime-endpoint", "--kubeconfig", "--kubelet-cgroup-root", "--state-dir", "--metrics-addr", "--hooks-dir", "--cgroup-root"} {
 		if _, ok := flags[f]; !ok {
 			t.Errorf("tandem-proxy.service: ExecStart does not spell out %s", f)
 		}
+	}
+	if flags["--kubeconfig"] != "/etc/kubernetes/kubelet.conf" {
+		t.Errorf("tandem-proxy.service: --kubeconfig=%s, want the node's kubelet credentials /etc/kubernetes/kubelet.conf", flags["--kubeconfig"])
 	}
 	if "unix://"+flags["--listen"] != endpoint {
 		t.Errorf("tandem-proxy.service listens on %q, kubelet is pointed at %s", flags["--listen"], endpoint)
@@ -330,5 +548,19 @@ func TestNodeFiles(t *testing.T) {
 	}
 	if kc.ContainerRuntimeEndpoint != endpoint || kc.ImageServiceEndpoint != endpoint {
 		t.Errorf("kubelet drop-in points at %q / %q, want %s for both", kc.ContainerRuntimeEndpoint, kc.ImageServiceEndpoint, endpoint)
+	}
+}
+
+// TestNodeFilesEmbedded: what tandemctl carries is what this directory holds.
+func TestNodeFilesEmbedded(t *testing.T) {
+	for _, name := range []string{ProxyUnit, KubeletUnitDropIn, KubeletConfigDropIn} {
+		want, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fs.ReadFile(NodeFiles(), name)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("NodeFiles %s = %d bytes, %v; want the %d bytes of the file", name, len(got), err, len(want))
+		}
 	}
 }
