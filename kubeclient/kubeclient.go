@@ -11,10 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,9 +36,20 @@ type Client struct {
 // tandem-proxy then runs standalone.
 var ErrNoConfig = errors.New("no kubeconfig and not in a cluster")
 
-// Config reads the kubeconfig at path, or the in-cluster configuration when path is empty.
+// Config reads the kubeconfig at path, or the in-cluster configuration when path is empty. A kubeconfig
+// that does not exist (yet: kubelet writes its own after the TLS bootstrap) is an error that wraps
+// fs.ErrNotExist, so that tandem-proxy can serve standalone and wait for it.
+//
+// A kubeconfig that names its client certificate and key as files (kubelet.conf names
+// /var/lib/kubelet/pki/kubelet-client-current.pem, a symlink kubelet swaps when it rotates the certificate)
+// needs no restart on rotation: client-go rereads the files (transport.CertCallbackRefreshDuration, every
+// 5 minutes), and when they changed closes its connections so the next ones present the new certificate.
+// Kubelet rotates well before the old certificate expires, so the old one stays valid in between.
 func Config(path string) (*rest.Config, error) {
 	if path != "" {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("read the kubeconfig %s: %w", path, err)
+		}
 		rc, err := clientcmd.BuildConfigFromFlags("", path)
 		if err != nil {
 			return nil, fmt.Errorf("read the kubeconfig %s: %w", path, err)
@@ -129,6 +142,45 @@ func (c *Client) PodListWatch(fieldSelector string) cache.ListerWatcher {
 			opts.FieldSelector = fieldSelector
 			opts.Watch = true
 			return c.rc.Get().Resource("pods").VersionedParams(&opts, c.params).Watch(ctx)
+		},
+	}
+}
+
+// ConfigMapListWatch lists and watches the one ConfigMap namespace/name, for an informer. It selects by
+// metadata.name because an RBAC rule with resourceNames grants list and watch only to requests that name
+// the object that way (the Role deploy/ ships for system:nodes).
+func (c *Client) ConfigMapListWatch(namespace, name string) cache.ListerWatcher {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			list := &corev1.ConfigMapList{}
+			err := c.rc.Get().Namespace(namespace).Resource("configmaps").VersionedParams(&opts, c.params).Do(ctx).Into(list)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			opts.Watch = true
+			return c.rc.Get().Namespace(namespace).Resource("configmaps").VersionedParams(&opts, c.params).Watch(ctx)
+		},
+	}
+}
+
+// NodeListWatch lists and watches the one Node name, for an informer: its labels select the node
+// strategies of the slo-controller-config. The Node authorizer lets a node read its own Node only.
+func (c *Client) NodeListWatch(name string) cache.ListerWatcher {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			list := &corev1.NodeList{}
+			err := c.rc.Get().Resource("nodes").VersionedParams(&opts, c.params).Do(ctx).Into(list)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			opts.Watch = true
+			return c.rc.Get().Resource("nodes").VersionedParams(&opts, c.params).Watch(ctx)
 		},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -299,5 +300,37 @@ current-context: x
 				}
 			}
 		})
+	}
+}
+
+// TestNamedListWatch: the ConfigMap and the Node are listed and watched by metadata.name, which is what
+// lets an RBAC rule with resourceNames (ConfigMap) and the Node authorizer (own Node) allow them.
+func TestNamedListWatch(t *testing.T) {
+	t.Parallel()
+	s, c := newAPIServer(t)
+	ctx := t.Context()
+	for _, lw := range []cache.ListerWatcher{c.ConfigMapListWatch("koordinator-system", "slo-controller-config"), c.NodeListWatch("node-1")} {
+		// The stand-in answers 404: only the requests matter here.
+		lwc := cache.ToListerWatcherWithContext(lw)
+		_, _ = lwc.ListWithContext(ctx, metav1.ListOptions{})
+		if w, err := lwc.WatchWithContext(ctx, metav1.ListOptions{}); err == nil {
+			w.Stop()
+		}
+	}
+	want := []struct{ path, selector string }{
+		{"/api/v1/namespaces/koordinator-system/configmaps", "metadata.name=slo-controller-config"},
+		{"/api/v1/namespaces/koordinator-system/configmaps", "metadata.name=slo-controller-config"},
+		{"/api/v1/nodes", "metadata.name=node-1"},
+		{"/api/v1/nodes", "metadata.name=node-1"},
+	}
+	reqs := s.requests()
+	if len(reqs) != len(want) {
+		t.Fatalf("%d requests, want %d: %+v", len(reqs), len(want), reqs)
+	}
+	for i, r := range reqs {
+		q, _ := url.ParseQuery(r.query)
+		if r.path != want[i].path || q.Get("fieldSelector") != want[i].selector {
+			t.Errorf("request %d: %s ?%s, want %s with fieldSelector=%s", i, r.path, r.query, want[i].path, want[i].selector)
+		}
 	}
 }

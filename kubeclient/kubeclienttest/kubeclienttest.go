@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -56,6 +57,36 @@ func (c Clientset) PodListWatch(fieldSelector string) cache.ListerWatcher {
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = fieldSelector
 			return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, opts)
+		},
+	}, c.Interface)
+}
+
+// ConfigMapListWatch lists and watches the one ConfigMap namespace/name, selected by metadata.name.
+func (c Clientset) ConfigMapListWatch(namespace, name string) cache.ListerWatcher {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return c.CoreV1().ConfigMaps(namespace).List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return c.CoreV1().ConfigMaps(namespace).Watch(ctx, opts)
+		},
+	}, c.Interface)
+}
+
+// NodeListWatch lists and watches the one Node name, selected by metadata.name.
+func (c Clientset) NodeListWatch(name string) cache.ListerWatcher {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return c.CoreV1().Nodes().List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return c.CoreV1().Nodes().Watch(ctx, opts)
 		},
 	}, c.Interface)
 }
