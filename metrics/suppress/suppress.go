@@ -27,9 +27,33 @@
 // which it does through PreUpdateContainerResources like any other pool change. The cpuset is whole
 // CPUs, so the amount is rounded up: a fraction of a CPU still needs a CPU to run on.
 //
-// cfsQuota: the quota of the BE parent cgroup (kubepods/besteffort, kubepods-besteffort.slice under
-// systemd) is set to the amount, exactly. One write to the parent limits every BE pod at once and needs
-// no per-pod bookkeeping; BE containers' own quotas (from their batch limits) still apply below it.
+// cfsQuota: the quota of the BE parent cgroup (Config.BECgroupParent: <cgroupRoot>/kubepods/besteffort,
+// kubepods-besteffort.slice under systemd) is set to the amount, exactly. One write to the parent limits
+// every BE pod at once and needs no per-pod bookkeeping; BE containers' own quotas (from their batch
+// limits) still apply below it.
+//
+// # cgroup v1: no child above its parent
+//
+// cgroup v1 refuses (EINVAL) a child quota, normalised to its period, above its parent's, both when the
+// child is written and when the parent is lowered below an existing child (kernel
+// tg_cfs_schedulable_down); unlimited children inherit and are fine. cgroup v2 has no such rule. So on
+// v1 the loop keeps every BE cgroup at or under the parent:
+//
+//   - QuotaCeiling tells the batchresource policy the most a BE container or pod cgroup may have now; it
+//     caps the quota it derives from a batch-cpu limit there, so a new BE container starts under a clamp.
+//   - Shrinking lowers the ceiling first, then caps existing BE cgroups above the new level (deepest
+//     first), then writes the parent, and retries that once a container created meanwhile refused it.
+//   - Widening and lifting write the parent first, then raise the ceiling and ask the proxy to refresh:
+//     the policy recomputes each BE container's quota from its batch-cpu limit, which is never lost.
+//
+// # Undoing suppression
+//
+// Suppression never outlives the loop's reasons for it. A reload that disables it or switches policy
+// wakes the loop, which lifts at once rather than at the next sample. When Run's context ends (SIGTERM)
+// the loop lifts whatever is in force and refreshes through Deps.Refresh, synchronously, before Run
+// returns. When Run starts, a clamp left by an earlier run that could not lift (SIGKILL, a crash) is
+// found and lifted: a BE parent quota that is not unlimited, or BE cgroups on a cpuset narrower than the
+// BE pool.
 package suppress
 
 import (
@@ -38,10 +62,12 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
+	kcpuset "k8s.io/utils/cpuset"
 
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
@@ -159,9 +185,16 @@ type Deps struct {
 	Updates <-chan struct{}
 	// CPUs is the allocator whose BE pool the cpuset policy caps; nil with that policy is an error.
 	CPUs CPUs
-	// PoolsChanged asks the proxy to move running containers to their pools.
+	// PoolsChanged asks the proxy, without waiting, to move running containers to what the policies
+	// decide now: their pools, and on cgroup v1 BE quotas under QuotaCeiling.
 	PoolsChanged func()
-	// Cgroups writes the BE parent's quota; nil with the cfsQuota policy is an error.
+	// Refresh moves running containers to what the policies now decide and returns when it is done
+	// (proxy.Server.Refresh). The loop calls it when it stops, after lifting, so that BE containers are
+	// widened before the proxy goes; nil leaves that to PoolsChanged, which a stopping proxy may not serve.
+	Refresh func(ctx context.Context) error
+	// Cgroups writes the BE parent's quota; nil with the cfsQuota policy is an error. When it also is a
+	// cgroup.Tree (cgroup.New's writers are), the loop keeps cgroup v1's rule for BE children and finds
+	// stale clamps at start.
 	Cgroups cgroup.Writer
 	// Registerer receives tandem_suppress_* metrics; nil keeps them unexported.
 	Registerer prometheus.Registerer
@@ -193,11 +226,22 @@ type Loop struct {
 	applied       bool
 	appliedPolicy Policy
 
+	// stepMu serialises Step with the lifts a reload or the stop asks for.
+	stepMu sync.Mutex
+	// wake tells Run that Reconfigure swapped a configuration in.
+	wake chan struct{}
+	// tree reads the BE subtree; nil when Deps.Cgroups is not a cgroup.Tree.
+	tree cgroup.Tree
+
 	mu      sync.Mutex
 	allowed int64
+	// ceiling is the BE quota the loop has decided on cgroup v1 (nil: none), lowered before a shrink and
+	// raised after a widen; QuotaCeiling also reads the parent, whichever is lower wins.
+	ceiling *cgroup.CPUMax
 
 	beCPUs  prometheus.Gauge
 	changes *prometheus.CounterVec
+	capped  prometheus.Counter
 }
 
 // New checks cfg and deps and returns a loop that has changed nothing yet.
@@ -215,6 +259,7 @@ func New(cfg Config, deps Deps) (*Loop, error) {
 	}
 	l := &Loop{
 		deps: deps,
+		wake: make(chan struct{}, 1),
 		beCPUs: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "tandem", Subsystem: "suppress", Name: "be_cpus",
 			Help: "CPUs BE pods may use after suppression: the BE cpuset's size, or the BE quota in CPUs.",
@@ -223,12 +268,19 @@ func New(cfg Config, deps Deps) (*Loop, error) {
 			Namespace: "tandem", Subsystem: "suppress", Name: "changes_total",
 			Help: "Changes of the BE CPU limit, by policy and direction (shrink, widen, lift).",
 		}, []string{"policy", "direction"}),
+		capped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "suppress", Name: "be_cgroups_capped_total",
+			Help: "BE pod and container cgroups whose CFS quota was lowered to the BE parent's before a shrink (cgroup v1).",
+		}),
+	}
+	if t, ok := deps.Cgroups.(cgroup.Tree); ok {
+		l.tree = t
 	}
 	if err := l.Reconfigure(cfg); err != nil {
 		return nil, err
 	}
 	if deps.Registerer != nil {
-		for _, c := range []prometheus.Collector{l.beCPUs, l.changes} {
+		for _, c := range []prometheus.Collector{l.beCPUs, l.changes, l.capped} {
 			if err := deps.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register suppress metrics: %w", err)
 			}
@@ -254,6 +306,11 @@ func (l *Loop) Reconfigure(cfg Config) error {
 		}
 	}
 	l.cfg.Store(&cfg)
+	// Wake Run: switching suppression off (or to the other policy) must not wait for the next sample.
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -265,22 +322,163 @@ func (l *Loop) AllowedMilli() int64 {
 	return l.allowed
 }
 
-// Run steps on every collector update and every Config.Interval until ctx is done.
+// Run steps on every collector update and every Config.Interval until ctx is done. It first lifts a
+// stale clamp an earlier run left; when ctx is done it lifts what is in force, refreshes through
+// Deps.Refresh and only then returns, so the caller must keep the proxy's runtime connection open until
+// Run returned.
 func (l *Loop) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("suppress")
 	ctx = klog.NewContext(ctx, logger)
 	cfg := l.cfg.Load()
 	logger.Info("CPU suppression running", "enable", cfg.Enable, "policy", cfg.CPUSuppressPolicy,
 		"thresholdPercent", cfg.CPUSuppressThresholdPercent, "widenAfterSamples", cfg.WidenAfterSamples)
-	// The interval is read once: a reload that changes it takes effect at the next start. Follow steps
-	// each snapshot once: a tick without a new one is no new sample, and counting it would widen on
-	// stale data.
-	collector.Follow(ctx, cfg.Interval, l.deps.Updates, l.deps.Latest, func(snap *collector.Snapshot) {
-		if _, err := l.Step(ctx, snap); err != nil {
-			logger.Error(err, "BE CPU limit not applied; retrying at the next sample")
+	l.stepMu.Lock()
+	l.liftStale(ctx)
+	l.stepMu.Unlock()
+
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		// The interval is read once: a reload that changes it takes effect at the next start. Follow
+		// steps each snapshot once: a tick without a new one is no new sample, and counting it would
+		// widen on stale data.
+		collector.Follow(ctx, cfg.Interval, l.deps.Updates, l.deps.Latest, func(snap *collector.Snapshot) {
+			l.stepMu.Lock()
+			defer l.stepMu.Unlock()
+			if _, err := l.Step(ctx, snap); err != nil {
+				logger.Error(err, "BE CPU limit not applied; retrying at the next sample")
+			}
+		})
+	}()
+	for stopped := false; !stopped; {
+		select {
+		case <-l.wake:
+			l.stepMu.Lock()
+			if err := l.liftIfOff(ctx, *l.cfg.Load()); err != nil {
+				logger.Error(err, "BE CPU suppression not lifted; retrying at the next sample")
+			}
+			l.stepMu.Unlock()
+		case <-ctx.Done():
+			stopped = true
 		}
-	})
+	}
+	<-followed
+	// ctx is done: lift with a context of its own, bounded, so a stuck runtime cannot hold the stop.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
+	return l.liftOnStop(sctx)
+}
+
+// liftIfOff lifts the suppression in force when cfg switched it off or moved it to the other policy.
+func (l *Loop) liftIfOff(ctx context.Context, cfg Config) error {
+	if l.applied && (!cfg.Enable || cfg.CPUSuppressPolicy != l.appliedPolicy) {
+		return l.lift(ctx, cfg)
+	}
 	return nil
+}
+
+// liftOnStop gives BE its whole pool back as the loop stops, whatever put the clamp there, and waits
+// for the containers to be moved.
+func (l *Loop) liftOnStop(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	cfg := *l.cfg.Load()
+	var errs []error
+	lifted := false
+	if l.deps.CPUs != nil && l.deps.CPUs.SetBELimit(0) {
+		lifted = true
+	}
+	if l.deps.Cgroups != nil {
+		clamped := l.applied && l.appliedPolicy == PolicyCFSQuota
+		if l.tree != nil {
+			if m, err := l.tree.CPUMax(cfg.BECgroupParent); err == nil && !m.Unlimited() {
+				clamped = true
+			}
+		}
+		if clamped {
+			if err := l.writeUnlimited(cfg); err != nil {
+				errs = append(errs, err)
+			} else {
+				lifted = true
+			}
+		}
+	}
+	if lifted {
+		l.changes.WithLabelValues(string(cfg.CPUSuppressPolicy), "lift").Inc()
+	}
+	l.applied, l.current, l.higher = false, 0, 0
+	l.setCeiling(nil)
+	if lifted {
+		// On cgroup v1, BE containers may sit at the ceiling, below their batch-cpu limits, until then.
+		if err := l.refresh(ctx, true); err != nil {
+			errs = append(errs, fmt.Errorf("move BE containers back to their full limits: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		logger.Error(err, "BE CPU suppression not fully lifted on stop; the next start lifts what is left")
+		return err
+	}
+	if lifted {
+		logger.Info("BE CPU suppression lifted on stop", "policy", cfg.CPUSuppressPolicy)
+	}
+	return nil
+}
+
+// liftStale lifts, at start, a clamp an earlier run left in place: nothing is in force in this process
+// yet, so a BE parent quota that is not unlimited, or a BE cgroup on a cpuset narrower than the BE pool,
+// is stale.
+func (l *Loop) liftStale(ctx context.Context) {
+	if l.tree == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	cfg := *l.cfg.Load()
+	stale := false
+	if m, err := l.tree.CPUMax(cfg.BECgroupParent); err == nil && !m.Unlimited() {
+		if err := l.writeUnlimited(cfg); err != nil {
+			logger.Error(err, "Stale BE CFS quota not lifted", "cgroup", cfg.BECgroupParent, "quota", m.Quota, "period", m.Period)
+		} else {
+			logger.Info("Stale BE CPU suppression lifted", "policy", PolicyCFSQuota, "cgroup", cfg.BECgroupParent, "quota", m.Quota, "period", m.Period)
+			l.changes.WithLabelValues(string(PolicyCFSQuota), "lift").Inc()
+			stale = true
+		}
+	}
+	if l.deps.CPUs != nil {
+		if n := l.narrowedCPUSets(cfg); n > 0 {
+			logger.Info("Stale BE CPU suppression lifted", "policy", PolicyCPUSet, "cgroup", cfg.BECgroupParent, "narrowedCgroups", n, "bePool", l.deps.CPUs.Pools().BE.String())
+			l.changes.WithLabelValues(string(PolicyCPUSet), "lift").Inc()
+			stale = true
+		}
+	}
+	if stale {
+		// Asynchronous: the proxy is not serving yet when Run starts; its refresh loop takes it up.
+		l.deps.PoolsChanged()
+	}
+}
+
+// narrowedCPUSets counts the BE cgroups whose cpuset is a strict subset of the BE pool.
+func (l *Loop) narrowedCPUSets(cfg Config) int {
+	pool := l.deps.CPUs.Pools().BE
+	below, err := l.tree.Descendants(cfg.BECgroupParent, "cpuset")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, d := range below {
+		v, err := l.tree.ReadFile(d, "cpuset.cpus")
+		if err != nil || v == "" {
+			continue
+		}
+		set, err := kcpuset.Parse(v)
+		if err != nil {
+			continue
+		}
+		if set.Size() < pool.Size() && set.IsSubsetOf(pool) {
+			n++
+		}
+	}
+	return n
 }
 
 // Want is the formula for one snapshot, in milli-cores, floored at the minimum BE keeps and capped at
@@ -302,10 +500,8 @@ func (c Config) Want(snap *collector.Snapshot) int64 {
 func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, error) {
 	logger := klog.FromContext(ctx)
 	cfg := *l.cfg.Load()
-	if l.applied && (!cfg.Enable || cfg.CPUSuppressPolicy != l.appliedPolicy) {
-		if err := l.lift(ctx, cfg); err != nil {
-			return Decision{}, err
-		}
+	if err := l.liftIfOff(ctx, cfg); err != nil {
+		return Decision{}, err
 	}
 	if !cfg.Enable {
 		d := Decision{WantMilli: snap.Capacity.CPUMilli, AllowedMilli: snap.Capacity.CPUMilli, CPUs: int((snap.Capacity.CPUMilli + 999) / 1000)}
@@ -384,13 +580,120 @@ func (l *Loop) apply(ctx context.Context, cfg Config, level int64) (bool, error)
 	if level == l.current {
 		return false, nil
 	}
-	quota := level * cfg.CFSPeriodMicros / 1000
 	period := cfg.CFSPeriodMicros
-	if err := l.deps.Cgroups.Write(cfg.BECgroupParent, cgroup.Settings{CPUQuota: &quota, CPUPeriod: &period}); err != nil {
+	target := cgroup.CPUMax{Quota: level * period / 1000, Period: period}
+	shrink := l.current == 0 || level < l.current
+	if shrink && l.capping() {
+		// New BE containers are created under the new level from now on; existing ones are capped next.
+		l.setCeiling(&target)
+	}
+	var err error
+	// A BE container whose quota was decided under the old ceiling may reach the kernel between the
+	// caps and the parent write, which then fails with EINVAL: cap again and retry.
+	for attempt := 0; attempt < 3; attempt++ {
+		if shrink && l.capping() {
+			l.capChildren(ctx, cfg, target)
+		}
+		if err = l.deps.Cgroups.Write(cfg.BECgroupParent, cgroup.Settings{CPUQuota: &target.Quota, CPUPeriod: &period}); err == nil || !errors.Is(err, syscall.EINVAL) {
+			break
+		}
+	}
+	if err != nil {
 		return false, fmt.Errorf("write the CFS quota of the BE cgroup %s (is beCgroupParent right?): %w", cfg.BECgroupParent, err)
 	}
-	klog.FromContext(ctx).V(4).Info("BE CFS quota written", "cgroup", cfg.BECgroupParent, "quota", quota, "period", period)
+	klog.FromContext(ctx).V(4).Info("BE CFS quota written", "cgroup", cfg.BECgroupParent, "quota", target.Quota, "period", period)
+	if !shrink && l.capping() {
+		// The parent is wider now: raise the ceiling, and let the policy give capped containers more.
+		l.setCeiling(&target)
+		l.deps.PoolsChanged()
+	}
 	return true, nil
+}
+
+// capping reports whether BE children must be kept under the parent: cgroup v1 with a readable tree.
+func (l *Loop) capping() bool {
+	return l.tree != nil && l.deps.Cgroups != nil && l.deps.Cgroups.Version() == 1
+}
+
+// capChildren lowers every BE cgroup above target to it, deepest first, so the parent can be lowered
+// (cgroup v1 refuses a parent under one of its children). The policy gives them back their batch-cpu
+// limits when the parent widens.
+func (l *Loop) capChildren(ctx context.Context, cfg Config, target cgroup.CPUMax) {
+	logger := klog.FromContext(ctx)
+	below, err := l.tree.Descendants(cfg.BECgroupParent, "cpu")
+	if err != nil {
+		logger.Error(err, "BE cgroups not listed; lowering the BE quota may fail", "cgroup", cfg.BECgroupParent)
+		return
+	}
+	n := 0
+	for _, d := range below {
+		m, err := l.tree.CPUMax(d)
+		if err != nil || !m.Above(target) {
+			continue // a cgroup gone meanwhile needs nothing
+		}
+		q := target.Under(m.Period)
+		if err := l.deps.Cgroups.Write(d, cgroup.Settings{CPUQuota: &q}); err != nil {
+			logger.V(2).Info("BE cgroup not capped", "cgroup", d, "err", err)
+			continue
+		}
+		n++
+		logger.V(4).Info("BE cgroup capped under the BE quota", "cgroup", d, "quota", q, "period", m.Period, "was", m.Quota)
+	}
+	if n > 0 {
+		l.capped.Add(float64(n))
+		logger.V(2).Info("BE cgroups capped under the new BE quota", "cgroups", n, "quota", target.Quota, "period", target.Period)
+	}
+}
+
+// QuotaCeiling is the most CFS bandwidth a BE pod or container cgroup may have now: on cgroup v1, the
+// lower of the BE parent's quota and the level the loop is moving to; ok is false when there is no
+// ceiling (no clamp, or cgroup v2, where a child above its parent is allowed and simply throttled by
+// it). The batchresource policy caps the quotas it derives from batch-cpu limits there. Safe for
+// concurrent use, and usable before Run: it reads the parent, so a stale clamp is honoured too.
+func (l *Loop) QuotaCeiling() (cgroup.CPUMax, bool) {
+	if !l.capping() {
+		return cgroup.CPUMax{}, false
+	}
+	cfg := l.cfg.Load()
+	l.mu.Lock()
+	var c *cgroup.CPUMax
+	if l.ceiling != nil {
+		v := *l.ceiling
+		c = &v
+	}
+	l.mu.Unlock()
+	if m, err := l.tree.CPUMax(cfg.BECgroupParent); err == nil && !m.Unlimited() && (c == nil || c.Above(m)) {
+		c = &m
+	}
+	if c == nil {
+		return cgroup.CPUMax{}, false
+	}
+	return *c, true
+}
+
+func (l *Loop) setCeiling(c *cgroup.CPUMax) {
+	l.mu.Lock()
+	l.ceiling = c
+	l.mu.Unlock()
+}
+
+// writeUnlimited takes the quota off the BE parent.
+func (l *Loop) writeUnlimited(cfg Config) error {
+	unlimited, period := int64(-1), cfg.CFSPeriodMicros
+	if err := l.deps.Cgroups.Write(cfg.BECgroupParent, cgroup.Settings{CPUQuota: &unlimited, CPUPeriod: &period}); err != nil {
+		return fmt.Errorf("lift the CFS quota of the BE cgroup %s: %w", cfg.BECgroupParent, err)
+	}
+	return nil
+}
+
+// refresh asks the proxy to move containers to what the policies decide now; wait uses Deps.Refresh and
+// returns when the containers were moved.
+func (l *Loop) refresh(ctx context.Context, wait bool) error {
+	if wait && l.deps.Refresh != nil {
+		return l.deps.Refresh(ctx)
+	}
+	l.deps.PoolsChanged()
+	return nil
 }
 
 // lift removes the suppression in force, by the policy that put it there, once suppression is switched
@@ -401,9 +704,13 @@ func (l *Loop) lift(ctx context.Context, cfg Config) error {
 			l.deps.PoolsChanged()
 		}
 	} else {
-		unlimited, period := int64(-1), cfg.CFSPeriodMicros
-		if err := l.deps.Cgroups.Write(cfg.BECgroupParent, cgroup.Settings{CPUQuota: &unlimited, CPUPeriod: &period}); err != nil {
-			return fmt.Errorf("lift the CFS quota of the BE cgroup %s: %w", cfg.BECgroupParent, err)
+		if err := l.writeUnlimited(cfg); err != nil {
+			return err
+		}
+		// Parent first, then the containers capped under it get their batch-cpu limits back.
+		l.setCeiling(nil)
+		if l.capping() {
+			l.deps.PoolsChanged()
 		}
 	}
 	l.changes.WithLabelValues(string(l.appliedPolicy), "lift").Inc()
