@@ -58,6 +58,10 @@ type Deps struct {
 	// BatchResources gives the batch resources of BE pods without Koordinator's annotation from the pod
 	// spec; optional.
 	BatchResources batchresource.BatchLookup
+	// BEQuotaCeiling is the most CFS bandwidth a BE cgroup may have now (suppress.Loop.QuotaCeiling),
+	// which batchresource caps BE quotas at so that BE containers start while BE is suppressed on cgroup
+	// v1; nil is no ceiling.
+	BEQuotaCeiling func() (cgroup.CPUMax, bool)
 	// Recorded lists the exclusive allocations running containers held before a restart.
 	Recorded func() []cpuset.Recorded
 	// MemoryRequests gives memory requests from the pod spec; optional.
@@ -118,7 +122,7 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 		}},
 		// A pod-spec lookup may wait for a lagging informer and then GET once: room beyond the default timeout.
 		{Name: batchresource.Name, Order: 300, Timeout: 3 * time.Second, New: func() (hooks.Hook, error) {
-			return batchresource.New(cfg.BatchResource, deps.BatchResources)
+			return batchresource.New(cfg.BatchResource, batchresource.Deps{Lookup: deps.BatchResources, QuotaCeiling: deps.BEQuotaCeiling})
 		}},
 		// Pod-level only; it never competes with the container-level policies for a field.
 		{Name: cpuidle.Name, Order: 400, New: func() (hooks.Hook, error) {

@@ -71,3 +71,36 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("Builtin(cpuidle only) = %v", got)
 	}
 }
+
+// TestBuiltinQuotaCeiling checks that Deps.BEQuotaCeiling reaches batchresource through the dispatcher:
+// under a one-CPU BE clamp a 2-CPU BE container is created at one CPU, and a refresh once the clamp is
+// gone gives it its two back.
+func TestBuiltinQuotaCeiling(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	clamped := true
+	ceiling := func() (cgroup.CPUMax, bool) { return cgroup.CPUMax{Quota: 100000, Period: 100000}, clamped }
+	d, err := hooks.NewDispatcher(ctx, Builtin(DefaultConfig(), Deps{Cgroups: kernel{"cpu.idle": true}, BEQuotaCeiling: ceiling}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const spec = `{"containers":{"app":{"limits":{"kubernetes.io/batch-cpu":"2k"}}}}`
+	be := &hooks.PodInfo{Name: "batch", Namespace: "default", CgroupParent: "/kubepods/besteffort/pod1",
+		Labels: map[string]string{"koordinator.sh/qosClass": "BE"}, Annotations: map[string]string{"node.koordinator.sh/extended-resource-spec": spec}}
+	ctr := &hooks.ContainerInfo{Name: "app", Resources: &hooks.Resources{CPUShares: 2, CPUPeriod: 100000}}
+	adj, err := d.Run(ctx, hooks.PreCreateContainer, be, ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *adj.Resources.CPUQuota; got != 100000 {
+		t.Errorf("quota under the clamp = %d, want 100000", got)
+	}
+	clamped = false
+	adj, err = d.Run(ctx, hooks.PreUpdateContainerResources, be, ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *adj.Resources.CPUQuota; got != 200000 {
+		t.Errorf("quota after the lift = %d, want 200000", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/resource/batch"
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 const seedSpec = `{"containers":{"nginx":{"requests":{"kubernetes.io/batch-cpu":"2k","kubernetes.io/batch-memory":"1Gi"},"limits":{"kubernetes.io/batch-cpu":"2k","kubernetes.io/batch-memory":"1Gi"}},"sidecar":{"requests":{"kubernetes.io/batch-cpu":"500"}}}}`
@@ -79,7 +80,7 @@ func TestPreCreateContainer(t *testing.T) {
 			if tt.lookup != nil {
 				lookup = tt.lookup
 			}
-			b, _ := New(DefaultConfig(), lookup)
+			b, _ := New(DefaultConfig(), Deps{Lookup: lookup})
 			adj, err := b.PreCreateContainer(ctx, tt.pod, &hooks.ContainerInfo{Name: tt.ctr})
 			if tt.lookup != nil && tt.lookup.calls != tt.wantLookups {
 				t.Errorf("pod spec read %d times, want %d", tt.lookup.calls, tt.wantLookups)
@@ -133,7 +134,7 @@ func TestPodLevelSums(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
-			b, _ := New(DefaultConfig(), tt.lookup)
+			b, _ := New(DefaultConfig(), Deps{Lookup: tt.lookup})
 			adj, err := b.PreRunPodSandbox(ctx, tt.pod)
 			if err != nil {
 				t.Fatal(err)
@@ -144,5 +145,80 @@ func TestPodLevelSums(t *testing.T) {
 					*r.CPUShares, *r.CPUQuota, *r.MemoryLimitInBytes, tt.wantShares, tt.wantQuota, tt.wantMem)
 			}
 		})
+	}
+}
+
+// TestQuotaCeiling checks the quotas under a BE clamp (cgroup v1 refuses a child above its parent) and
+// that they come back whole when the clamp goes: the issue 12 case is a 1500m limit under one CPU.
+func TestQuotaCeiling(t *testing.T) {
+	t.Parallel()
+	const spec = `{"containers":{"work":{"requests":{"kubernetes.io/batch-cpu":"1500"},"limits":{"kubernetes.io/batch-cpu":"1500"}},"side":{"limits":{"kubernetes.io/batch-cpu":"500"}},"free":{"requests":{"kubernetes.io/batch-cpu":"100"}}}}`
+	oneCPU := cgroup.CPUMax{Quota: 100000, Period: 100000}
+	tests := []struct {
+		name      string
+		ceiling   *cgroup.CPUMax
+		ctr       string
+		period    int64 // the container's own period from kubelet; 0 for none
+		wantQuota int64
+		wantPod   int64
+	}{
+		{name: "1500m under one CPU", ceiling: &oneCPU, ctr: "work", wantQuota: 100000, wantPod: -1},
+		{name: "500m fits under one CPU", ceiling: &oneCPU, ctr: "side", wantQuota: 50000, wantPod: -1},
+		{name: "no limit inherits", ceiling: &oneCPU, ctr: "free", wantQuota: -1, wantPod: -1},
+		{name: "kubelet's shorter period, same ratio", ceiling: &oneCPU, ctr: "work", period: 50000, wantQuota: 50000, wantPod: -1},
+		{name: "no ceiling: the whole limit", ctr: "work", wantQuota: 150000, wantPod: -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			ceiling := func() (cgroup.CPUMax, bool) {
+				if tt.ceiling == nil {
+					return cgroup.CPUMax{}, false
+				}
+				return *tt.ceiling, true
+			}
+			b, _ := New(DefaultConfig(), Deps{QuotaCeiling: ceiling})
+			ctr := &hooks.ContainerInfo{Name: tt.ctr}
+			if tt.period > 0 {
+				ctr.Resources = &hooks.Resources{CPUPeriod: tt.period}
+			}
+			for _, stage := range []hooks.Stage{hooks.PreCreateContainer, hooks.PreUpdateContainerResources} {
+				f := b.PreCreateContainer
+				if stage == hooks.PreUpdateContainerResources {
+					f = b.PreUpdateContainerResources
+				}
+				adj, err := f(ctx, bePod(spec), ctr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := *adj.Resources.CPUQuota; got != tt.wantQuota {
+					t.Errorf("%s: quota %d, want %d", stage, got, tt.wantQuota)
+				}
+				if stage == hooks.PreUpdateContainerResources {
+					if adj.PodResources == nil || *adj.PodResources.CPUQuota != tt.wantPod {
+						t.Errorf("%s: pod resources %+v, want quota %d", stage, adj.PodResources, tt.wantPod)
+					}
+				}
+			}
+		})
+	}
+	// The pod cgroup: 1500m + 500m = 2000m, capped at one CPU.
+	const limited = `{"containers":{"work":{"limits":{"kubernetes.io/batch-cpu":"1500"}},"side":{"limits":{"kubernetes.io/batch-cpu":"500"}}}}`
+	_, ctx := ktesting.NewTestContext(t)
+	b, _ := New(DefaultConfig(), Deps{QuotaCeiling: func() (cgroup.CPUMax, bool) { return oneCPU, true }})
+	adj, err := b.PreRunPodSandbox(ctx, bePod(limited))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *adj.PodResources.CPUQuota; got != 100000 {
+		t.Errorf("pod quota under one CPU = %d, want 100000", got)
+	}
+	adj, err = b.PreUpdateContainerResources(ctx, bePod(limited), &hooks.ContainerInfo{Name: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *adj.PodResources.CPUQuota; got != 100000 {
+		t.Errorf("pod quota on update under one CPU = %d, want 100000", got)
 	}
 }
