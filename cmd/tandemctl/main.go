@@ -1,7 +1,9 @@
-// Command tandemctl shows what Tandem's QoS policies did on a node: for every container its QoS class,
+// Command tandemctl installs Tandem's node side (tandemctl node install: binary, systemd unit, kubelet
+// drop-ins) and shows what Tandem's QoS policies did on a node: for every container its QoS class,
 // cpuset, CFS quota, CPU shares, the pod's cpu.idle and the memory limit, as the kernel's cgroup files
 // hold them next to what tandem-proxy last applied; and the CPU pools of the cpuset policy. It reads
-// tandem-proxy's debug endpoints (on its --metrics-addr) and /sys/fs/cgroup. See docs/tandemctl.md.
+// tandem-proxy's debug endpoints (on its --metrics-addr) and /sys/fs/cgroup. See docs/tandemctl.md
+// and docs/install.md.
 package main
 
 import (
@@ -22,7 +24,12 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	err := run(ctx, os.Args[1:], os.Stdout)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "node" {
+		err = runNode(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	} else {
+		err = run(ctx, os.Args[1:], os.Stdout)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tandemctl: %v\n", err)
@@ -37,6 +44,7 @@ Usage:
                             cpu.idle of the pod, memory limit, read from the kernel's cgroup files and
                             compared with what tandem-proxy last applied
   tandemctl [flags] pools   the LSE, LSR, LS and BE CPU pools and each container's exclusive CPUs
+  tandemctl node install    install tandem-proxy on this node (see tandemctl node --help)
 
 Flags:
 `
