@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,13 +25,28 @@ func (s *Server) refreshLoop(ctx context.Context) {
 	}
 }
 
+// Refresh runs PreUpdateContainerResources for every created or running container, sends the runtime
+// what the hooks decide now, and returns when that is done. It is the synchronous form of Deps.Refresh:
+// the suppress loop calls it when it stops, after lifting a suppression, so BE containers are widened
+// before tandem-proxy exits. It needs the runtime connection only, not Serve: call it before Close.
+// Safe for concurrent use with Serve and its refresh loop (each container is moved under its own lock).
+func (s *Server) Refresh(ctx context.Context) error {
+	if failed := s.refreshAll(ctx); failed > 0 {
+		return fmt.Errorf("%d containers not moved to their policies' decisions (the runtime refused or did not answer; see the log at V(2))", failed)
+	}
+	return ctx.Err()
+}
+
 // refreshAll runs PreUpdateContainerResources for every created or running container and sends the
-// runtime an update for those whose resources the hooks now decide differently.
-func (s *Server) refreshAll(ctx context.Context) {
+// runtime the resources the hooks decide now. It returns how many updates failed.
+func (s *Server) refreshAll(ctx context.Context) int {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	updated := 0
+	updated, failed := 0, 0
 	for _, c := range s.store.Snapshot().Containers {
+		if ctx.Err() != nil {
+			break
+		}
 		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING.String() && c.State != runtimeapi.ContainerState_CONTAINER_CREATED.String() {
 			continue
 		}
@@ -38,43 +54,87 @@ func (s *Server) refreshAll(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		if s.refreshOne(ctx, pod, c) {
+		switch s.refreshOne(ctx, pod, c) {
+		case refreshed:
 			updated++
+		case refreshFailed:
+			failed++
 		}
 	}
-	if updated > 0 {
-		logger.V(2).Info("Containers moved to their policies' new decisions", "updated", updated, "took", time.Since(start))
+	if updated > 0 || failed > 0 {
+		logger.V(2).Info("Containers moved to their policies' new decisions", "updated", updated, "failed", failed, "took", time.Since(start))
 	}
+	return failed
 }
 
-func (s *Server) refreshOne(ctx context.Context, pod *store.Pod, c *store.Container) bool {
+type refreshResult int
+
+const (
+	refreshSkipped refreshResult = iota
+	refreshed
+	refreshFailed
+)
+
+func (s *Server) refreshOne(ctx context.Context, pod *store.Pod, c *store.Container) refreshResult {
 	defer s.lockContainer(c.ID)()
 	// Re-read under the lock: a start or update may have changed the container since the snapshot.
 	c, ok := s.store.Container(c.ID)
 	if !ok {
-		return false
+		return refreshSkipped
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "container", c.Name, "containerID", c.ID)
 	ctx = klog.NewContext(ctx, logger)
 	adj, err := s.runHooks(ctx, hooks.PreUpdateContainerResources, podInfo(pod), storedContainerInfo(c))
-	if err != nil || adj == nil || adj.Resources == nil {
-		return false
+	if err != nil || adj == nil {
+		return refreshSkipped
 	}
+	// cgroup v1 refuses a container quota above its pod's: a pod quota that rises goes first, one that
+	// falls after the container's.
+	podFirst := podQuotaRises(pod, adj.PodResources)
+	if podFirst {
+		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+	}
+	result := refreshSkipped
+	if adj.Resources != nil {
+		result = s.updateFromRefresh(ctx, c, adj.Resources)
+	}
+	if !podFirst {
+		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+	}
+	return result
+}
+
+// updateFromRefresh sends the runtime the container's resources with a refresh's adjustment applied.
+func (s *Server) updateFromRefresh(ctx context.Context, c *store.Container, adj *hooks.ResourceAdjustment) refreshResult {
+	logger := klog.FromContext(ctx)
 	r := &runtimeapi.LinuxContainerResources{}
 	applyResourcesFrom(r, c.Resources)
-	applyResources(r, adj.Resources)
+	applyResources(r, adj)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.RuntimeTimeout)
 	defer cancel()
 	if _, err := s.rt.UpdateContainerResources(cctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: c.ID, Linux: r}); err != nil {
 		// The container may have exited meanwhile; the next refresh or its removal settles it.
 		s.metrics.refreshed.WithLabelValues("error").Inc()
 		logger.V(2).Info("Container not moved", "err", err)
-		return false
+		return refreshFailed
 	}
 	applied := resourcesFromCRI(r)
 	s.store.UpdateContainer(c.ID, func(c *store.Container) { c.Resources = applied })
 	s.persist(ctx)
 	s.metrics.refreshed.WithLabelValues("ok").Inc()
-	logger.V(4).Info("Container moved", "cpusetCpus", applied.CpusetCpus)
-	return true
+	logger.V(4).Info("Container moved", "cpusetCpus", applied.CpusetCpus, "cpuQuota", applied.CPUQuota)
+	return refreshed
+}
+
+// podQuotaRises reports whether a refresh's pod-level CFS quota is at least the one recorded for the pod
+// (unlimited is the most); true also when it sets no quota, as then the order does not matter.
+func podQuotaRises(pod *store.Pod, adj *hooks.ResourceAdjustment) bool {
+	if adj == nil || adj.CPUQuota == nil || *adj.CPUQuota <= 0 {
+		return true
+	}
+	var was int64
+	if pod.Resources != nil {
+		was = pod.Resources.CPUQuota
+	}
+	return was > 0 && *adj.CPUQuota >= was
 }
