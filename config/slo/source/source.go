@@ -84,6 +84,12 @@ type Source struct {
 	ns   string
 	name string
 
+	// kick asks the file mode to read again: a client came (SetClient), so refusals can become Events.
+	kick chan struct{}
+
+	mu     sync.Mutex
+	client Client
+
 	// Below: owned by the goroutine that runs reload.
 	last     *slo.Config
 	reported map[string]bool // event keys already raised: one Event per distinct refusal
@@ -98,7 +104,7 @@ func New(cfg Config, deps Deps) (*Source, error) {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 200 * time.Millisecond
 	}
-	s := &Source{cfg: cfg, deps: deps, reported: map[string]bool{}}
+	s := &Source{cfg: cfg, deps: deps, reported: map[string]bool{}, kick: make(chan struct{}, 1), client: deps.Client}
 	if cfg.File == "" && cfg.ConfigMap != "" {
 		ns, name, ok := strings.Cut(cfg.ConfigMap, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -113,6 +119,21 @@ func New(cfg Config, deps Deps) (*Source, error) {
 		s.ns, s.name = ns, name
 	}
 	return s, nil
+}
+
+// SetClient gives a file-mode source the API client that came after it started (tandem-proxy connects
+// when kubelet's kubeconfig appears): the file is read again, and what it refuses becomes Events on the Node.
+func (s *Source) SetClient(c Client) {
+	s.mu.Lock()
+	s.client = c
+	s.mu.Unlock()
+	signal(s.kick)
+}
+
+func (s *Source) getClient() Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client
 }
 
 // Run follows the source until ctx is done; in file mode, and in ConfigMap mode once both the ConfigMap
@@ -140,10 +161,10 @@ func (s *Source) runConfigMap(ctx context.Context) error {
 		DeleteFunc: func(any) { signal(changed) },
 	}
 	cms, cmInformer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: s.deps.Client.ConfigMapListWatch(s.ns, s.name), ObjectType: &corev1.ConfigMap{}, Handler: notify,
+		ListerWatcher: s.client.ConfigMapListWatch(s.ns, s.name), ObjectType: &corev1.ConfigMap{}, Handler: notify,
 	})
 	nodes, nodeInformer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: s.deps.Client.NodeListWatch(s.cfg.NodeName), ObjectType: &corev1.Node{}, Handler: notify,
+		ListerWatcher: s.client.NodeListWatch(s.cfg.NodeName), ObjectType: &corev1.Node{}, Handler: notify,
 	})
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -220,6 +241,8 @@ func (s *Source) runFile(ctx context.Context) error {
 			debounce = time.After(s.cfg.Debounce)
 		case <-debounce:
 			s.reloadFile(ctx)
+		case <-s.kick:
+			s.reloadFile(ctx)
 		}
 	}
 }
@@ -292,11 +315,12 @@ func (s *Source) applyParsed(ctx context.Context, parsed *slo.Config, text func(
 
 // report records one Event per distinct refusal.
 func (s *Source) report(ctx context.Context, key, msg string, ev func(key, msg string) *corev1.Event) {
-	if s.reported[key] || s.deps.Client == nil || ev == nil || s.cfg.NodeName == "" {
+	client := s.getClient()
+	if s.reported[key] || client == nil || ev == nil || s.cfg.NodeName == "" {
 		return
 	}
 	s.reported[key] = true
-	if _, err := s.deps.Client.CreateEvent(ctx, ev(key, msg)); err != nil {
+	if _, err := client.CreateEvent(ctx, ev(key, msg)); err != nil {
 		klog.FromContext(ctx).Error(err, "Event about a refused slo-config section not recorded; the log line above says it", "key", key)
 	}
 }

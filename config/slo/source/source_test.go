@@ -202,3 +202,33 @@ func TestNewRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestFileClientLater: a node whose kubeconfig appears after the start (kubelet's TLS bootstrap) applies
+// the file at once, and reports what it refused as an Event once the client comes.
+func TestFileClientLater(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "slo.yaml")
+	if err := os.WriteFile(path, []byte("cpu-burst-config: '{\"clusterStrategy\": {\"polcy\": \"x\"}}'\ncolocation-config: '{\"enable\": true}'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan Update, 16)
+	src, err := New(Config{File: path, NodeName: "node-1"}, Deps{Apply: func(_ context.Context, u Update) { ch <- u }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = src.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	await(t, ch, "the file applies without a client", func(u Update) bool { return u.Resolved.Colocation.Enable })
+
+	cs := fake.NewClientset()
+	src.SetClient(kubeclienttest.Clientset{Interface: cs})
+	deadline := time.Now().Add(5 * time.Second)
+	for len(events(t, cs, metav1.NamespaceDefault)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no Event about the refused cpu-burst-config after the client came")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
