@@ -31,27 +31,41 @@ import (
 // ($TANDEM_CLUSTER_DIR). Short, because containerd's sockets live below it.
 const DefaultDir = "/tmp/tandem-cluster"
 
-// NodeName is the name the node registers under.
-const NodeName = "tandem-node"
+// The two nodes of the cluster. Both run on this machine, each with its own
+// kubelet, containerd and tandem-proxy; NodeA also hosts the control plane
+// (it carries the control-plane role label, so deploy/'s extender DaemonSet
+// runs there, beside kube-scheduler, as on a kubeadm control-plane node).
+const (
+	NodeA = "node-a"
+	NodeB = "node-b"
+)
 
-// Names of the cluster's daemons, in start order. containerd is run by
-// e2e/framework and sits between kube-scheduler and tandem-proxy.
+// NodeName is the node the single-node tests of earlier tiers used; it is
+// NodeA now.
+const NodeName = NodeA
+
+// ExtenderURL is where deploy/'s tandem-extender DaemonSet listens (host
+// network, loopback) and where the shipped kube-scheduler configuration
+// calls it.
+const ExtenderURL = "http://127.0.0.1:10262"
+
+// ControlPlaneLabel is the label deploy/'s extender DaemonSet selects.
+const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// Names of the cluster's daemons. The control plane's run once; TandemProxy
+// and Kubelet run once per node, under the name NodeDaemon gives them.
+// containerd is run by e2e/framework, one per node.
 const (
 	Etcd        = "etcd"
 	TandemProxy = "tandem-proxy"
 )
 
-// Daemons a test may add beside the cluster's with StartExtender: they are
-// absent from a cluster that Up starts, and Down stops them when present.
-const (
-	TandemExtender = "tandem-extender"
-	// ExtenderScheduler is a second kube-scheduler whose only profile calls
-	// tandem-extender; the cluster's own kube-scheduler stays unchanged.
-	ExtenderScheduler = "kube-scheduler-extender"
-)
+// NodeDaemon is the name under which a node's kubelet or tandem-proxy is
+// kept (its log is logs/<name>.log, its pid run/<name>.pid).
+func NodeDaemon(name, node string) string { return name + "@" + node }
 
-func daemonOrder() []string {
-	return []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, TandemExtender, ExtenderScheduler, TandemProxy, Kubelet}
+func controlPlaneOrder() []string {
+	return []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler}
 }
 
 // Options configure Up.
@@ -59,47 +73,73 @@ type Options struct {
 	// Dir holds everything the cluster writes; it must not exist yet or be
 	// empty. Keep it short: containerd's unix sockets live below it.
 	Dir string
-	// Flavor is the containerd under the proxy: framework.Flavor16
-	// (Debian's, the default) or framework.Flavor2.
+	// Flavor is the containerd of every node: framework.Flavor16 (Debian's,
+	// the default) or framework.Flavor2.
 	Flavor string
-	// Policies is tandem-proxy's --policies: a comma-separated list of
-	// built-in policies, AllPolicies for the proxy's default (every one), or
-	// empty for none, so that the proxy only carries kubelet's calls.
+	// Policies, when set, is appended to tandem-proxy's command line as
+	// --policies: NoPolicies for none. Empty (the default) runs the unit
+	// `tandemctl node install` writes as it is: every default policy.
 	Policies string
-	// ProxyBinary is a tandem-proxy to run; empty builds ./cmd/tandem-proxy
-	// of this checkout.
+	// ProxyBinary is a tandem-proxy to install; empty builds
+	// ./cmd/tandem-proxy of this checkout.
 	ProxyBinary string
+	// Tandemctl is the tandemctl that installs tandem-proxy on each node;
+	// empty builds ./cmd/tandemctl of this checkout.
+	Tandemctl string
 }
 
-// AllPolicies runs tandem-proxy with its default set of built-in policies.
-const AllPolicies = "all"
+// NoPolicies, as Options.Policies, runs tandem-proxy without built-in
+// policies: it only carries kubelet's calls.
+const NoPolicies = "none"
+
+// Node is one kubelet of the cluster with its containerd and tandem-proxy.
+type Node struct {
+	Name string `json:"name"`
+	// Dir holds the node's kubelet, proxy and containerd directories and the
+	// prefix tandemctl installs into.
+	Dir string `json:"dir"`
+	// CgroupRoot is kubelet's cgroupRoot: its kubepods tree lives below
+	// /<CgroupRoot> in every hierarchy, apart from the other node's.
+	CgroupRoot string `json:"cgroupRoot"`
+	// ProxySocket is the socket kubelet's containerRuntimeEndpoint names.
+	ProxySocket  string `json:"proxySocket"`
+	ProxyMetrics string `json:"proxyMetrics"` // host:port of /readyz, /metrics, /debug/*
+	// Kubeconfig is the node's credentials, user system:node:<Name> in
+	// group system:nodes: kubelet's, and tandem-proxy's too.
+	Kubeconfig    string `json:"kubeconfig"`
+	ContainerdDir string `json:"containerdDir"`
+	// Unit is the tandem-proxy.service that installed tandem-proxy; the
+	// proxy runs with its ExecStart.
+	Unit string `json:"unit"`
+	// KubeletConfigDir is kubelet's --config-dir, where the runtime drop-in
+	// is installed.
+	KubeletConfigDir string `json:"kubeletConfigDir"`
+	KubeletPort      int    `json:"kubeletPort"`
+}
 
 // Cluster is a running cluster. Its fields are saved to Dir/cluster.json so
 // that another process (a test, `cluster down`) can Load and drive it.
 type Cluster struct {
-	Dir        string `json:"dir"`
-	Flavor     string `json:"flavor"`
-	Kubeconfig string `json:"kubeconfig"` // cluster-admin, token auth
-	APIServer  string `json:"apiServer"`  // https://127.0.0.1:<port>
-	Kubectl    string `json:"kubectl"`
-	// CgroupRoot is kubelet's cgroupRoot: its kubepods tree lives below
-	// /<CgroupRoot> in every hierarchy, apart from any other kubelet's or
-	// test's /kubepods on the host.
-	CgroupRoot string `json:"cgroupRoot"`
-	// ProxySocket is the socket kubelet's containerRuntimeEndpoint names.
-	ProxySocket  string `json:"proxySocket"`
-	ProxyMetrics string `json:"proxyMetrics"` // host:port of /readyz, /metrics, /debug/store
-
-	ContainerdDir string             `json:"containerdDir"`
-	Daemons       map[string]*daemon `json:"daemons"`
+	Dir        string  `json:"dir"`
+	Flavor     string  `json:"flavor"`
+	Kubeconfig string  `json:"kubeconfig"` // cluster-admin, token auth
+	APIServer  string  `json:"apiServer"`  // https://127.0.0.1:<port>
+	Kubectl    string  `json:"kubectl"`
+	Nodes      []*Node `json:"nodes"`
+	// Problems lists what of the documented installation could not be done
+	// as documented (a missing tandemctl command, image or manifest): the
+	// cluster still comes up so that the rest can be tested, and
+	// TestInstalledAsDocumented fails naming each.
+	Problems []string           `json:"problems,omitempty"`
+	Daemons  map[string]*daemon `json:"daemons"`
 }
 
 // stateFile is the name of the saved Cluster below Dir.
 const stateFile = "cluster.json"
 
 // Up builds or finds every binary, starts the cluster in opts.Dir and waits
-// until the node is Ready, schedulable and the default ServiceAccount exists.
-// On failure it tears down what it started.
+// until both nodes are Ready and schedulable, the default ServiceAccount
+// exists and deploy/ is applied. On failure it tears down what it started.
 func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	logger := klog.FromContext(ctx)
 	if opts.Dir == "" {
@@ -132,13 +172,18 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := os.MkdirAll(opts.Dir, 0o711); err != nil {
 		return nil, fmt.Errorf("create cluster dir: %w", err)
 	}
-	proxyBin := opts.ProxyBinary
-	if proxyBin == "" {
-		if proxyBin, err = framework.BuildProxy(ctx, filepath.Join(opts.Dir, "bin")); err != nil {
+	binDir := filepath.Join(opts.Dir, "bin")
+	if opts.ProxyBinary == "" {
+		if opts.ProxyBinary, err = framework.BuildProxy(ctx, binDir); err != nil {
 			return nil, err
 		}
 	}
-	c, err := newCluster(opts, bins, proxyBin)
+	if opts.Tandemctl == "" {
+		if opts.Tandemctl, err = framework.BuildCommand(ctx, binDir, "tandemctl"); err != nil {
+			return nil, err
+		}
+	}
+	c, err := newCluster(opts, bins)
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +195,14 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			err = errors.Join(err, c.Down(context.WithoutCancel(ctx)))
 		}
 	}()
-	if err := c.start(ctx); err != nil {
+	if err := c.start(ctx, opts); err != nil {
 		return nil, err
+	}
+	if err := c.save(); err != nil {
+		return nil, err
+	}
+	for _, p := range c.Problems {
+		logger.Info("WARNING: not installed as documented", "problem", p)
 	}
 	logger.Info("Cluster ready", "dir", c.Dir, "kubeconfig", c.Kubeconfig, "elapsed", time.Since(start).Round(time.Millisecond))
 	return c, nil
@@ -240,15 +291,16 @@ func randomHex(n int) (string, error) {
 }
 
 // newCluster lays out Dir (keys, tokens, kubeconfigs, configs) and fills in
-// every daemon's command line; it starts nothing.
-func newCluster(opts Options, bins, proxyBin string) (*Cluster, error) {
+// the control plane's command lines; the nodes' are filled in by start,
+// after tandemctl has installed tandem-proxy. It starts nothing.
+func newCluster(opts Options, bins string) (*Cluster, error) {
 	dir := opts.Dir
-	ports, err := freePorts(5)
+	ports, err := freePorts(3 + 2*2)
 	if err != nil {
 		return nil, err
 	}
-	etcdPort, etcdPeer, apiPort, kubeletPort, metricsPort := ports[0], ports[1], ports[2], ports[3], ports[4]
-	for _, d := range []string{"run", "logs", "kubelet", "pods", "proxy", "tandem-hooks"} {
+	etcdPort, etcdPeer, apiPort := ports[0], ports[1], ports[2]
+	for _, d := range []string{"run", "logs"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o711); err != nil {
 			return nil, fmt.Errorf("create cluster dirs: %w", err)
 		}
@@ -257,27 +309,38 @@ func newCluster(opts Options, bins, proxyBin string) (*Cluster, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "etcd"), 0o700); err != nil {
 		return nil, fmt.Errorf("create etcd dir: %w", err)
 	}
-	suffix, err := randomHex(4)
-	if err != nil {
-		return nil, err
-	}
 	c := &Cluster{
-		Dir:           dir,
-		Flavor:        opts.Flavor,
-		Kubeconfig:    filepath.Join(dir, "admin.kubeconfig"),
-		APIServer:     fmt.Sprintf("https://127.0.0.1:%d", apiPort),
-		Kubectl:       filepath.Join(bins, Kubectl),
-		CgroupRoot:    "/tandem-cluster-" + suffix,
-		ProxySocket:   filepath.Join(dir, "proxy", "tandem.sock"),
-		ProxyMetrics:  fmt.Sprintf("127.0.0.1:%d", metricsPort),
-		ContainerdDir: filepath.Join(dir, "c"),
-		Daemons:       map[string]*daemon{},
+		Dir:        dir,
+		Flavor:     opts.Flavor,
+		Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
+		APIServer:  fmt.Sprintf("https://127.0.0.1:%d", apiPort),
+		Kubectl:    filepath.Join(bins, Kubectl),
+		Daemons:    map[string]*daemon{},
+	}
+	for i, name := range []string{NodeA, NodeB} {
+		nd := filepath.Join(dir, name)
+		c.Nodes = append(c.Nodes, &Node{
+			Name: name,
+			Dir:  nd,
+			// deploy/ and docs/install.md name the root after the node.
+			CgroupRoot:       "/" + name,
+			ProxySocket:      filepath.Join(nd, "proxy", "tandem.sock"),
+			ProxyMetrics:     fmt.Sprintf("127.0.0.1:%d", ports[3+2*i]),
+			KubeletPort:      ports[4+2*i],
+			Kubeconfig:       filepath.Join(nd, "kubelet.kubeconfig"),
+			ContainerdDir:    filepath.Join(nd, "c"),
+			KubeletConfigDir: filepath.Join(nd, "kubelet.conf.d"),
+		})
 	}
 	p := newPKI(filepath.Join(dir, "pki"))
 	if err := p.write(); err != nil {
 		return nil, err
 	}
-	tokens, err := writeTokens(filepath.Join(dir, "pki", "tokens.csv"))
+	users := controlPlaneUsers()
+	for _, n := range c.Nodes {
+		users = append(users, nodeUser(n.Name))
+	}
+	tokens, err := writeTokens(filepath.Join(dir, "pki", "tokens.csv"), users)
 	if err != nil {
 		return nil, err
 	}
@@ -285,44 +348,28 @@ func newCluster(opts Options, bins, proxyBin string) (*Cluster, error) {
 		"admin":               c.Kubeconfig,
 		KubeControllerManager: filepath.Join(dir, "controller-manager.kubeconfig"),
 		KubeScheduler:         filepath.Join(dir, "scheduler.kubeconfig"),
-		Kubelet:               filepath.Join(dir, "kubelet.kubeconfig"),
+	}
+	for _, n := range c.Nodes {
+		kubeconfigs[NodeDaemon(Kubelet, n.Name)] = n.Kubeconfig
+		for _, d := range []string{"kubelet", "pods", "proxy", "prefix"} {
+			if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o711); err != nil {
+				return nil, fmt.Errorf("create node dirs: %w", err)
+			}
+		}
 	}
 	for user, path := range kubeconfigs {
 		if err := writeKubeconfig(path, c.APIServer, p.CACert, tokens[user]); err != nil {
 			return nil, err
 		}
 	}
-	kubeletConfig := filepath.Join(dir, "kubelet-config.yaml")
-	if err := writeKubeletConfig(kubeletConfig, kubeletConfigParams{
-		Dir: dir, Port: kubeletPort, CACert: p.CACert, CgroupRoot: c.CgroupRoot,
-		RuntimeEndpoint: "unix://" + c.ProxySocket,
-	}); err != nil {
+	schedConfig := filepath.Join(dir, "kube-scheduler-config.yaml")
+	if err := writeSchedulerConfig(schedConfig, kubeconfigs[KubeScheduler], ""); err != nil {
 		return nil, err
-	}
-	proxyArgs, err := proxyArgsFromUnit(proxyUnitSubstitutions{
-		Listen:          c.ProxySocket,
-		RuntimeEndpoint: "unix://" + filepath.Join(c.ContainerdDir, "containerd.sock"),
-		StateDir:        filepath.Join(dir, "proxy", "state"),
-		MetricsAddr:     c.ProxyMetrics,
-		HooksDir:        filepath.Join(dir, "tandem-hooks"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if opts.Policies != AllPolicies {
-		proxyArgs = append(proxyArgs, "--policies="+opts.Policies)
 	}
 
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	add := func(name, bin string, env []string, args ...string) {
-		c.Daemons[name] = &daemon{
-			Name: name, Bin: bin, Args: args, Env: env,
-			Log: filepath.Join(dir, "logs", name+".log"),
-			PID: filepath.Join(dir, "run", name+".pid"),
-		}
-	}
-	add(Etcd, etcdBinary, nil,
+	c.add(Etcd, etcdBinary,
 		"--name=tandem",
 		"--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+etcdURL,
@@ -331,7 +378,7 @@ func newCluster(opts Options, bins, proxyBin string) (*Cluster, error) {
 		"--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=tandem="+peerURL,
 	)
-	add(KubeAPIServer, filepath.Join(bins, KubeAPIServer), nil,
+	c.add(KubeAPIServer, filepath.Join(bins, KubeAPIServer),
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -340,6 +387,9 @@ func newCluster(opts Options, bins, proxyBin string) (*Cluster, error) {
 		"--tls-private-key-file="+p.ServingKey,
 		"--client-ca-file="+p.CACert,
 		"--token-auth-file="+filepath.Join(dir, "pki", "tokens.csv"),
+		// As kubeadm sets it: the Node authorizer and NodeRestriction
+		// keep each node's credentials (kubelet's and tandem-proxy's) to
+		// its own Node and pods.
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -348,12 +398,13 @@ func newCluster(opts Options, bins, proxyBin string) (*Cluster, error) {
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--kubelet-client-certificate="+p.KubeletClientCert,
 		"--kubelet-client-key="+p.KCKey,
+		// Both kubelets share the machine's address, told apart by port.
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--allow-privileged=true",
 		"--cert-dir="+filepath.Join(dir, "pki", "apiserver"),
 		"--v=1",
 	)
-	add(KubeControllerManager, filepath.Join(bins, KubeControllerManager), nil,
+	c.add(KubeControllerManager, filepath.Join(bins, KubeControllerManager),
 		"--kubeconfig="+kubeconfigs[KubeControllerManager],
 		// As kubeadm runs it: each controller acts as its own
 		// ServiceAccount, so RBAC denials show up as they would on a node.
@@ -362,63 +413,167 @@ func newCluster(opts Options, bins, proxyBin string) (*Cluster, error) {
 		"--root-ca-file="+p.CACert,
 		"--leader-elect=false",
 		"--secure-port=0",
+		// Two kubelets on one machine: a node is lost fast when a test
+		// stops one, not after the default 40s.
+		"--node-monitor-grace-period=20s",
 		"--v=1",
 	)
-	add(KubeScheduler, filepath.Join(bins, KubeScheduler), nil,
-		"--kubeconfig="+kubeconfigs[KubeScheduler],
-		"--leader-elect=false",
+	c.add(KubeScheduler, filepath.Join(bins, KubeScheduler),
+		"--config="+schedConfig,
 		"--secure-port=0",
-		"--v=1",
+		"--v=2",
 	)
-	add(TandemProxy, proxyBin, nil, proxyArgs...)
-	add(Kubelet, filepath.Join(bins, Kubelet), nil,
-		"--config="+kubeletConfig,
-		"--config-dir="+filepath.Join(dir, "kubelet.conf.d"),
-		"--kubeconfig="+kubeconfigs[Kubelet],
-		"--root-dir="+filepath.Join(dir, "kubelet"),
-		"--cert-dir="+filepath.Join(dir, "kubelet", "pki"),
-		"--hostname-override="+NodeName,
-		"--v=1",
-	)
-	if err := writeKubeletDropIn(filepath.Join(dir, "kubelet.conf.d"), "unix://"+c.ProxySocket); err != nil {
-		return nil, err
-	}
 	return c, nil
 }
 
-// start starts etcd, the control plane, containerd, tandem-proxy and kubelet
-// in that order, waiting for each to serve before the next.
-func (c *Cluster) start(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	for _, name := range []string{Etcd, KubeAPIServer} {
+// add records a daemon of the cluster under name.
+func (c *Cluster) add(name, bin string, args ...string) *daemon {
+	d := &daemon{
+		Name: name, Bin: bin, Args: args,
+		Log: filepath.Join(c.Dir, "logs", name+".log"),
+		PID: filepath.Join(c.Dir, "run", name+".pid"),
+	}
+	c.Daemons[name] = d
+	return d
+}
+
+// Node returns the node called name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// NodeNames returns the names of the cluster's nodes.
+func (c *Cluster) NodeNames() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// start starts etcd, the control plane and each node (containerd,
+// tandem-proxy as installed by tandemctl, kubelet), then installs deploy/'s
+// cluster side.
+func (c *Cluster) start(ctx context.Context, opts Options) error {
+	for _, name := range controlPlaneOrder() {
 		if err := c.startDaemon(ctx, name); err != nil {
 			return err
 		}
 	}
-	for _, name := range []string{KubeControllerManager, KubeScheduler} {
-		if err := c.startDaemon(ctx, name); err != nil {
-			return err
+	bins := filepath.Dir(c.Kubectl)
+	for _, n := range c.Nodes {
+		if err := c.startNode(ctx, n, bins, opts); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
 	}
-	t := time.Now()
-	if _, err := framework.StartContainerd(ctx, framework.ContainerdOptions{Flavor: c.Flavor, Dir: c.ContainerdDir, CNI: true}); err != nil {
-		return fmt.Errorf("start containerd %s: %w", c.Flavor, err)
-	}
-	logger.Info("Started", "daemon", "containerd", "flavor", c.Flavor, "elapsed", time.Since(t).Round(time.Millisecond))
-	if err := c.prepareCgroupRoot(); err != nil {
+	if err := c.WaitNodesReady(ctx, 3*time.Minute); err != nil {
 		return err
 	}
-	for _, name := range []string{TandemProxy, Kubelet} {
+	return c.installClusterSide(ctx)
+}
+
+// startNode starts one node: its containerd, tandem-proxy from the unit
+// `tandemctl node install` writes, and kubelet.
+func (c *Cluster) startNode(ctx context.Context, n *Node, bins string, opts Options) error {
+	logger := klog.FromContext(ctx)
+	t := time.Now()
+	if _, err := framework.StartContainerd(ctx, framework.ContainerdOptions{Flavor: c.Flavor, Dir: n.ContainerdDir, CNI: true}); err != nil {
+		return fmt.Errorf("start containerd %s: %w", c.Flavor, err)
+	}
+	logger.Info("Started", "daemon", "containerd", "node", n.Name, "flavor", c.Flavor, "elapsed", time.Since(t).Round(time.Millisecond))
+	if err := prepareCgroupRoot(n.CgroupRoot); err != nil {
+		return err
+	}
+	proxyArgs, problem, err := c.installProxy(ctx, n, opts)
+	if err != nil {
+		return err
+	}
+	if problem != "" {
+		c.Problems = append(c.Problems, problem)
+	}
+	if opts.Policies != "" {
+		pol := opts.Policies
+		if pol == NoPolicies {
+			pol = ""
+		}
+		proxyArgs = append(proxyArgs[:len(proxyArgs):len(proxyArgs)], "--policies="+pol)
+	}
+	proxy := NodeDaemon(TandemProxy, n.Name)
+	c.add(proxy, proxyArgs[0], proxyArgs[1:]...).Ready = "http://" + n.ProxyMetrics + "/readyz"
+
+	kubeletConfig := filepath.Join(n.Dir, "kubelet-config.yaml")
+	ca := filepath.Join(c.Dir, "pki", "ca.crt")
+	if err := writeKubeletConfig(kubeletConfig, kubeletConfigParams{
+		Dir: n.Dir, Port: n.KubeletPort, CACert: ca, CgroupRoot: n.CgroupRoot,
+	}); err != nil {
+		return err
+	}
+	args := []string{
+		"--config=" + kubeletConfig,
+		"--config-dir=" + n.KubeletConfigDir,
+		"--kubeconfig=" + n.Kubeconfig,
+		"--root-dir=" + filepath.Join(n.Dir, "kubelet"),
+		"--cert-dir=" + filepath.Join(n.Dir, "kubelet", "pki"),
+		"--hostname-override=" + n.Name,
+		"--v=1",
+	}
+	if ip, err := hostIP(); err == nil {
+		args = append(args, "--node-ip="+ip)
+	} else {
+		logger.Info("No --node-ip: kubelet picks the address", "err", err)
+	}
+	c.add(NodeDaemon(Kubelet, n.Name), filepath.Join(bins, Kubelet), args...)
+	if err := c.save(); err != nil {
+		return err
+	}
+	for _, name := range []string{proxy, NodeDaemon(Kubelet, n.Name)} {
 		if err := c.startDaemon(ctx, name); err != nil {
 			return err
 		}
 	}
-	return c.WaitNodeReady(ctx, 3*time.Minute)
+	return nil
+}
+
+// hostIP returns the IPv4 address of the interface of the default route:
+// the address both kubelets register (kubelet refuses a loopback one).
+func hostIP() (string, error) {
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return "", fmt.Errorf("read routes: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] != "00000000" {
+			continue
+		}
+		ifi, err := net.InterfaceByName(f[0])
+		if err != nil {
+			return "", fmt.Errorf("default route interface %s: %w", f[0], err)
+		}
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			return "", fmt.Errorf("addresses of %s: %w", f[0], err)
+		}
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String(), nil
+			}
+		}
+	}
+	return "", errors.New("no default route with an IPv4 address")
 }
 
 // startDaemon starts one daemon and waits until it serves.
 func (c *Cluster) startDaemon(ctx context.Context, name string) error {
 	d := c.Daemons[name]
+	if d == nil {
+		return fmt.Errorf("unknown daemon %q", name)
+	}
 	t := time.Now()
 	if err := d.start(); err != nil {
 		return err
@@ -432,15 +587,15 @@ func (c *Cluster) startDaemon(ctx context.Context, name string) error {
 
 // waitServing polls the daemon's own health endpoint where it has one; the
 // controller manager, scheduler and kubelet are judged by their effects in
-// WaitNodeReady.
+// WaitNodesReady.
 func (c *Cluster) waitServing(ctx context.Context, name string, timeout time.Duration) error {
 	d := c.Daemons[name]
 	var check func(ctx context.Context) error
-	switch name {
-	case Etcd:
+	switch {
+	case name == Etcd:
 		url := argValue(d.Args, "--listen-client-urls") + "/health"
 		check = func(ctx context.Context) error { return httpOK(ctx, http.DefaultClient, url) }
-	case KubeAPIServer:
+	case name == KubeAPIServer:
 		check = func(ctx context.Context) error {
 			cs, err := c.Client()
 			if err != nil {
@@ -449,10 +604,8 @@ func (c *Cluster) waitServing(ctx context.Context, name string, timeout time.Dur
 			_, err = cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 			return err
 		}
-	case TandemProxy:
-		check = func(ctx context.Context) error {
-			return httpOK(ctx, http.DefaultClient, "http://"+c.ProxyMetrics+"/readyz")
-		}
+	case d.Ready != "":
+		check = func(ctx context.Context) error { return httpOK(ctx, http.DefaultClient, d.Ready) }
 	default:
 		check = func(context.Context) error { return nil }
 	}
@@ -504,9 +657,23 @@ func httpOK(ctx context.Context, client *http.Client, url string) error {
 
 // Client returns a cluster-admin clientset.
 func (c *Cluster) Client() (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	return clientFrom(c.Kubeconfig)
+}
+
+// NodeClient returns a clientset with a node's own credentials
+// (system:node:<name>), which tandem-proxy uses on that node.
+func (c *Cluster) NodeClient(node string) (kubernetes.Interface, error) {
+	n := c.Node(node)
+	if n == nil {
+		return nil, fmt.Errorf("no node %q in the cluster", node)
+	}
+	return clientFrom(n.Kubeconfig)
+}
+
+func clientFrom(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", c.Kubeconfig, err)
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -515,35 +682,37 @@ func (c *Cluster) Client() (kubernetes.Interface, error) {
 	return cs, nil
 }
 
-// WaitNodeReady waits until the node is Ready without the not-ready taint
-// (the controller manager removes it) and the controller manager has
+// WaitNodesReady waits until every node is Ready without the not-ready
+// taint (the controller manager removes it) and the controller manager has
 // created the default ServiceAccount and kube-root-ca.crt: then Deployments
 // can run.
-func (c *Cluster) WaitNodeReady(ctx context.Context, timeout time.Duration) error {
+func (c *Cluster) WaitNodesReady(ctx context.Context, timeout time.Duration) error {
 	cs, err := c.Client()
 	if err != nil {
 		return err
 	}
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		for _, name := range []string{Kubelet, TandemProxy} {
-			if c.Daemons[name].pid() == 0 {
-				return false, fmt.Errorf("%s is not running: see %s: %s", name, c.Daemons[name].Log, c.Daemons[name].logTail())
+		for _, n := range c.Nodes {
+			for _, name := range []string{NodeDaemon(Kubelet, n.Name), NodeDaemon(TandemProxy, n.Name)} {
+				if d := c.Daemons[name]; d != nil && d.pid() == 0 {
+					return false, fmt.Errorf("%s is not running: see %s: %s", name, d.Log, d.logTail())
+				}
 			}
-		}
-		node, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
-		if err != nil {
-			last = fmt.Sprintf("get node: %v", err)
-			return false, nil
-		}
-		if !NodeReady(node) {
-			last = "node is not Ready"
-			return false, nil
-		}
-		for _, t := range node.Spec.Taints {
-			if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-				last = "node still has taint " + t.Key
+			node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				last = fmt.Sprintf("get node %s: %v", n.Name, err)
 				return false, nil
+			}
+			if !NodeReady(node) {
+				last = "node " + n.Name + " is not Ready"
+				return false, nil
+			}
+			for _, t := range node.Spec.Taints {
+				if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+					last = "node " + n.Name + " still has taint " + t.Key
+					return false, nil
+				}
 			}
 		}
 		if _, err := cs.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
@@ -557,7 +726,7 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, timeout time.Duration) erro
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("node %s not ready for pods (%s): see %s: %w", NodeName, last, filepath.Join(c.Dir, "logs"), err)
+		return fmt.Errorf("nodes not ready for pods (%s): see %s: %w", last, filepath.Join(c.Dir, "logs"), err)
 	}
 	return nil
 }
@@ -572,19 +741,23 @@ func NodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// Containerd returns a handle on the cluster's containerd.
-func (c *Cluster) Containerd(ctx context.Context) (*framework.Containerd, error) {
-	return framework.AttachContainerd(ctx, c.Flavor, c.ContainerdDir)
+// Containerd returns a handle on the node's containerd.
+func (c *Cluster) Containerd(ctx context.Context, node string) (*framework.Containerd, error) {
+	n := c.Node(node)
+	if n == nil {
+		return nil, fmt.Errorf("no node %q in the cluster", node)
+	}
+	return framework.AttachContainerd(ctx, c.Flavor, n.ContainerdDir)
 }
 
 // ContainerdEndpoint is containerd's own CRI endpoint, for checks that must
 // bypass the proxy.
-func (c *Cluster) ContainerdEndpoint() string {
-	return "unix://" + filepath.Join(c.ContainerdDir, "containerd.sock")
+func (n *Node) ContainerdEndpoint() string {
+	return "unix://" + filepath.Join(n.ContainerdDir, "containerd.sock")
 }
 
-// PID returns the pid of a daemon (etcd, kube-*, kubelet, tandem-proxy), 0
-// when it does not run.
+// PID returns the pid of a daemon (etcd, kube-*, or a node's kubelet or
+// tandem-proxy by its NodeDaemon name), 0 when it does not run.
 func (c *Cluster) PID(name string) int {
 	d, ok := c.Daemons[name]
 	if !ok {
@@ -602,6 +775,15 @@ func (c *Cluster) KillDaemon(ctx context.Context, name string) error {
 	return d.stop(ctx, syscall.SIGKILL, 10*time.Second)
 }
 
+// StopDaemon SIGTERMs one daemon and waits until it is gone.
+func (c *Cluster) StopDaemon(ctx context.Context, name string) error {
+	d, ok := c.Daemons[name]
+	if !ok {
+		return fmt.Errorf("unknown daemon %q", name)
+	}
+	return d.stop(ctx, syscall.SIGTERM, 20*time.Second)
+}
+
 // StartDaemon starts a stopped daemon again with its original command line
 // and waits until it serves.
 func (c *Cluster) StartDaemon(ctx context.Context, name string) error {
@@ -611,13 +793,17 @@ func (c *Cluster) StartDaemon(ctx context.Context, name string) error {
 	return c.startDaemon(ctx, name)
 }
 
-// Logs returns the path of a daemon's log; any other name (such as
-// "containerd") gives containerd's.
+// Logs returns the path of a daemon's log.
 func (c *Cluster) Logs(name string) string {
 	if d, ok := c.Daemons[name]; ok {
 		return d.Log
 	}
-	return filepath.Join(c.ContainerdDir, "containerd.log")
+	return filepath.Join(c.Dir, "logs")
+}
+
+// ContainerdLog returns the path of a node's containerd log.
+func (n *Node) ContainerdLog() string {
+	return filepath.Join(n.ContainerdDir, "containerd.log")
 }
 
 // RunKubectl runs kubectl against the cluster as cluster-admin and returns

@@ -17,45 +17,44 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// users of the static token file: name, groups. The controller manager and
-// the scheduler get the identities kubeadm gives them (bound by the API
-// server's bootstrap RBAC), kubelet the one the Node authorizer expects.
-func tokenUsers() map[string][]string {
-	return map[string][]string{
-		"admin":               {"system:masters"},
-		KubeControllerManager: nil,
-		KubeScheduler:         nil,
-		Kubelet:               {"system:nodes"},
+// tokenUser is one line of the static token file.
+type tokenUser struct {
+	key    string // what the caller looks the token up by
+	name   string
+	groups []string
+}
+
+// controlPlaneUsers are the identities kubeadm gives the admin, the
+// controller manager and the scheduler (bound by the API server's bootstrap
+// RBAC).
+func controlPlaneUsers() []tokenUser {
+	return []tokenUser{
+		{"admin", "admin", []string{"system:masters"}},
+		{KubeControllerManager, "system:kube-controller-manager", nil},
+		{KubeScheduler, "system:kube-scheduler", nil},
 	}
 }
 
-func tokenUserName(user string) string {
-	switch user {
-	case KubeControllerManager:
-		return "system:kube-controller-manager"
-	case KubeScheduler:
-		return "system:kube-scheduler"
-	case Kubelet:
-		return "system:node:" + NodeName
-	default:
-		return user
-	}
+// nodeUser is a node's identity as the Node authorizer expects it: kubelet's,
+// and tandem-proxy's on that node.
+func nodeUser(node string) tokenUser {
+	return tokenUser{NodeDaemon(Kubelet, node), "system:node:" + node, []string{"system:nodes"}}
 }
 
 // writeTokens writes kube-apiserver's --token-auth-file and returns each
-// user's token.
-func writeTokens(path string) (map[string]string, error) {
+// user's token by key.
+func writeTokens(path string, users []tokenUser) (map[string]string, error) {
 	tokens := map[string]string{}
 	var b strings.Builder
-	for user, groups := range tokenUsers() {
+	for _, u := range users {
 		tok, err := randomHex(16)
 		if err != nil {
 			return nil, err
 		}
-		tokens[user] = tok
-		fmt.Fprintf(&b, "%s,%s,%s", tok, tokenUserName(user), tokenUserName(user))
-		if len(groups) > 0 {
-			fmt.Fprintf(&b, ",%q", strings.Join(groups, ","))
+		tokens[u.key] = tok
+		fmt.Fprintf(&b, "%s,%s,%s", tok, u.name, u.name)
+		if len(u.groups) > 0 {
+			fmt.Fprintf(&b, ",%q", strings.Join(u.groups, ","))
 		}
 		b.WriteByte('\n')
 	}
@@ -84,12 +83,18 @@ func writeKubeconfig(path, server, caFile, token string) error {
 }
 
 type kubeletConfigParams struct {
-	Dir             string
-	Port            int
-	CACert          string
-	CgroupRoot      string
-	RuntimeEndpoint string
+	Dir        string
+	Port       int
+	CACert     string
+	CgroupRoot string
 }
+
+// SystemReservedCPU is what each kubelet reserves of the machine's 2 CPUs,
+// leaving 1900m allocatable per node. Seed 000's LSE and LSR pods, scaled
+// to one whole CPU each, then cannot land on the same node: on one node they
+// would take both CPUs and leave the LS pool empty. kube-scheduler sees that
+// from allocatable alone, so it puts them on different nodes.
+const SystemReservedCPU = "100m"
 
 // writeKubeletConfig writes kubelet's --config. It deliberately leaves
 // containerRuntimeEndpoint unset: deploy/kubelet's drop-in, loaded through
@@ -114,6 +119,7 @@ func writeKubeletConfig(path string, p kubeletConfigParams) error {
 		FailSwapOn:     ptr.To(false),
 		CgroupsPerQOS:  ptr.To(true),
 		CgroupRoot:     p.CgroupRoot,
+		SystemReserved: map[string]string{"cpu": SystemReservedCPU},
 		PodLogsDir:     filepath.Join(p.Dir, "pods"),
 		ResolverConfig: ptr.To(""),
 		// The shared test machine's disk and memory are not ours to

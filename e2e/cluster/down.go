@@ -38,13 +38,13 @@ func cgroupMounts() ([]string, error) {
 // prepareCgroupRoot creates kubelet's cgroupRoot in every hierarchy: kubelet
 // refuses a root that does not exist. A v1 cpuset child starts without cpus
 // or mems, so they are copied from the parent.
-func (c *Cluster) prepareCgroupRoot() error {
+func prepareCgroupRoot(root string) error {
 	hier, err := cgroupMounts()
 	if err != nil {
 		return err
 	}
 	for _, h := range hier {
-		dir := filepath.Join(h, c.CgroupRoot)
+		dir := filepath.Join(h, root)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("create cgroup %s: %w", dir, err)
 		}
@@ -64,43 +64,47 @@ func (c *Cluster) prepareCgroupRoot() error {
 	return nil
 }
 
-// Down stops the cluster and removes what it made: kubelet first (so that
-// nothing restarts pods), then every pod through containerd (runc removes
-// their cgroups, CNI their veths), containerd itself (which deletes the
-// bridge), the proxy and the control plane; then mounts, the cgroup tree
-// and the directory. It returns the first problems it met and any leftover
-// it could not remove; it is safe to run again.
+// Down stops the cluster and removes what it made: both kubelets first (so
+// that nothing restarts pods), then every pod through each node's containerd
+// (runc removes their cgroups, CNI their veths), the containerds themselves
+// (which delete the bridges), the proxies and the control plane; then
+// mounts, the nodes' cgroup trees and the directory. It returns the first
+// problems it met and any leftover it could not remove; it is safe to run
+// again.
 func (c *Cluster) Down(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
-	if d := c.Daemons[Kubelet]; d != nil {
-		if err := d.stop(ctx, syscall.SIGTERM, 15*time.Second); err != nil {
-			errs = append(errs, err)
+	for _, n := range c.Nodes {
+		if d := c.Daemons[NodeDaemon(Kubelet, n.Name)]; d != nil {
+			if err := d.stop(ctx, syscall.SIGTERM, 15*time.Second); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
-	if _, err := os.Stat(filepath.Join(c.ContainerdDir, "config.toml")); err == nil {
-		ctrd, err := c.Containerd(ctx)
+	for _, n := range c.Nodes {
+		if _, err := os.Stat(filepath.Join(n.ContainerdDir, "config.toml")); err != nil {
+			continue
+		}
+		ctrd, err := c.Containerd(ctx, n.Name)
 		if err != nil {
 			errs = append(errs, err)
 		} else if err := ctrd.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stop containerd: %w", err))
+			errs = append(errs, fmt.Errorf("stop containerd of %s: %w", n.Name, err))
 		}
 	}
-	order := daemonOrder()
+	order := c.daemonOrder()
 	for i := len(order) - 1; i >= 0; i-- {
-		d := c.Daemons[order[i]]
-		if d == nil || order[i] == Kubelet {
-			continue
-		}
-		if err := d.stop(ctx, syscall.SIGTERM, 20*time.Second); err != nil {
+		if err := c.Daemons[order[i]].stop(ctx, syscall.SIGTERM, 20*time.Second); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := unmountUnder(c.Dir); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroupTree(c.CgroupRoot); err != nil {
-		errs = append(errs, err)
+	for _, n := range c.Nodes {
+		if err := removeCgroupTree(n.CgroupRoot); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	removeContainerLogLinks(c.Dir)
 	left, err := c.Leftovers()
@@ -121,14 +125,33 @@ func (c *Cluster) Down(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// daemonOrder lists the cluster's daemons in start order: the control plane,
+// then each node's tandem-proxy and kubelet.
+func (c *Cluster) daemonOrder() []string {
+	var out []string
+	for _, name := range controlPlaneOrder() {
+		if c.Daemons[name] != nil {
+			out = append(out, name)
+		}
+	}
+	for _, n := range c.Nodes {
+		for _, name := range []string{NodeDaemon(TandemProxy, n.Name), NodeDaemon(Kubelet, n.Name)} {
+			if c.Daemons[name] != nil {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
 // Leftovers lists what of the cluster still exists on the host: processes
-// (the daemons, shims, containers), mounts below Dir, cgroups below
-// CgroupRoot, the CNI bridge and veths attached to it.
+// (the daemons, shims, containers), mounts below Dir, cgroups below each
+// node's CgroupRoot, the CNI bridges and veths attached to them.
 func (c *Cluster) Leftovers() ([]string, error) {
 	var left []string
-	for _, name := range daemonOrder() {
-		if d := c.Daemons[name]; d != nil && d.pid() != 0 {
-			left = append(left, fmt.Sprintf("process %s (pid %d)", name, d.pid()))
+	for _, name := range c.daemonOrder() {
+		if pid := c.Daemons[name].pid(); pid != 0 {
+			left = append(left, fmt.Sprintf("process %s (pid %d)", name, pid))
 		}
 	}
 	pids, err := processesUnder(c.Dir)
@@ -151,37 +174,36 @@ func (c *Cluster) Leftovers() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, h := range hier {
-		if _, err := os.Stat(filepath.Join(h, c.CgroupRoot)); err == nil {
-			left = append(left, "cgroup "+filepath.Join(h, c.CgroupRoot))
+	for _, n := range c.Nodes {
+		for _, h := range hier {
+			if _, err := os.Stat(filepath.Join(h, n.CgroupRoot)); err == nil {
+				left = append(left, "cgroup "+filepath.Join(h, n.CgroupRoot))
+			}
 		}
-	}
-	if br := c.Bridge(); br != "" {
-		if _, err := os.Stat("/sys/class/net/" + br); err == nil {
-			left = append(left, "network device "+br)
-		}
-		links, _ := filepath.Glob("/sys/class/net/*/master")
-		for _, l := range links {
-			if target, err := os.Readlink(l); err == nil && filepath.Base(target) == br {
-				left = append(left, "network device "+filepath.Base(filepath.Dir(l))+" (on "+br+")")
+		if br := n.Bridge(); br != "" {
+			if _, err := os.Stat("/sys/class/net/" + br); err == nil {
+				left = append(left, "network device "+br)
+			}
+			for _, v := range n.Veths() {
+				left = append(left, "network device "+v+" (on "+br+")")
 			}
 		}
 	}
 	return left, nil
 }
 
-// Bridge returns the name of the cluster's CNI bridge, or "".
-func (c *Cluster) Bridge() string {
-	b, err := os.ReadFile(filepath.Join(c.ContainerdDir, "cni", "bridge"))
+// Bridge returns the name of the node's CNI bridge, or "".
+func (n *Node) Bridge() string {
+	b, err := os.ReadFile(filepath.Join(n.ContainerdDir, "cni", "bridge"))
 	if err != nil {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
 }
 
-// Veths lists the network devices attached to the cluster's bridge.
-func (c *Cluster) Veths() []string {
-	br := c.Bridge()
+// Veths lists the network devices attached to the node's bridge.
+func (n *Node) Veths() []string {
+	br := n.Bridge()
 	if br == "" {
 		return nil
 	}

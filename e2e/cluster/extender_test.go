@@ -11,11 +11,13 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 )
 
-// TestExtenderSchedulerConfig loads the configuration StartExtender gives
+// TestSchedulerConfig loads the configuration the cluster gives
 // kube-scheduler the way kube-scheduler v1.36 loads its --config (decode with
 // defaults, then validate), so a configuration it would refuse to start with
-// fails here without a cluster.
-func TestExtenderSchedulerConfig(t *testing.T) {
+// fails here without a cluster; deploy/'s must also have the profiles
+// seed 000's pods and every other pod name, both calling the extender where
+// its DaemonSet listens.
+func TestSchedulerConfig(t *testing.T) {
 	const base = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
@@ -28,7 +30,7 @@ extenders:
   nodeCacheCapable: true
   httpTimeout: 1s
 `
-	deploy, err := deployFile(ExtenderSchedulerConfig)
+	deploy, err := deployFile(SchedulerConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,8 +39,9 @@ extenders:
 		src     string // a file; empty: yaml
 		yaml    string
 		wantErr string // substring of kube-scheduler's error; empty: valid
+		shipped bool   // deploy/'s: profiles and URL checked too
 	}{
-		{name: "deploy/", src: deploy},
+		{name: "deploy/", src: deploy, shipped: true},
 		{name: "without managedResources", yaml: base},
 		{
 			name: "managedResources of the kubernetes.io domain",
@@ -66,10 +69,9 @@ extenders:
 				}
 			}
 			out := filepath.Join(dir, "out.yaml")
-			err := writeExtenderSchedulerConfig(out, "/k/scheduler.kubeconfig", "http://127.0.0.1:10262",
-				ExtenderOptions{SchedulerName: "tandem", SchedulerConfig: src})
+			err := writeSchedulerConfig(out, "/k/scheduler.kubeconfig", src)
 			if err == nil {
-				err = loadSchedulerConfig(t, out)
+				err = loadSchedulerConfig(t, out, tc.shipped)
 			}
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -82,8 +84,9 @@ extenders:
 }
 
 // loadSchedulerConfig decodes and validates a --config file as kube-scheduler
-// does, and checks the values StartExtender substitutes.
-func loadSchedulerConfig(t *testing.T, path string) error {
+// does, and checks the values the cluster substitutes; for deploy/'s file
+// (shipped), also the profiles and the extender's URL it must keep.
+func loadSchedulerConfig(t *testing.T, path string, shipped bool) error {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -103,11 +106,18 @@ func loadSchedulerConfig(t *testing.T, path string) error {
 	if cfg.ClientConnection.Kubeconfig != "/k/scheduler.kubeconfig" || cfg.LeaderElection.LeaderElect {
 		t.Errorf("kubeconfig %q, leader election %v: want the cluster's kubeconfig and no election", cfg.ClientConnection.Kubeconfig, cfg.LeaderElection.LeaderElect)
 	}
-	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName != "tandem" {
-		t.Errorf("profiles %+v, want one named tandem", cfg.Profiles)
+	if !shipped {
+		return nil
 	}
-	if len(cfg.Extenders) != 1 || cfg.Extenders[0].URLPrefix != "http://127.0.0.1:10262" {
-		t.Errorf("extenders %+v, want one at the local URL", cfg.Extenders)
+	var names []string
+	for _, p := range cfg.Profiles {
+		names = append(names, p.SchedulerName)
+	}
+	if strings.Join(names, ",") != "default-scheduler,koord-scheduler" {
+		t.Errorf("profiles %v, want default-scheduler and koord-scheduler (seed 000's pods name koord-scheduler)", names)
+	}
+	if len(cfg.Extenders) != 1 || cfg.Extenders[0].URLPrefix != ExtenderURL {
+		t.Errorf("extenders %+v, want one at %s, where deploy/'s DaemonSet listens", cfg.Extenders, ExtenderURL)
 	}
 	return nil
 }

@@ -71,10 +71,9 @@ func runMain(m *testing.M) int {
 			flavor = framework.Flavor16
 		}
 		upCtx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-		// No built-in policies unless asked: this tier checks that the
-		// proxy carries kubelet faithfully. (With them, seed 000 does not
-		// fit 2 CPUs: LSE and LSR each need a whole exclusive CPU and the
-		// cpuset policy keeps one CPU for the LS pool.)
+		// Every default policy, API access through each node's kubelet
+		// credentials, as `tandemctl node install` sets tandem-proxy up;
+		// TANDEM_CLUSTER_POLICIES overrides the policies ("none": none).
 		c, err = cluster.Up(upCtx, cluster.Options{Dir: testDir, Flavor: flavor, Policies: os.Getenv("TANDEM_CLUSTER_POLICIES"), ProxyBinary: os.Getenv("TANDEM_PROXY_BINARY")})
 		cancel()
 		if err != nil {
@@ -117,10 +116,22 @@ func saveArtifacts(c *cluster.Cluster) {
 		fmt.Fprintln(os.Stderr, "e2e/cluster: save logs:", err)
 		return
 	}
-	srcs := []string{filepath.Join(c.Dir, "logs"), c.Logs("containerd"), filepath.Join(c.Dir, "kubelet-config.yaml"), filepath.Join(c.Dir, "kubelet.conf.d")}
-	for _, s := range srcs {
-		if out, err := exec.Command("cp", "-a", s, dst+"/").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e/cluster: copy %s: %v: %s\n", s, err, out)
+	copyTo := func(src, dst string) {
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e/cluster: save logs:", err)
+			return
+		}
+		if out, err := exec.Command("cp", "-a", src, dst+"/").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e/cluster: copy %s: %v: %s\n", src, err, out)
+		}
+	}
+	copyTo(filepath.Join(c.Dir, "logs"), dst)
+	copyTo(filepath.Join(c.Dir, "kube-scheduler-config.yaml"), dst)
+	for _, n := range c.Nodes {
+		for _, src := range []string{n.ContainerdLog(), filepath.Join(n.Dir, "kubelet-config.yaml"), n.KubeletConfigDir, n.Unit} {
+			if src != "" {
+				copyTo(src, filepath.Join(dst, n.Name))
+			}
 		}
 	}
 	fmt.Printf("e2e/cluster: logs of the failed run are in %s\n", dst)

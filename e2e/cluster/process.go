@@ -23,6 +23,8 @@ type daemon struct {
 	Env  []string `json:"env,omitempty"` // added to the environment
 	Log  string   `json:"log"`
 	PID  string   `json:"pidFile"`
+	// Ready, when set, is a URL that answers 200 once the daemon serves.
+	Ready string `json:"ready,omitempty"`
 }
 
 // start runs the daemon in its own process group (a Ctrl-C in the terminal

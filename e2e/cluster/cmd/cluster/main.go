@@ -1,8 +1,9 @@
-// Command cluster runs Tandem's tier-2 test cluster: a single-node
-// Kubernetes whose kubelet talks to containerd through tandem-proxy.
+// Command cluster runs Tandem's tier-2 test cluster: a two-node Kubernetes
+// on this machine, each node's kubelet talking to its own containerd
+// through its own tandem-proxy, installed by `tandemctl node install`.
 //
 //	cluster build                 build (or find cached) the Kubernetes binaries
-//	cluster up   [--dir] [--containerd 1.6|2] [--policies all|LIST]
+//	cluster up   [--dir] [--containerd 1.6|2] [--policies LIST|none]
 //	cluster down [--dir]
 //	cluster status [--dir]
 //
@@ -34,7 +35,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: cluster build | up [--dir DIR] [--containerd 1.6|2] [--policies all|LIST] | down [--dir DIR] | status [--dir DIR]")
+	return errors.New("usage: cluster build | up [--dir DIR] [--containerd 1.6|2] [--policies LIST|none] | down [--dir DIR] | status [--dir DIR]")
 }
 
 func run(args []string) error {
@@ -48,7 +49,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	dir := fs.String("dir", defDir, "the cluster's private directory")
 	flavor := fs.String("containerd", framework.Flavor16, "containerd under the proxy: 1.6 (Debian's) or 2 (v2.4.2, built once)")
-	policies := fs.String("policies", "", "tandem-proxy's built-in policies, comma-separated; \"all\" for its default; empty for none (the proxy only carries kubelet's calls)")
+	policies := fs.String("policies", "", "override tandem-proxy's built-in policies, comma-separated; \"none\" for none; empty runs the installed unit as it is (every default policy)")
 	proxyBin := fs.String("proxy-binary", "", "tandem-proxy binary to run (default: build ./cmd/tandem-proxy)")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -77,8 +78,11 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("\nCluster up in %s; kubelet -> tandem-proxy (%s) -> containerd %s.\n", c.Dir, c.ProxySocket, c.Flavor)
-		fmt.Printf("  export KUBECONFIG=%s\n  alias kubectl=%s\n  logs: %s/logs/, containerd: %s\n", c.Kubeconfig, c.Kubectl, c.Dir, c.Logs("containerd"))
+		fmt.Printf("\nCluster up in %s: nodes %s, kubelet -> tandem-proxy -> containerd %s on each.\n", c.Dir, strings.Join(c.NodeNames(), ", "), c.Flavor)
+		for _, p := range c.Problems {
+			fmt.Printf("  NOT AS DOCUMENTED: %s\n", p)
+		}
+		fmt.Printf("  export KUBECONFIG=%s\n  alias kubectl=%s\n  logs: %s/logs/, containerd: %s/<node>/c/containerd.log\n", c.Kubeconfig, c.Kubectl, c.Dir, c.Dir)
 		fmt.Println(c.Kubeconfig)
 		return nil
 	case "down":
@@ -97,17 +101,28 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Printf("cluster in %s, kubeconfig %s\n", c.Dir, c.Kubeconfig)
-		for _, name := range []string{cluster.Etcd, cluster.KubeAPIServer, cluster.KubeControllerManager, cluster.KubeScheduler, cluster.TandemProxy, cluster.Kubelet} {
+		show := func(name string) {
 			state := "stopped"
 			if pid := c.PID(name); pid != 0 {
 				state = fmt.Sprintf("running, pid %d", pid)
 			}
-			fmt.Printf("  %-24s %s  (log %s)\n", name, state, c.Logs(name))
+			fmt.Printf("  %-28s %s  (log %s)\n", name, state, c.Logs(name))
 		}
-		if ctrd, err := c.Containerd(ctx); err == nil {
-			fmt.Printf("  %-24s pid %d  (log %s)\n", "containerd "+c.Flavor, ctrd.PID(), ctrd.LogPath)
+		for _, name := range []string{cluster.Etcd, cluster.KubeAPIServer, cluster.KubeControllerManager, cluster.KubeScheduler} {
+			show(name)
 		}
-		fmt.Printf("  CNI bridge %s, veths: %s\n", c.Bridge(), strings.Join(c.Veths(), " "))
+		for _, n := range c.Nodes {
+			fmt.Printf("node %s: cgroupRoot %s, proxy socket %s, metrics %s, unit %s\n", n.Name, n.CgroupRoot, n.ProxySocket, n.ProxyMetrics, n.Unit)
+			show(cluster.NodeDaemon(cluster.TandemProxy, n.Name))
+			show(cluster.NodeDaemon(cluster.Kubelet, n.Name))
+			if ctrd, err := c.Containerd(ctx, n.Name); err == nil {
+				fmt.Printf("  %-28s pid %d  (log %s)\n", "containerd "+c.Flavor, ctrd.PID(), ctrd.LogPath)
+			}
+			fmt.Printf("  CNI bridge %s, veths: %s\n", n.Bridge(), strings.Join(n.Veths(), " "))
+		}
+		for _, p := range c.Problems {
+			fmt.Printf("NOT AS DOCUMENTED: %s\n", p)
+		}
 		return nil
 	default:
 		return usage()

@@ -1,0 +1,239 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	"k8s.io/utils/cpuset"
+	"k8s.io/utils/ptr"
+
+	"github.com/tandemkit/tandem/e2e/cluster"
+	"github.com/tandemkit/tandem/e2e/framework"
+)
+
+func repoPath(t *testing.T, rel string) string {
+	t.Helper()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, rel)
+}
+
+func client(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	cs, err := suite.c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func node(t *testing.T, name string) *cluster.Node {
+	t.Helper()
+	n := suite.c.Node(name)
+	if n == nil {
+		t.Fatalf("no node %s in the cluster", name)
+	}
+	return n
+}
+
+func proxyDaemon(node string) string { return cluster.NodeDaemon(cluster.TandemProxy, node) }
+
+func kubeletDaemon(node string) string { return cluster.NodeDaemon(cluster.Kubelet, node) }
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podProblem says why a pod is not running yet, from its conditions and
+// container states.
+func podProblem(p *corev1.Pod) string {
+	var out []string
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			out = append(out, fmt.Sprintf("%s: %s", c.Type, c.Message))
+		}
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if w := s.State.Waiting; w != nil {
+			out = append(out, fmt.Sprintf("container %s waiting: %s %s", s.Name, w.Reason, w.Message))
+		}
+		if term := s.State.Terminated; term != nil {
+			out = append(out, fmt.Sprintf("container %s terminated: %s exit %d", s.Name, term.Reason, term.ExitCode))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// sleepPod is a pod that sleeps, for tests that need something running.
+func sleepPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{
+				Name: "sleep", Image: framework.TestImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/bin/sh", "-c", "exec sleep 3600"},
+			}},
+		},
+	}
+}
+
+// deletePod deletes a pod at once and waits until it is gone.
+func deletePod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	err := cs.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete pod %s: %v", name, err)
+		return
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("pod %s not gone 2 minutes after its delete: %v", name, err)
+	}
+}
+
+// waitPodRunning waits until the pod runs and is Ready and returns it.
+func waitPodRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%s on %q: %s", p.Status.Phase, p.Spec.NodeName, podProblem(p))
+		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s not Running within %s (last: %s): %v", name, timeout, last, err)
+	}
+	return p
+}
+
+// criClient connects to a node's containerd itself, bypassing the proxy,
+// with the CRI client kubelet uses: the checks must not trust the component
+// under test.
+func criClient(ctx context.Context, t *testing.T, nodeName string) internalapi.RuntimeService {
+	t.Helper()
+	rs, _, err := framework.NewCRIClients(ctx, node(t, nodeName).ContainerdEndpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// proxyJSON GETs path from a node's tandem-proxy (its --metrics-addr) and
+// decodes the JSON answer into v.
+func proxyJSON(ctx context.Context, t *testing.T, nodeName, path string, v any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node(t, nodeName).ProxyMetrics+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s from tandem-proxy on %s: %v", path, nodeName, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s from tandem-proxy on %s: %s", path, nodeName, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("decode %s from tandem-proxy on %s: %v", path, nodeName, err)
+	}
+}
+
+// pools is tandem-proxy's /debug/pools, what `tandemctl pools` shows.
+type pools struct {
+	LSE, LSR, LS, BE string
+	Allocations      map[string]struct{ Class, CPUs string }
+}
+
+// containerCgroup is the directory of a running pod's first container in
+// one cgroup v1 hierarchy, found the way seed 000's get_cpuset.sh finds it:
+// from the pod's UID, its Kubernetes QoS class and container ID, below the
+// node's kubepods (cgroupfs driver: kubepods/<qos>/pod<uid>/<id>).
+func containerCgroup(t *testing.T, p *corev1.Pod, controller string) string {
+	t.Helper()
+	n := node(t, p.Spec.NodeName)
+	if len(p.Status.ContainerStatuses) == 0 {
+		t.Fatalf("pod %s has no container status", p.Name)
+	}
+	id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	var qos string
+	switch p.Status.QOSClass {
+	case corev1.PodQOSGuaranteed:
+		qos = ""
+	case corev1.PodQOSBurstable:
+		qos = "burstable"
+	case corev1.PodQOSBestEffort:
+		qos = "besteffort"
+	default:
+		t.Fatalf("pod %s: unknown QoS class %q", p.Name, p.Status.QOSClass)
+	}
+	return filepath.Join("/sys/fs/cgroup", controller, n.CgroupRoot, "kubepods", qos, "pod"+string(p.UID), id)
+}
+
+// readCgroup reads one cgroup file of the pod's first container.
+func readCgroup(t *testing.T, p *corev1.Pod, controller, file string) string {
+	t.Helper()
+	path := filepath.Join(containerCgroup(t, p, controller), file)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("pod %s on %s: %v", p.Name, p.Spec.NodeName, err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cpusetOf returns the cpuset.cpus of the pod's container, as get_cpuset.sh prints it.
+func cpusetOf(t *testing.T, p *corev1.Pod) cpuset.CPUSet {
+	t.Helper()
+	s := readCgroup(t, p, "cpuset", "cpuset.cpus")
+	set, err := cpuset.Parse(s)
+	if err != nil {
+		t.Fatalf("pod %s: cpuset.cpus %q: %v", p.Name, s, err)
+	}
+	return set
+}
+
+// machineCPUs is every online CPU: what each node reports and shares.
+func machineCPUs(t *testing.T) cpuset.CPUSet {
+	t.Helper()
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := cpuset.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}

@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+)
+
+// Paths below the repository that the installation uses, as docs/install.md
+// names them.
+const (
+	// ExtenderImage is what `make images` writes: tandem-extender as an
+	// OCI image layout tarball.
+	ExtenderImage = "bin/images/tandem-extender.tar"
+	// SLOConfig is deploy/'s example slo-controller-config, colocation on.
+	SLOConfig = "slo-controller-config.yaml"
+	// InstalledUnit is where `tandemctl node install` writes the unit,
+	// below its --prefix.
+	InstalledUnit = "etc/systemd/system/tandem-proxy.service"
+)
+
+// installProxy installs tandem-proxy on node n with `tandemctl node install`
+// (into a prefix below the node's directory, not started: this machine has
+// no systemd) and returns the ExecStart of the unit it wrote, which is how
+// the node runs it. When tandemctl cannot install, it falls back to deploy/'s
+// unit with the node's flags added, and says so in problem, so that the
+// cluster still comes up and the tier reports what is missing.
+func (c *Cluster) installProxy(ctx context.Context, n *Node, opts Options) (args []string, problem string, err error) {
+	prefix := filepath.Join(n.Dir, "prefix")
+	stateDir := filepath.Join(n.Dir, "proxy", "state")
+	cmdArgs := []string{"node", "install",
+		"--prefix", prefix,
+		"--binary", opts.ProxyBinary,
+		"--kubeconfig", n.Kubeconfig,
+		"--runtime-endpoint", n.ContainerdEndpoint(),
+		"--listen", n.ProxySocket,
+		"--kubelet-cgroup-root", n.CgroupRoot,
+		"--node-name", n.Name,
+		"--state-dir", stateDir,
+		"--metrics-addr", n.ProxyMetrics,
+		"--kubelet-config-dir", n.KubeletConfigDir,
+		"--start=false",
+	}
+	if err := os.MkdirAll(n.KubeletConfigDir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("create kubelet config dir: %w", err)
+	}
+	logger := klog.FromContext(ctx)
+	out, runErr := exec.CommandContext(ctx, opts.Tandemctl, cmdArgs...).CombinedOutput()
+	logger.V(1).Info("tandemctl node install", "node", n.Name, "args", cmdArgs, "output", string(out))
+	if runErr == nil {
+		n.Unit = filepath.Join(prefix, InstalledUnit)
+		b, err := os.ReadFile(n.Unit)
+		if err != nil {
+			return nil, "", fmt.Errorf("tandemctl node install wrote no unit at %s: %w", n.Unit, err)
+		}
+		words, err := ExecStart(b)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", n.Unit, err)
+		}
+		if drops, _ := filepath.Glob(filepath.Join(n.KubeletConfigDir, "*.conf")); len(drops) == 0 {
+			problem = fmt.Sprintf("tandemctl node install --kubelet-config-dir %s wrote no kubelet drop-in; the tier installed deploy/%s", n.KubeletConfigDir, KubeletDropIn)
+			if err := writeKubeletDropIn(n.KubeletConfigDir, "unix://"+n.ProxySocket); err != nil {
+				return nil, "", err
+			}
+		}
+		return words, problem, nil
+	}
+	problem = fmt.Sprintf("`tandemctl %s` failed (%v: %s); node %s runs tandem-proxy from deploy/%s with --kubeconfig, --node-name and --kubelet-cgroup-root added where the proxy knows them",
+		strings.Join(cmdArgs, " "), runErr, strings.TrimSpace(tail(out, 400)), n.Name, ProxyUnit)
+	base, err := proxyArgsFromUnit(proxyUnitSubstitutions{
+		Listen:          n.ProxySocket,
+		RuntimeEndpoint: n.ContainerdEndpoint(),
+		StateDir:        stateDir,
+		MetricsAddr:     n.ProxyMetrics,
+		HooksDir:        filepath.Join(n.Dir, "hooks.d"),
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	// The node's own values for the flags deploy/'s unit may carry, added
+	// when it does not; a flag this proxy does not know is dropped and named.
+	help, _ := exec.CommandContext(ctx, opts.ProxyBinary, "--help").CombinedOutput()
+	known := func(flag string) bool { return strings.Contains(string(help), flag+" ") }
+	node := map[string]string{"--kubeconfig": n.Kubeconfig, "--node-name": n.Name, "--kubelet-cgroup-root": n.CgroupRoot}
+	var args2 []string
+	for _, w := range base {
+		name, _, _ := strings.Cut(w, "=")
+		if v, ok := node[name]; ok {
+			w = name + "=" + v
+			delete(node, name)
+		}
+		if strings.HasPrefix(name, "--") && !known(name) {
+			problem += fmt.Sprintf("; tandem-proxy does not know %s, dropped", name)
+			continue
+		}
+		args2 = append(args2, w)
+	}
+	for name, v := range node {
+		if known(name) {
+			args2 = append(args2, name+"="+v)
+		} else {
+			problem += fmt.Sprintf("; tandem-proxy does not know %s, not set", name)
+		}
+	}
+	base = args2
+	if err := writeKubeletDropIn(n.KubeletConfigDir, "unix://"+n.ProxySocket); err != nil {
+		return nil, "", err
+	}
+	return append([]string{opts.ProxyBinary}, base...), problem, nil
+}
+
+// installClusterSide does what docs/install.md does on the cluster side once
+// the nodes are up: label the control-plane node, import the extender image
+// into its containerd (there is no registry), `kubectl apply -k deploy/`,
+// `kubectl apply -f deploy/slo-controller-config.yaml`, and waits until the
+// extender answers where kube-scheduler calls it. What fails is recorded in
+// c.Problems; only a failure of the cluster itself is returned.
+func (c *Cluster) installClusterSide(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	problem := func(format string, args ...any) {
+		p := fmt.Sprintf(format, args...)
+		logger.Info("Installation problem", "problem", p)
+		c.Problems = append(c.Problems, p)
+	}
+	if _, err := c.RunKubectl(ctx, "label", "node", NodeA, ControlPlaneLabel+"=", "--overwrite"); err != nil {
+		return err
+	}
+	t := time.Now()
+	if err := c.importExtenderImage(ctx, root); err != nil {
+		problem("extender image: %v", err)
+	} else {
+		logger.Info("Imported the extender image", "node", NodeA, "elapsed", time.Since(t).Round(time.Millisecond))
+	}
+	if _, err := c.RunKubectl(ctx, "apply", "-k", filepath.Join(root, "deploy")); err != nil {
+		problem("kubectl apply -k deploy/: %v", err)
+	}
+	if err := c.pointExtenderAtAPIServer(ctx); err != nil {
+		problem("%v", err)
+	}
+	if _, err := c.RunKubectl(ctx, "apply", "-f", filepath.Join(root, "deploy", SLOConfig)); err != nil {
+		problem("kubectl apply -f deploy/%s: %v", SLOConfig, err)
+	}
+	t = time.Now()
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		last = httpOK(cctx, http.DefaultClient, ExtenderURL+"/readyz")
+		return last == nil, nil
+	})
+	if err != nil {
+		problem("tandem-extender from deploy/ did not answer %s/readyz within 2 minutes (last: %v)", ExtenderURL, last)
+	} else {
+		logger.Info("tandem-extender ready", "url", ExtenderURL, "elapsed", time.Since(t).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// importExtenderImage runs `make images` when the image is missing and
+// imports it into NodeA's containerd.
+func (c *Cluster) importExtenderImage(ctx context.Context, root string) error {
+	tarball := filepath.Join(root, ExtenderImage)
+	if _, err := os.Stat(tarball); err != nil {
+		cmd := exec.CommandContext(ctx, "make", "-C", root, "images")
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(goBinary())+":"+os.Getenv("PATH"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("make images: %w: %s", err, tail(out, 1000))
+		}
+		if _, err := os.Stat(tarball); err != nil {
+			return fmt.Errorf("make images wrote no %s: %w", ExtenderImage, err)
+		}
+	}
+	ctrd, err := c.Containerd(ctx, NodeA)
+	if err != nil {
+		return err
+	}
+	if _, err := ctrd.Ctr(ctx, "images", "import", tarball); err != nil {
+		return err
+	}
+	return nil
+}
+
+// pointExtenderAtAPIServer gives deploy/'s extender DaemonSet the API
+// server's real address. This cluster runs no kube-proxy, so the
+// `kubernetes` Service's ClusterIP that in-cluster configuration names
+// leads nowhere; on a real cluster kube-proxy makes it reach the API server.
+// The override is the container's own KUBERNETES_SERVICE_HOST/PORT, which
+// kubelet lets win over the Service's.
+func (c *Cluster) pointExtenderAtAPIServer(ctx context.Context) error {
+	cs, err := c.Client()
+	if err != nil {
+		return err
+	}
+	list, err := cs.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list DaemonSets: %w", err)
+	}
+	host, port, _ := strings.Cut(strings.TrimPrefix(c.APIServer, "https://"), ":")
+	for _, ds := range list.Items {
+		if ds.Name != TandemExtender {
+			continue
+		}
+		_, err := c.RunKubectl(ctx, "set", "env", "-n", ds.Namespace, "daemonset/"+ds.Name,
+			"KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
+		return err
+	}
+	return errors.New("kubectl apply -k deploy/ created no DaemonSet " + TandemExtender)
+}
+
+// TandemExtender is the name of deploy/'s extender DaemonSet.
+const TandemExtender = "tandem-extender"
