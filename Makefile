@@ -1,7 +1,7 @@
-# Tandem's entry points. `sudo make demo` and `sudo make test` are the two commands the README promises
-# work on a fresh Debian 12 machine with Go installed.
+# Tandem's entry points. `make demo` and `make test`, run as root, are the two commands the README
+# promises work on a fresh Debian 12 machine with Go installed (no sudo needed, none assumed).
 
-# sudo may drop /usr/local/go/bin from PATH: fall back to where the Go tarball installs.
+# Go may be installed but not on root's PATH: fall back to where the Go tarball installs.
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 BIN      ?= bin
 # Tag of the images `make images` builds; deploy/extender/daemonset.yaml names the same one.
@@ -11,7 +11,12 @@ E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 TANDEM_E2E_FLAVORS ?= 1.6 2
 export TANDEM_E2E_FLAVORS
 
-.PHONY: all build test unit lint e2e bench bench-unit demo deps generate clean
+# Where the images' registry would be; `make images` tags them $(IMAGE_REPO)/<binary>:$(VERSION).
+IMAGE_REPO ?= ghcr.io/tandemkit
+# The in-cluster binaries shipped as images (node-side binaries are installed by tandemctl).
+IMAGES     ?= tandem-extender
+
+.PHONY: all build images test unit lint e2e bench bench-unit demo deps generate clean
 
 all: build
 
@@ -19,13 +24,23 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+## images: OCI image-layout tarballs of the in-cluster binaries in $(BIN)/images/<name>.tar, static
+## binaries and no base image; load one with `ctr -n k8s.io images import $(BIN)/images/<name>.tar`
+images:
+	@mkdir -p $(BIN)/images
+	@for i in $(IMAGES); do \
+	  echo "== image $(IMAGE_REPO)/$$i:$(VERSION)"; \
+	  CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/images/$$i ./cmd/$$i || exit 1; \
+	  $(GO) run ./hack/image --binary $(BIN)/images/$$i --name $(IMAGE_REPO)/$$i:$(VERSION) --out $(BIN)/images/$$i.tar || exit 1; \
+	done
+
 ## deps: install the Debian packages and Go modules the tests need (root)
 deps:
 	bash hack/install-deps.sh
 
 ## test: everything CI runs: lint, unit tests with the race detector, e2e against real containerd (tier 1)
 ## and against a real single-node Kubernetes cluster whose kubelet runs through tandem-proxy (tier 2)
-test: lint unit e2e e2e-cluster
+test: deps lint unit e2e e2e-cluster
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -87,7 +102,8 @@ bench-unit:
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/... ./hooks/... ./resource/... ./scheduler-extender/...
 
 ## demo: start a private containerd, put tandem-proxy in front of it, run a sample pod through it (root)
-demo:
+# deps first: on a fresh machine it installs containerd, runc, busybox-static and the Go modules.
+demo: deps
 	$(GO) run ./e2e/demo
 
 ## generate: regenerate the Koordinator-compatible hook protocol code (hooks/remote/v1alpha1)

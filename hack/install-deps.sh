@@ -10,7 +10,7 @@ for p in "${pkgs[@]}"; do
 done
 if ((${#missing[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
-    echo "install-deps: need root to install: ${missing[*]} (run with sudo)" >&2
+    echo "install-deps: need root to install: ${missing[*]} (run it as root: make deps)" >&2
     exit 1
   fi
   echo "install-deps: installing ${missing[*]}"
