@@ -41,8 +41,10 @@
 //
 //   - QuotaCeiling tells the batchresource policy the most a BE container or pod cgroup may have now; it
 //     caps the quota it derives from a batch-cpu limit there, so a new BE container starts under a clamp.
-//   - Shrinking lowers the ceiling first, then caps existing BE cgroups above the new level (deepest
-//     first), then writes the parent, and retries that once a container created meanwhile refused it.
+//   - Shrinking lowers the ceiling first, then lowers existing BE containers through the proxy
+//     (Deps.Refresh: the policy decides their capped quotas), caps directly whatever is still above the
+//     new level (deepest first), then writes the parent, and retries that when a container created
+//     meanwhile made the kernel refuse it.
 //   - Widening and lifting write the parent first, then raise the ceiling and ask the proxy to refresh:
 //     the policy recomputes each BE container's quota from its batch-cpu limit, which is never lost.
 //
@@ -190,7 +192,9 @@ type Deps struct {
 	PoolsChanged func()
 	// Refresh moves running containers to what the policies now decide and returns when it is done
 	// (proxy.Server.Refresh). The loop calls it when it stops, after lifting, so that BE containers are
-	// widened before the proxy goes; nil leaves that to PoolsChanged, which a stopping proxy may not serve.
+	// widened before the proxy goes (nil leaves that to PoolsChanged, which a stopping proxy may not
+	// serve), and on cgroup v1 before it lowers the BE parent, so BE containers are lowered through the
+	// runtime and the proxy's record of them stays right (nil: the loop caps them by direct writes).
 	Refresh func(ctx context.Context) error
 	// Cgroups writes the BE parent's quota; nil with the cfsQuota policy is an error. When it also is a
 	// cgroup.Tree (cgroup.New's writers are), the loop keeps cgroup v1's rule for BE children and finds
@@ -583,16 +587,25 @@ func (l *Loop) apply(ctx context.Context, cfg Config, level int64) (bool, error)
 	period := cfg.CFSPeriodMicros
 	target := cgroup.CPUMax{Quota: level * period / 1000, Period: period}
 	shrink := l.current == 0 || level < l.current
+	capped := 0
 	if shrink && l.capping() {
-		// New BE containers are created under the new level from now on; existing ones are capped next.
+		// New BE containers are created under the new level from now on; existing ones are lowered
+		// next, through the proxy first, so that its record of each container's quota stays what the
+		// kernel has and the refresh after a widen finds what to raise.
 		l.setCeiling(&target)
+		if l.deps.Refresh != nil {
+			if err := l.deps.Refresh(ctx); err != nil {
+				klog.FromContext(ctx).V(2).Info("BE containers not all lowered through the proxy; capping them directly", "err", err)
+			}
+		}
 	}
 	var err error
-	// A BE container whose quota was decided under the old ceiling may reach the kernel between the
-	// caps and the parent write, which then fails with EINVAL: cap again and retry.
+	// What the proxy did not lower (no Refresh, a container it does not know) is capped directly. A BE
+	// container whose quota was decided under the old ceiling may reach the kernel between the caps and
+	// the parent write, which then fails with EINVAL: cap again and retry.
 	for attempt := 0; attempt < 3; attempt++ {
 		if shrink && l.capping() {
-			l.capChildren(ctx, cfg, target)
+			capped += l.capChildren(ctx, cfg, target)
 		}
 		if err = l.deps.Cgroups.Write(cfg.BECgroupParent, cgroup.Settings{CPUQuota: &target.Quota, CPUPeriod: &period}); err == nil || !errors.Is(err, syscall.EINVAL) {
 			break
@@ -602,6 +615,11 @@ func (l *Loop) apply(ctx context.Context, cfg Config, level int64) (bool, error)
 		return false, fmt.Errorf("write the CFS quota of the BE cgroup %s (is beCgroupParent right?): %w", cfg.BECgroupParent, err)
 	}
 	klog.FromContext(ctx).V(4).Info("BE CFS quota written", "cgroup", cfg.BECgroupParent, "quota", target.Quota, "period", period)
+	if capped > 0 {
+		// The proxy's record of the capped containers is now above the kernel's: a refresh, which
+		// decides the same capped quotas, brings it down to match.
+		l.deps.PoolsChanged()
+	}
 	if !shrink && l.capping() {
 		// The parent is wider now: raise the ceiling, and let the policy give capped containers more.
 		l.setCeiling(&target)
@@ -615,15 +633,15 @@ func (l *Loop) capping() bool {
 	return l.tree != nil && l.deps.Cgroups != nil && l.deps.Cgroups.Version() == 1
 }
 
-// capChildren lowers every BE cgroup above target to it, deepest first, so the parent can be lowered
-// (cgroup v1 refuses a parent under one of its children). The policy gives them back their batch-cpu
-// limits when the parent widens.
-func (l *Loop) capChildren(ctx context.Context, cfg Config, target cgroup.CPUMax) {
+// capChildren lowers every BE cgroup still above target to it, deepest first, so the parent can be
+// lowered (cgroup v1 refuses a parent under one of its children), and returns how many it lowered. The
+// policy gives them back their batch-cpu limits when the parent widens.
+func (l *Loop) capChildren(ctx context.Context, cfg Config, target cgroup.CPUMax) int {
 	logger := klog.FromContext(ctx)
 	below, err := l.tree.Descendants(cfg.BECgroupParent, "cpu")
 	if err != nil {
 		logger.Error(err, "BE cgroups not listed; lowering the BE quota may fail", "cgroup", cfg.BECgroupParent)
-		return
+		return 0
 	}
 	n := 0
 	for _, d := range below {
@@ -643,6 +661,7 @@ func (l *Loop) capChildren(ctx context.Context, cfg Config, target cgroup.CPUMax
 		l.capped.Add(float64(n))
 		logger.V(2).Info("BE cgroups capped under the new BE quota", "cgroups", n, "quota", target.Quota, "period", target.Period)
 	}
+	return n
 }
 
 // QuotaCeiling is the most CFS bandwidth a BE pod or container cgroup may have now: on cgroup v1, the
