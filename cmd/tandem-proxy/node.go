@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -10,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
-	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/reclaim"
@@ -22,20 +21,6 @@ import (
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
-
-// kubeClient connects to the API server named by kubeconfig, or the in-cluster one; with neither it
-// returns nil and the proxy runs standalone (no node reporter, pod specs unread).
-func kubeClient(ctx context.Context, kubeconfig string) (*kubeclient.Client, error) {
-	rc, err := kubeclient.Config(kubeconfig)
-	if errors.Is(err, kubeclient.ErrNoConfig) {
-		klog.FromContext(ctx).Info("No kubeconfig and not in a cluster: standalone, without the node reporter; batch resources come from annotations only")
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return kubeclient.New(rc, "tandem-proxy")
-}
 
 // collectorTargets lists the store's containers for the collector, rebuilt only when the store changed:
 // every source calls it each interval.
@@ -100,43 +85,59 @@ func podRequests(st *store.Store) func() []reporter.PodRequest {
 }
 
 // startNodeLoops starts CPU suppression and eviction, configured by resource-threshold-config (off unless
-// the operator enables it, as in Koordinator).
-func startNodeLoops(ctx context.Context, st settings, col *collector.Collector, cpus *alloc.Allocator, cgroups cgroup.Writer,
-	poolsChanged func(), client *kubeclient.Client, srv *proxy.Server, reg prometheus.Registerer) error {
+// the operator enables it, as in Koordinator) and reconfigured by cons on every change of it.
+func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *collector.Collector, cpus *alloc.Allocator,
+	cgroups cgroup.Writer, poolsChanged func(), evictor evict.Evictor, srv *proxy.Server, reg prometheus.Registerer, cons *consumers) error {
 	logger := klog.FromContext(ctx)
 	thresholds := st.colocation.Load().ResourceThreshold
-	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Cgroups: cgroups, Registerer: reg}
+	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Refresh: srv.Refresh,
+		Cgroups: cgroups, Registerer: reg}
 	if cpus != nil {
 		sdeps.CPUs = cpus
 	}
-	sup, err := suppress.New(suppress.FromSLO(suppress.DefaultConfig(), thresholds), sdeps)
+	supBase := suppress.DefaultConfig()
+	supBase.BECgroupParent = st.beParent
+	sup, err := suppress.New(suppress.FromSLO(supBase, thresholds), sdeps)
 	if err != nil {
-		// A policy the node cannot apply (cpuset without a topology) must not stop the proxy.
+		// Start switched off with a policy this node can apply, so that a later configuration can switch
+		// it on; Reconfigure refuses (and logs) one the node cannot apply.
+		off := supBase
+		off.Enable = false
+		if cgroups != nil {
+			off.CPUSuppressPolicy = suppress.PolicyCFSQuota
+		}
+		sup, err = suppress.New(off, sdeps)
+	}
+	if err != nil {
+		// A node with neither CPU topology nor cgroups has nothing to suppress with.
 		logger.Error(err, "CPU suppression off")
+		sup = nil
 	} else {
-		go func() {
+		wg.Go(func() {
 			if err := sup.Run(ctx); err != nil {
 				logger.Error(err, "CPU suppression stopped")
 			}
-		}()
+		})
 	}
-	var ev evict.Evictor = evict.NewCRIEvictor(srv)
-	if client != nil {
-		ev = evict.NewAPIEvictor(client, st.podSpec.NodeName)
-	}
-	edeps := evict.Deps{Latest: col.Latest, Evictor: ev, Registerer: reg, Pods: podMeta(srv.Store())}
+	edeps := evict.Deps{Latest: col.Latest, Evictor: evictor, Registerer: reg, Pods: podMeta(srv.Store())}
 	if sup != nil {
 		edeps.BEAllowedMilli = sup.AllowedMilli
 	}
-	el, err := evict.New(evict.FromSLO(evict.DefaultConfig(), thresholds), edeps)
+	evBase := evict.DefaultConfig()
+	el, err := evict.New(evict.FromSLO(evBase, thresholds), edeps)
 	if err != nil {
 		return fmt.Errorf("eviction: %w", err)
 	}
-	go func() {
+	wg.Go(func() {
 		if err := el.Run(ctx); err != nil {
 			logger.Error(err, "Eviction stopped")
 		}
-	}()
+	})
+	cons.setLoops(ctx, sup, supBase, el, evBase)
+	if sup != nil {
+		// BE containers created while BE is clamped must fit under the clamp (cgroup v1).
+		cons.setPodSpecs(ctx, func(d *policy.Deps) { d.BEQuotaCeiling = sup.QuotaCeiling })
+	}
 	return nil
 }
 

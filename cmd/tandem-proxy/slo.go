@@ -2,85 +2,196 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/config/slo/source"
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
+	"github.com/tandemkit/tandem/hooks/policy/cpuset"
+	"github.com/tandemkit/tandem/kubeclient"
+	"github.com/tandemkit/tandem/metrics/evict"
+	"github.com/tandemkit/tandem/metrics/suppress"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/topology"
 )
 
-// loadPolicies reads an slo-controller-config (seed 004's ConfigMap, or a file of its sections),
-// validates it, resolves it for this node and maps it onto the built-in policies.
-func loadPolicies(path string, nodeLabels map[string]string, base policy.Config) (policy.Config, slo.Resolved, []string, error) {
-	fail := func(err error) (policy.Config, slo.Resolved, []string, error) {
-		return base, slo.Resolved{}, nil, fmt.Errorf("--slo-config %s: %w", path, err)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fail(err)
-	}
-	cfg, err := slo.ParseFile(raw)
-	if err != nil {
-		return fail(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return fail(err)
-	}
-	r, err := cfg.ForNode(nodeLabels)
-	if err != nil {
-		return fail(err)
-	}
-	out := policy.FromSLO(base, r)
-	if err := out.Validate(); err != nil {
-		return fail(err)
-	}
-	warnings := cfg.Warnings()
-	for _, m := range r.Matches {
-		if m.Applied != "" {
-			warnings = append(warnings, fmt.Sprintf("%s: node strategy %q applies to this node", m.Section, m.Applied))
-		}
-		for _, ign := range m.Ignored {
-			warnings = append(warnings, fmt.Sprintf("%s: node strategy %q also matches this node and is ignored: the first match wins", m.Section, ign))
-		}
-	}
-	return out, r, warnings, nil
+// consumers hands each new slo-config, and the API access when it comes, to everything that reads them:
+// the built-in policies (rebuilt and swapped into the dispatcher), the reporter (through colocation), the
+// suppress and evict loops (Reconfigure). Each applies the change at once; the loops at their next sample.
+type consumers struct {
+	dispatcher *hooks.Dispatcher
+	colocation *atomic.Pointer[slo.Resolved]
+
+	mu       sync.Mutex
+	base     policy.Config
+	deps     policy.Deps
+	resolved slo.Resolved
+	sup      *suppress.Loop
+	supBase  suppress.Config
+	el       *evict.Loop
+	evBase   evict.Config
 }
 
-// watchSLO reloads the policies when the file changes. The directory is watched, not the file: a mounted
-// ConfigMap is replaced by swapping a symlink. A file that does not load keeps the policies in force.
-func watchSLO(ctx context.Context, path string, reload func(context.Context) error) {
-	logger := klog.FromContext(ctx).WithValues("sloConfig", path)
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		logger.Error(err, "slo-config not watched; changes need a restart")
+// builtin returns the built-in policies for the configuration in force. A mapped configuration the
+// policies refuse keeps base's knobs, so the policies still run.
+func (c *consumers) builtin(ctx context.Context) []hooks.Registration {
+	cfg := policy.FromSLO(c.base, c.resolved)
+	if err := cfg.Validate(); err != nil {
+		klog.FromContext(ctx).Error(err, "slo-config maps to policy settings the policies refuse; their defaults stay")
+		cfg = c.base
+	}
+	return policy.Builtin(cfg, c.deps)
+}
+
+// rebuild swaps the policies in; the caller holds mu.
+func (c *consumers) rebuild(ctx context.Context) {
+	if c.dispatcher == nil {
 		return
 	}
-	defer w.Close()
-	if err := w.Add(filepath.Dir(path)); err != nil {
-		logger.Error(err, "slo-config not watched; changes need a restart")
-		return
+	if err := c.dispatcher.SetBuiltin(ctx, c.builtin(ctx)); err != nil {
+		klog.FromContext(ctx).Error(err, "Built-in policies not rebuilt; the ones in force stay")
 	}
-	var debounce <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case err := <-w.Errors:
-			logger.Error(err, "Watching slo-config")
-		case <-w.Events:
-			// Editors and kubelet write in several steps; reload once they are done.
-			debounce = time.After(200 * time.Millisecond)
-		case <-debounce:
-			if err := reload(ctx); err != nil {
-				logger.Error(err, "slo-config rejected; the policies in force stay")
-				continue
-			}
-			logger.Info("Policies reloaded from slo-config")
+}
+
+// apply is the config source's Apply.
+func (c *consumers) apply(ctx context.Context, u source.Update) {
+	logger := klog.FromContext(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resolved = u.Resolved
+	c.colocation.Store(&u.Resolved)
+	c.rebuild(ctx)
+	c.reconfigureLoops(ctx)
+	for _, m := range u.Resolved.Matches {
+		if m.Applied != "" {
+			logger.Info("Node strategy applies", "section", m.Section, "strategy", m.Applied, "ignoredLaterMatches", m.Ignored)
 		}
 	}
+	th := u.Resolved.ResourceThreshold
+	logger.Info("slo-config applied", "origin", u.Origin, "colocation", u.Resolved.Colocation.Enable,
+		"resourceThreshold", th.Enable, "cpuSuppressPolicy", th.CPUSuppressPolicy, "cpuBurst", u.Resolved.CPUBurst.Policy)
+}
+
+// reconfigureLoops hands resource-threshold-config to the node loops; the caller holds mu.
+func (c *consumers) reconfigureLoops(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	th := c.resolved.ResourceThreshold
+	if c.sup != nil {
+		if err := c.sup.Reconfigure(suppress.FromSLO(c.supBase, th)); err != nil {
+			logger.Error(err, "CPU suppression settings refused; the ones in force stay")
+		}
+	}
+	if c.el != nil {
+		if err := c.el.Reconfigure(evict.FromSLO(c.evBase, th)); err != nil {
+			logger.Error(err, "Eviction settings refused; the ones in force stay")
+		}
+	}
+}
+
+// setLoops registers the node loops and gives them the configuration in force.
+func (c *consumers) setLoops(ctx context.Context, sup *suppress.Loop, supBase suppress.Config, el *evict.Loop, evBase evict.Config) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sup, c.supBase, c.el, c.evBase = sup, supBase, el, evBase
+	c.reconfigureLoops(ctx)
+}
+
+// setPodSpecs gives the policies the pod specs, once the API is reachable.
+func (c *consumers) setPodSpecs(ctx context.Context, f func(*policy.Deps)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f(&c.deps)
+	c.rebuild(ctx)
+}
+
+// switchEvictor stops sandboxes through the runtime until the API is reachable, then evicts through the
+// Eviction API (PodDisruptionBudgets honoured).
+type switchEvictor struct{ cur atomic.Pointer[evict.Evictor] }
+
+func newSwitchEvictor(first evict.Evictor) *switchEvictor {
+	s := &switchEvictor{}
+	s.set(first)
+	return s
+}
+
+func (s *switchEvictor) set(e evict.Evictor) { s.cur.Store(&e) }
+
+func (s *switchEvictor) Evict(ctx context.Context, pod evict.Pod, reason evict.Reason, message string) error {
+	return (*s.cur.Load()).Evict(ctx, pod, reason, message)
+}
+
+// connectAPI returns a client once the kubeconfig exists and the API server answers, polling every
+// interval; nil when there is no configuration at all (standalone for good) or ctx ends. Until then the
+// proxy serves CRI standalone: kubelet's kubeconfig appears only after its TLS bootstrap, and the API server
+// may be down when the node boots.
+func connectAPI(ctx context.Context, kubeconfig, nodeName string, interval time.Duration) *kubeclient.Client {
+	logger := klog.FromContext(ctx)
+	var last string
+	wait := func(err error) bool {
+		if msg := err.Error(); msg != last {
+			logger.Info("No API access yet; serving CRI standalone and retrying", "kubeconfig", kubeconfig, "every", interval, "reason", msg)
+			last = msg
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(interval):
+			return true
+		}
+	}
+	for {
+		rc, err := kubeclient.Config(kubeconfig)
+		if errors.Is(err, kubeclient.ErrNoConfig) {
+			logger.Info("No kubeconfig and not in a cluster: standalone, without the node reporter, the slo-controller-config ConfigMap or API evictions; batch resources come from annotations only")
+			return nil
+		}
+		var client *kubeclient.Client
+		if err == nil {
+			client, err = kubeclient.New(rc, "tandem-proxy")
+		}
+		if err == nil {
+			// Any answer, even a refusal, says the server is there; only a transport error means wait.
+			_, err = client.GetNode(ctx, nodeName)
+			var status apierrors.APIStatus
+			if err == nil || errors.As(err, &status) {
+				logger.Info("Connected to the API server", "host", rc.Host, "node", nodeName)
+				return client
+			}
+			err = fmt.Errorf("API server %s: %w", rc.Host, err)
+		}
+		if !wait(err) {
+			return nil
+		}
+	}
+}
+
+// restoreExclusive tells the allocator at once which exclusive CPUs the recovered containers hold, so
+// /debug/pools and tandemctl pools are right straight after a restart, not only after the next lifecycle
+// call (when the cpuset policy restores them too: restoring the same allocation again is a no-op).
+func restoreExclusive(ctx context.Context, cpus *alloc.Allocator, recorded []cpuset.Recorded) int {
+	if cpus == nil {
+		return 0
+	}
+	logger := klog.FromContext(ctx)
+	n := 0
+	for _, r := range recorded {
+		set, err := topology.ParseCPUList(r.CPUs)
+		if err == nil {
+			err = cpus.Restore(cpuset.Owner(r.PodUID, r.Container), alloc.Class(r.Class), set)
+		}
+		if err != nil {
+			logger.Error(err, "Exclusive CPUs of a recovered container not restored", "owner", cpuset.Owner(r.PodUID, r.Container), "containerID", r.ContainerID)
+			continue
+		}
+		n++
+	}
+	return n
 }
