@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/config/slo/source"
+	"github.com/tandemkit/tandem/hooks/policy"
+	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/evict"
+	"github.com/tandemkit/tandem/metrics/suppress"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/topology"
+)
+
+// recordingEvictor stands in for the Eviction API, which does not run in unit tests (tier 2 has it).
+type recordingEvictor struct {
+	mu   sync.Mutex
+	pods []evict.Pod
+}
+
+func (r *recordingEvictor) Evict(_ context.Context, pod evict.Pod, _ evict.Reason, _ string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pods = append(r.pods, pod)
+	return nil
+}
+
+func (r *recordingEvictor) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pods)
+}
+
+func resolve(t *testing.T, data map[string]string) slo.Resolved {
+	t.Helper()
+	cfg := slo.Parse(data)
+	if refused := cfg.Refused(); len(refused) > 0 {
+		t.Fatal(refused)
+	}
+	r, err := cfg.ForNode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestConsumersFollowSLO: enabling and disabling resource-threshold-config and colocation-config at run
+// time reaches the suppress loop, the evict loop and the reporter's settings, with no restart.
+func TestConsumersFollowSLO(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	topo, err := topology.Discover(filepath.Join("..", "..", "resource", "topology", "testdata", "16cpu-2socket-smt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus, err := alloc.New(topo, alloc.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// LS busy on 13 of 16 CPUs, memory at 95 %, one BE pod holding 20 GiB.
+	const gib = int64(1) << 30
+	snap := &collector.Snapshot{Time: time.Now(),
+		Capacity: collector.Usage{CPUMilli: 16000, MemoryBytes: 100 * gib},
+		Node:     collector.Usage{CPUMilli: 15000, MemoryBytes: 95 * gib},
+		System:   collector.Usage{CPUMilli: 1000},
+		Containers: []collector.ContainerUsage{
+			{Target: collector.Target{Namespace: "default", Pod: "ls", PodUID: "u-ls", Container: "c", QoS: "LS"}, Usage: collector.Usage{CPUMilli: 13000, MemoryBytes: 50 * gib}},
+			{Target: collector.Target{Namespace: "default", Pod: "be", PodUID: "u-be", Container: "c", QoS: "BE"}, Usage: collector.Usage{CPUMilli: 1000, MemoryBytes: 20 * gib}},
+		},
+	}
+	latest := func() *collector.Snapshot { return snap }
+	defaults := resolve(t, nil)
+	colocation := &atomic.Pointer[slo.Resolved]{}
+	colocation.Store(&defaults)
+	cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults}
+
+	supBase := suppress.DefaultConfig()
+	sup, err := suppress.New(suppress.FromSLO(supBase, defaults.ResourceThreshold), suppress.Deps{Latest: latest, CPUs: cpus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &recordingEvictor{}
+	evBase := evict.DefaultConfig()
+	el, err := evict.New(evict.FromSLO(evBase, defaults.ResourceThreshold), evict.Deps{Latest: latest, Evictor: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.setLoops(ctx, sup, supBase, el, evBase)
+
+	// Off, as Koordinator's defaults have it: BE keeps the whole pool and nothing is evicted.
+	if d, err := sup.Step(ctx, snap); err != nil || d.Changed {
+		t.Fatalf("suppress with resource-threshold-config off: %+v, %v; want no change", d, err)
+	}
+	if el.Step(ctx, snap); ev.count() != 0 {
+		t.Fatal("evicted with resource-threshold-config off")
+	}
+	beBefore := cpus.Pools().BE.Size()
+
+	on := resolve(t, map[string]string{
+		slo.ResourceThresholdConfigKey: `{"clusterStrategy": {"enable": true, "cpuSuppressThresholdPercent": 65, "memoryEvictThresholdPercent": 70}}`,
+		slo.ColocationConfigKey:        `{"enable": true}`,
+	})
+	cons.apply(ctx, source.Update{Resolved: on, Origin: "test"})
+	if !colocation.Load().Colocation.Enable {
+		t.Error("the reporter's colocation settings did not follow")
+	}
+	d, err := sup.Step(ctx, snap)
+	if err != nil || !d.Changed {
+		t.Fatalf("suppress after enabling: %+v, %v; want BE shrunk", d, err)
+	}
+	if got := cpus.Pools().BE.Size(); got >= beBefore {
+		t.Fatalf("BE pool %d CPUs after enabling suppression, want fewer than %d", got, beBefore)
+	}
+	if el.Step(ctx, snap); ev.count() != 1 {
+		t.Fatalf("%d evictions after enabling memory eviction at 70 %% with the node at 95 %%, want 1", ev.count())
+	}
+
+	// Off again: the suppression is lifted at the next sample.
+	cons.apply(ctx, source.Update{Resolved: defaults, Origin: "test"})
+	if _, err := sup.Step(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpus.Pools().BE.Size(); got != beBefore {
+		t.Fatalf("BE pool %d CPUs after disabling, want all %d back", got, beBefore)
+	}
+	if colocation.Load().Colocation.Enable {
+		t.Error("colocation still enabled for the reporter")
+	}
+}
