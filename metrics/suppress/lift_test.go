@@ -259,3 +259,55 @@ func TestStaleCPUSet(t *testing.T) {
 		t.Errorf("synchronous refreshes on stop %d, want 1", syncRefreshes.Load())
 	}
 }
+
+// TestCFSQuotaV2 checks cgroup v2, which has no child-above-parent rule: no ceiling while clamped, the
+// child keeps its quota, and the stop writes "max" back.
+func TestCFSQuotaV2(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	root := t.TempDir()
+	parent := "/node-a/kubepods/besteffort"
+	files := map[string]string{"cgroup.controllers": "cpu", parent + "/cpu.max": "max 100000", parent + "/pod1/ctr/cpu.max": "150000 100000"}
+	for f, v := range files {
+		p := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(f string) string {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	w, err := cgroup.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := suppress.DefaultConfig()
+	cfg.Enable, cfg.CPUSuppressPolicy, cfg.BECgroupParent, cfg.CPUSuppressThresholdPercent, cfg.Interval = true, suppress.PolicyCFSQuota, parent, 55, time.Hour
+	var samples atomic.Pointer[collector.Snapshot]
+	updates := make(chan struct{}, 1)
+	l, err := suppress.New(cfg, suppress.Deps{Latest: samples.Load, Updates: updates, Cgroups: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runLoop(t, ctx, l)
+	samples.Store(snap(time.Unix(1, 0), 2, 1000, 0, 100))
+	updates <- struct{}{}
+	eventually(t, "parent clamped", func() bool { return read(parent+"/cpu.max") == "100000 100000" })
+	if got := read(parent + "/pod1/ctr/cpu.max"); got != "150000 100000" {
+		t.Errorf("child on v2: cpu.max %s, want its own 150000 100000 (v2 needs no cap)", got)
+	}
+	if c, ok := l.QuotaCeiling(); ok {
+		t.Errorf("QuotaCeiling on v2 = %+v, want none", c)
+	}
+	stop()
+	if got := read(parent + "/cpu.max"); got != "max 100000" {
+		t.Errorf("after stop: parent cpu.max %s, want max 100000", got)
+	}
+}
