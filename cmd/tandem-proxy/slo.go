@@ -34,15 +34,22 @@ type consumers struct {
 	base     policy.Config
 	deps     policy.Deps
 	resolved slo.Resolved
+	// configured is set by the first configuration a source hands over. Until then (a node with no
+	// source, or one whose API access has not come yet) the policies run Tandem's defaults, base, as
+	// they always did; from then on what the source says, where an absent section means Koordinator's.
+	configured bool
 	sup      *suppress.Loop
 	supBase  suppress.Config
 	el       *evict.Loop
 	evBase   evict.Config
 }
 
-// builtin returns the built-in policies for the configuration in force. A mapped configuration the
-// policies refuse keeps base's knobs, so the policies still run.
+// builtin returns the built-in policies for the configuration in force; the caller holds mu, or owns c.
+// A mapped configuration the policies refuse keeps base's knobs, so the policies still run.
 func (c *consumers) builtin(ctx context.Context) []hooks.Registration {
+	if !c.configured {
+		return policy.Builtin(c.base, c.deps)
+	}
 	cfg := policy.FromSLO(c.base, c.resolved)
 	if err := cfg.Validate(); err != nil {
 		klog.FromContext(ctx).Error(err, "slo-config maps to policy settings the policies refuse; their defaults stay")
@@ -66,7 +73,7 @@ func (c *consumers) apply(ctx context.Context, u source.Update) {
 	logger := klog.FromContext(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.resolved = u.Resolved
+	c.resolved, c.configured = u.Resolved, true
 	c.colocation.Store(&u.Resolved)
 	c.rebuild(ctx)
 	c.reconfigureLoops(ctx)
