@@ -305,9 +305,16 @@ func (s *Source) applyParsed(ctx context.Context, parsed *slo.Config, text func(
 	cfg := parsed.KeepLastGood(s.last)
 	r, err := cfg.ForNode(labels)
 	if err != nil {
-		// Validate checks every selector, so this is not expected; keep what is in force.
+		// Validate checks every selector, so this is not expected: keep what is in force, or at a first
+		// start run the defaults, so that the node still gets a configuration.
 		logger.Error(err, "slo-config not resolved for this node; the settings in force stay", "origin", origin)
-		return
+		if s.last != nil {
+			return
+		}
+		cfg = &slo.Config{}
+		if r, err = cfg.ForNode(labels); err != nil {
+			return
+		}
 	}
 	s.last = cfg
 	s.deps.Apply(ctx, Update{Config: cfg, Resolved: r, Labels: maps.Clone(labels), Origin: origin})
