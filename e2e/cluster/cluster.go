@@ -329,7 +329,7 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 			KubeletPort:      ports[4+2*i],
 			Kubeconfig:       filepath.Join(nd, "kubelet.kubeconfig"),
 			ContainerdDir:    filepath.Join(nd, "c"),
-			KubeletConfigDir: filepath.Join(nd, "kubelet.conf.d"),
+			KubeletConfigDir: filepath.Join(nd, "prefix", KubeletConfigDir),
 		})
 	}
 	p := newPKI(filepath.Join(dir, "pki"))

@@ -27,6 +27,10 @@ const (
 	// InstalledUnit is where `tandemctl node install` writes the unit,
 	// below its --prefix.
 	InstalledUnit = "etc/systemd/system/tandem-proxy.service"
+	// KubeletConfigDir is kubelet's --config-dir as docs/install.md sets
+	// it; `tandemctl node install` puts the runtime drop-in there, below
+	// its --prefix.
+	KubeletConfigDir = "/etc/kubernetes/kubelet.conf.d"
 )
 
 // installProxy installs tandem-proxy on node n with `tandemctl node install`
@@ -48,7 +52,8 @@ func (c *Cluster) installProxy(ctx context.Context, n *Node, opts Options) (args
 		"--node-name", n.Name,
 		"--state-dir", stateDir,
 		"--metrics-addr", n.ProxyMetrics,
-		"--kubelet-config-dir", n.KubeletConfigDir,
+		"--kubelet-config-dir", KubeletConfigDir,
+		"--hooks-dir", filepath.Join(n.Dir, "hooks.d"),
 		"--start=false",
 	}
 	if err := os.MkdirAll(n.KubeletConfigDir, 0o755); err != nil {

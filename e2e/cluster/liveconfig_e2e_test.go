@@ -1,0 +1,318 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/metrics/nodemetric"
+)
+
+// Koordinator's slo-controller-config, as deploy/slo-controller-config.yaml
+// installs it and every tandem-proxy watches it.
+const (
+	sloNamespace = "koordinator-system"
+	sloName      = "slo-controller-config"
+)
+
+// sloData returns the ConfigMap's data.
+func sloData(ctx context.Context, t *testing.T, cs kubernetes.Interface) map[string]string {
+	t.Helper()
+	cm, err := cs.CoreV1().ConfigMaps(sloNamespace).Get(ctx, sloName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get %s/%s (kubectl apply -f deploy/slo-controller-config.yaml): %v", sloNamespace, sloName, err)
+	}
+	return cm.Data
+}
+
+// setSLO writes one key of the ConfigMap as a user would with kubectl edit.
+func setSLO(ctx context.Context, t *testing.T, cs kubernetes.Interface, key, value string) {
+	t.Helper()
+	cm, err := cs.CoreV1().ConfigMaps(sloNamespace).Get(ctx, sloName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[key] = value
+	if _, err := cs.CoreV1().ConfigMaps(sloNamespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update %s of %s/%s: %v", key, sloNamespace, sloName, err)
+	}
+}
+
+// editSLO decodes one JSON key of the ConfigMap, lets edit change it and
+// writes it back.
+func editSLO(ctx context.Context, t *testing.T, cs kubernetes.Interface, key string, edit func(map[string]any)) {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal([]byte(sloData(ctx, t, cs)[key]), &v); err != nil {
+		t.Fatalf("%s of %s/%s is not JSON: %v", key, sloNamespace, sloName, err)
+	}
+	edit(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSLO(ctx, t, cs, key, string(b))
+}
+
+// restoreSLO puts the ConfigMap's data back as it was.
+func restoreSLO(ctx context.Context, t *testing.T, cs kubernetes.Interface, data map[string]string) {
+	cm, err := cs.CoreV1().ConfigMaps(sloNamespace).Get(ctx, sloName, metav1.GetOptions{})
+	if err != nil {
+		t.Errorf("restore %s/%s: %v", sloNamespace, sloName, err)
+		return
+	}
+	cm.Data = data
+	if _, err := cs.CoreV1().ConfigMaps(sloNamespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("restore %s/%s: %v", sloNamespace, sloName, err)
+	}
+}
+
+// batchCPU returns the kubernetes.io/batch-cpu the node's allocatable
+// publishes, in milli-cores, and whether it is there at all.
+func batchCPU(n *corev1.Node) (int64, bool) {
+	q, ok := n.Status.Allocatable[nodemetric.ResourceBatchCPU]
+	return q.Value(), ok
+}
+
+// batchPod is a BE pod as Koordinator users write one: the koord-scheduler,
+// koord-batch priority and batch resources in its spec, no Koordinator
+// annotation.
+func batchPod(name string, batchCPU int64) *corev1.Pod {
+	batch := corev1.ResourceList{
+		nodemetric.ResourceBatchCPU:    *resource.NewQuantity(batchCPU, resource.DecimalSI),
+		nodemetric.ResourceBatchMemory: *resource.NewQuantity(64<<20, resource.BinarySI),
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{"app": name, "koordinator.sh/qosClass": "BE"},
+		},
+		Spec: corev1.PodSpec{
+			SchedulerName:                 "koord-scheduler",
+			PriorityClassName:             "koord-batch",
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{
+				Name: "sleep", Image: framework.TestImage, ImagePullPolicy: corev1.PullNever,
+				Command:   []string{"/bin/sh", "-c", "exec sleep 3600"},
+				Resources: corev1.ResourceRequirements{Requests: batch, Limits: batch},
+			}},
+		},
+	}
+}
+
+// besteffortQuota reads the node's kubepods/besteffort cpu.cfs_quota_us,
+// where cfsQuota suppression clamps BE.
+func besteffortQuota(t *testing.T, nodeName string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", node(t, nodeName).CgroupRoot, "kubepods", "besteffort", "cpu.cfs_quota_us"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestLiveConfig changes the slo-controller-config ConfigMap as an operator
+// would and checks each consequence from the API server and the cgroup
+// files, with no proxy restarted: colocation off takes batch capacity off
+// every Node within 10 s, and a batch pod then stays Pending; colocation on
+// again, the reporter publishes and the pod lands on a node whose published
+// capacity holds it, with batch cgroups from its spec; suppression on clamps
+// BE within 5 s, off lifts the clamp; a typo is refused with an Event naming
+// the key while the node keeps working.
+func TestLiveConfig(t *testing.T) {
+	ctx := testContext(t, 10*time.Minute)
+	cs := client(t)
+	orig := maps.Clone(sloData(ctx, t, cs))
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		restoreSLO(ctx, t, cs, orig)
+		// A clamp left on kubepods/besteffort breaks every later test.
+		for _, n := range suite.c.NodeNames() {
+			err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				return besteffortQuota(t, n) == "-1", nil
+			})
+			if err != nil {
+				t.Errorf("%s: kubepods/besteffort cpu.cfs_quota_us is %s 30s after the configuration was restored, want -1", n, besteffortQuota(t, n))
+			}
+		}
+	})
+	const podBatchCPU = 100 // milli-cores; an idle node publishes more
+
+	t.Run("colocation off takes batch capacity off every Node", func(t *testing.T) {
+		editSLO(ctx, t, cs, "colocation-config", func(v map[string]any) { v["enable"] = false })
+		start := time.Now()
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			for _, name := range suite.c.NodeNames() {
+				n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				if v, ok := batchCPU(n); ok {
+					last = fmt.Sprintf("%s still publishes batch-cpu %d", name, v)
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("10s after colocation-config.enable=false: %s", last)
+		}
+		t.Logf("batch capacity gone from every Node %s after the change", time.Since(start).Round(10*time.Millisecond))
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	pod := batchPod("tandem-batch-e2e", podBatchCPU)
+	t.Cleanup(func() { deletePod(context.WithoutCancel(ctx), t, cs, pod.Name) })
+	t.Run("a batch pod stays Pending without batch capacity, then lands where it fits", func(t *testing.T) {
+		if _, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var p *corev1.Pod
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
+			p, err = cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					return true, nil
+				}
+			}
+			return p.Spec.NodeName != "", nil
+		})
+		if err != nil || p.Spec.NodeName != "" {
+			t.Fatalf("batch pod without batch capacity anywhere: node %q, conditions %+v (%v); want Pending, Unschedulable", p.Spec.NodeName, p.Status.Conditions, err)
+		}
+		editSLO(ctx, t, cs, "colocation-config", func(v map[string]any) { v["enable"] = true })
+		start := time.Now()
+		p = waitPodRunning(ctx, t, cs, pod.Name, 4*time.Minute)
+		t.Logf("batch pod placed on %s and Running %s after colocation was enabled again", p.Spec.NodeName, time.Since(start).Round(100*time.Millisecond))
+		n, err := cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := batchCPU(n); !ok || v < podBatchCPU {
+			t.Errorf("batch pod placed on %s, which publishes batch-cpu %d (present %v), less than the %d it asks", n.Name, v, ok, podBatchCPU)
+		}
+		checkBatchCgroups(t, p, podBatchCPU)
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	p, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beNode := p.Spec.NodeName
+
+	t.Run("suppression on clamps BE within 5s, off lifts it", func(t *testing.T) {
+		if q := besteffortQuota(t, beNode); q != "-1" {
+			t.Fatalf("%s: kubepods/besteffort cpu.cfs_quota_us is %s before suppression is on, want -1", beNode, q)
+		}
+		// A threshold of 1% leaves BE the least suppression allows,
+		// whatever the machine's load.
+		editSLO(ctx, t, cs, "resource-threshold-config", func(v map[string]any) {
+			cs, _ := v["clusterStrategy"].(map[string]any)
+			if cs == nil {
+				cs = map[string]any{}
+				v["clusterStrategy"] = cs
+			}
+			cs["enable"] = true
+			cs["cpuSuppressThresholdPercent"] = 1
+			cs["cpuSuppressPolicy"] = "cfsQuota"
+		})
+		start := time.Now()
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return besteffortQuota(t, beNode) != "-1", nil
+		})
+		if err != nil {
+			t.Fatalf("%s: kubepods/besteffort cpu.cfs_quota_us still -1 5s after suppression was enabled", beNode)
+		}
+		t.Logf("%s: BE clamped to cfs_quota_us %s, %s after the change", beNode, besteffortQuota(t, beNode), time.Since(start).Round(10*time.Millisecond))
+		editSLO(ctx, t, cs, "resource-threshold-config", func(v map[string]any) {
+			v["clusterStrategy"].(map[string]any)["enable"] = false
+		})
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return besteffortQuota(t, beNode) == "-1", nil
+		})
+		if err != nil {
+			t.Errorf("%s: kubepods/besteffort cpu.cfs_quota_us is %s 10s after suppression was disabled, want -1", beNode, besteffortQuota(t, beNode))
+		}
+	})
+
+	t.Run("a typo is refused with an Event and the nodes keep working", func(t *testing.T) {
+		since := time.Now().Add(-time.Second)
+		bad := strings.Replace(sloData(ctx, t, cs)["colocation-config"], `"enable"`, `"enable`, 1)
+		setSLO(ctx, t, cs, "colocation-config", bad)
+		var last []string
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			evs, err := cs.CoreV1().Events(sloNamespace).List(ctx, metav1.ListOptions{
+				FieldSelector: fields.Set{"involvedObject.name": sloName, "reason": "InvalidSLOConfig"}.String()})
+			if err != nil {
+				return false, err
+			}
+			last = nil
+			for _, e := range evs.Items {
+				ts := e.LastTimestamp.Time
+				if ts.IsZero() {
+					ts = e.EventTime.Time
+				}
+				last = append(last, e.Message)
+				if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "colocation-config") && !ts.Before(since) {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("no Warning InvalidSLOConfig Event naming colocation-config on %s/%s within 10s (events: %q)", sloNamespace, sloName, last)
+		}
+		if out, err := suite.c.RunKubectl(ctx, "get", "events", "-n", sloNamespace, "--field-selector", "reason=InvalidSLOConfig"); err == nil {
+			t.Logf("kubectl get events -n %s:\n%s", sloNamespace, out)
+		}
+		// The refused section keeps its last good value: batch capacity
+		// stays published, and every proxy keeps serving.
+		nodeStaysReady(ctx, t, cs, beNode, 6*time.Second)
+		for _, name := range suite.c.NodeNames() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node(t, name).ProxyMetrics+"/readyz", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Errorf("%s: tandem-proxy /readyz after the typo: %v", name, err)
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("%s: tandem-proxy /readyz after the typo: %s", name, resp.Status)
+			}
+		}
+		n, err := cs.CoreV1().Nodes().Get(ctx, beNode, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := batchCPU(n); !ok {
+			t.Errorf("%s dropped its batch capacity after a typo in colocation-config; the refused section must keep its last good value", beNode)
+		}
+	})
+}
