@@ -95,6 +95,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *start {
 		return node.Start(ctx, res, runCommand, report)
 	}
+	if res.ProxyChanged || res.KubeletChanged {
+		fmt.Fprintln(stdout, "not started (--start=false): run systemctl daemon-reload, enable --now tandem-proxy.service and restart kubelet.service, or start the unit's ExecStart yourself")
+	}
 	return nil
 }
 
