@@ -218,12 +218,13 @@ func (s *Source) reloadConfigMap(ctx context.Context, cm *corev1.ConfigMap, labe
 func (s *Source) runFile(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("sloConfig", s.cfg.File)
 	ctx = klog.NewContext(ctx, logger)
-	s.reloadFile(ctx)
+	// Watch before the first read, so that a change made right after it is not missed.
 	w, err := fsnotify.NewWatcher()
 	if err == nil {
 		defer w.Close()
 		err = w.Add(filepath.Dir(s.cfg.File))
 	}
+	s.reloadFile(ctx)
 	if err != nil {
 		// Not fatal: the configuration read at start stays in force.
 		logger.Error(err, "slo-config not watched; changes need a restart")
