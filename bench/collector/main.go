@@ -13,7 +13,7 @@
 // programs run in the kernel in the context of whatever task the scheduler is switching, so they
 // are not in that figure; with kernel BPF statistics on, their run time is reported separately.
 //
-//	sudo go run ./bench/collector                  # real cgroups, 30 s idle + 30 s measured
+//	go run ./bench/collector                  # real cgroups, 30 s idle + 30 s measured
 //	go run ./bench/collector -fake -duration 10s
 //
 // It exits non-zero when the collector's cost is above -target percent of one core.
@@ -263,7 +263,7 @@ func target(i int) collector.Target {
 // sleepers; cleanup kills them and removes every directory it made.
 func realTree(root string, n, sleepers int) ([]collector.Target, func(), error) {
 	if os.Geteuid() != 0 {
-		return nil, nil, errors.New("real cgroups need root; run with sudo or pass -fake")
+		return nil, nil, errors.New("real cgroups need root; run as root or pass -fake")
 	}
 	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
 		return nil, nil, errors.New("this host is cgroup v2; the real mode creates v1 directories, pass -fake")

@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("the demo runs containerd and runc and needs root: run it as root (sudo -E go run ./e2e/demo)")
+		return errors.New("the demo runs containerd and runc and needs root: run it as root (go run ./e2e/demo, or make demo)")
 	}
 	// cri-client logs every failed call; the checklist reports them instead.
 	ctx = klog.NewContext(ctx, logr.Discard())
