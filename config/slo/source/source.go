@@ -339,7 +339,7 @@ func event(namespace string, obj metav1.ObjectMeta, kind, node, msg string) *cor
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("%s.%x", obj.Name, now.UnixNano())},
 		InvolvedObject: corev1.ObjectReference{Kind: kind, APIVersion: "v1", Namespace: obj.Namespace, Name: obj.Name,
 			UID: obj.UID, ResourceVersion: obj.ResourceVersion},
-		Reason: ReasonInvalid, Message: msg, Type: corev1.EventTypeWarning,
+		Reason: ReasonInvalid, Message: msg, Type: corev1.EventTypeWarning, Action: "RefuseConfig",
 		Source:         corev1.EventSource{Component: "tandem-proxy", Host: node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "tandem.io/tandem-proxy", ReportingInstance: "tandem-proxy-" + node,
