@@ -333,7 +333,13 @@ func (s *Source) report(ctx context.Context, key, msg string, ev func(key, msg s
 	}
 }
 
+// maxMessage bounds an Event's message as events.k8s.io bounds its note; the log line has all of it.
+const maxMessage = 1024
+
 func event(namespace string, obj metav1.ObjectMeta, kind, node, msg string) *corev1.Event {
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage-len("…")] + "…"
+	}
 	now := metav1.Now()
 	return &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("%s.%x", obj.Name, now.UnixNano())},
