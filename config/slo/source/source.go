@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
@@ -338,7 +339,11 @@ const maxMessage = 1024
 
 func event(namespace string, obj metav1.ObjectMeta, kind, node, msg string) *corev1.Event {
 	if len(msg) > maxMessage {
-		msg = msg[:maxMessage-len("…")] + "…"
+		cut := maxMessage - len("…")
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
 	}
 	now := metav1.Now()
 	return &corev1.Event{
