@@ -176,6 +176,11 @@ func (s *Source) runConfigMap(ctx context.Context) error {
 		return nil // ctx done
 	}
 	logger.Info("Following the slo-controller-config")
+	// The Node changes every few seconds (kubelet's status, the reporter's own patches) and informers
+	// resync; only the Node's labels and the ConfigMap's data matter here, so nothing else may rebuild
+	// the policies.
+	var lastData, lastLabels map[string]string
+	lastPresent, first := false, true
 	for {
 		var cm *corev1.ConfigMap
 		// The field selector asks for one object; a server (or fake) that ignores it must not mix others in.
@@ -188,7 +193,14 @@ func (s *Source) runConfigMap(ctx context.Context) error {
 				labels = n.Labels
 			}
 		}
-		s.reloadConfigMap(ctx, cm, labels)
+		var data map[string]string
+		if cm != nil {
+			data = cm.Data
+		}
+		if first || (cm != nil) != lastPresent || !maps.Equal(data, lastData) || !maps.Equal(labels, lastLabels) {
+			s.reloadConfigMap(ctx, cm, labels)
+			first, lastPresent, lastData, lastLabels = false, cm != nil, data, labels
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -361,7 +373,7 @@ func event(namespace string, obj metav1.ObjectMeta, kind, node, msg string) *cor
 // stands in for every section, so that any edit reports a still-refused section again.
 func sectionText(raw []byte) func(string) string {
 	h := hash(raw)
-	return func(key string) string { return h }
+	return func(string) string { return h }
 }
 
 func hash(b []byte) string {

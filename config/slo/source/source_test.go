@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -235,4 +236,23 @@ func TestFileClientLater(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestNodeStatusChangesDoNotReload: kubelet and the reporter patch the Node all the time; only a change
+// of its labels (or of the ConfigMap) may hand over a configuration, since each one rebuilds the policies.
+func TestNodeStatusChangesDoNotReload(t *testing.T) {
+	t.Parallel()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"pool": "a"}}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "koordinator-system", Name: "slo-controller-config"},
+		Data: map[string]string{slo.ResourceThresholdConfigKey: threshold}}
+	cs := fake.NewClientset(node, cm)
+	ch := start(t, Config{ConfigMap: DefaultConfigMap, NodeName: "node-1"}, kubeclienttest.Clientset{Interface: cs})
+	await(t, ch, "the first configuration", func(u Update) bool { return u.Resolved.ResourceThreshold.CPUSuppressThresholdPercent == 40 })
+
+	node.Annotations = map[string]string{"tandem.io/node-metric": "{}"}
+	node.Status.Allocatable = corev1.ResourceList{"kubernetes.io/batch-cpu": resource.MustParse("2k")}
+	if _, err := cs.CoreV1().Nodes().Update(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	quiet(t, ch, 500*time.Millisecond, "only the Node's status and annotations changed")
 }
