@@ -38,10 +38,10 @@ type consumers struct {
 	// source, or one whose API access has not come yet) the policies run Tandem's defaults, base, as
 	// they always did; from then on what the source says, where an absent section means Koordinator's.
 	configured bool
-	sup      *suppress.Loop
-	supBase  suppress.Config
-	el       *evict.Loop
-	evBase   evict.Config
+	sup        *suppress.Loop
+	supBase    suppress.Config
+	el         *evict.Loop
+	evBase     evict.Config
 }
 
 // builtin returns the built-in policies for the configuration in force; the caller holds mu, or owns c.
