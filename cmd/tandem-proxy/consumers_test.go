@@ -93,7 +93,14 @@ func TestConsumersFollowSLO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons.setLoops(ctx, sup, supBase, el, evBase)
+	col, err := collector.New(collector.DefaultConfig(), collector.Deps{ProcRoot: t.TempDir(), CgroupRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.setLoops(ctx, col, sup, supBase, el, evBase)
+	if got := col.UsageInterval(); got != time.Second {
+		t.Errorf("usage sampled every %v with resource-threshold-config off, want the default 1s", got)
+	}
 
 	// Off, as Koordinator's defaults have it: BE keeps the whole pool and nothing is evicted.
 	if d, err := sup.Step(ctx, snap); err != nil || d.Changed {
@@ -119,6 +126,9 @@ func TestConsumersFollowSLO(t *testing.T) {
 	if got := cpus.Pools().BE.Size(); got >= beBefore {
 		t.Fatalf("BE pool %d CPUs after enabling suppression, want fewer than %d", got, beBefore)
 	}
+	if got := col.UsageInterval(); got != suppressInterval {
+		t.Errorf("usage sampled every %v with suppression on, want %v", got, suppressInterval)
+	}
 	if el.Step(ctx, snap); ev.count() != 1 {
 		t.Fatalf("%d evictions after enabling memory eviction at 70 %% with the node at 95 %%, want 1", ev.count())
 	}
@@ -133,5 +143,8 @@ func TestConsumersFollowSLO(t *testing.T) {
 	}
 	if colocation.Load().Colocation.Enable {
 		t.Error("colocation still enabled for the reporter")
+	}
+	if got := col.UsageInterval(); got != time.Second {
+		t.Errorf("usage sampled every %v after suppression was switched off, want 1s again", got)
 	}
 }

@@ -133,7 +133,7 @@ func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *c
 			logger.Error(err, "Eviction stopped")
 		}
 	})
-	cons.setLoops(ctx, sup, supBase, el, evBase)
+	cons.setLoops(ctx, col, sup, supBase, el, evBase)
 	if sup != nil {
 		// BE containers created while BE is clamped must fit under the clamp (cgroup v1).
 		cons.setPodSpecs(ctx, func(d *policy.Deps) { d.BEQuotaCeiling = sup.QuotaCeiling })

@@ -84,6 +84,10 @@ type Collector struct {
 
 	latest  atomic.Pointer[Snapshot]
 	updates chan struct{}
+	// usageEvery is the usage source's interval in force (SetUsageInterval); usageChanged wakes its
+	// goroutine so that a shorter interval applies at once, not after the longer one has run out.
+	usageEvery   atomic.Int64
+	usageChanged chan struct{}
 
 	runOnce sync.Once
 }
@@ -104,7 +108,10 @@ func New(cfg Config, deps Deps) (*Collector, error) {
 		cfg:     cfg,
 		deps:    deps,
 		updates: make(chan struct{}, 1),
+
+		usageChanged: make(chan struct{}, 1),
 	}
+	c.usageEvery.Store(int64(cfg.Usage.Interval))
 	c.usage = newUsageSource(deps.ProcRoot, deps.CgroupRoot)
 	c.psi = newPSISource(deps.ProcRoot, deps.CgroupRoot)
 	c.cpi = newCPISource(deps.CgroupRoot)
@@ -130,7 +137,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 
 	var wg sync.WaitGroup
-	start := func(name string, src Source, detect func(context.Context) error, sample func(context.Context), stop func()) {
+	// every is the source's interval, read again whenever changed fires (nil: the interval is fixed).
+	start := func(name string, src Source, every func() time.Duration, changed <-chan struct{}, detect func(context.Context) error, sample func(context.Context), stop func()) {
 		if !src.Enabled {
 			logger.Info("Collector source disabled by config", "source", name)
 			return
@@ -146,12 +154,22 @@ func (c *Collector) Run(ctx context.Context) error {
 			if stop != nil {
 				defer stop()
 			}
-			tick := time.NewTicker(src.Interval)
+			interval := src.Interval
+			if every != nil {
+				interval = every()
+			}
+			tick := time.NewTicker(interval)
 			defer tick.Stop()
 			for {
 				select {
 				case <-ctx.Done():
 					return
+				case <-changed:
+					if d := every(); d != interval {
+						logger.V(2).Info("Collector source interval changed", "source", name, "interval", d, "was", interval)
+						interval = d
+						tick.Reset(d)
+					}
 				case <-tick.C:
 					sample(ctx)
 				}
@@ -159,7 +177,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		}()
 	}
 
-	start("usage", c.cfg.Usage, c.usage.detect, func(ctx context.Context) {
+	start("usage", c.cfg.Usage, func() time.Duration { return time.Duration(c.usageEvery.Load()) }, c.usageChanged, c.usage.detect, func(ctx context.Context) {
 		snap := c.usage.sample(ctx, c.deps.Targets())
 		if snap == nil {
 			return
@@ -170,14 +188,33 @@ func (c *Collector) Run(ctx context.Context) error {
 		default:
 		}
 	}, nil)
-	start("psi", c.cfg.PSI, c.psi.detect, func(ctx context.Context) { c.psi.sample(ctx, c.deps.Targets()) }, nil)
-	start("cpi", c.cfg.CPI, c.cpi.detect, func(ctx context.Context) { c.cpi.sample(ctx, c.deps.Targets()) }, c.cpi.close)
-	start("runQueue", c.cfg.RunQueue, c.runQueue.detect, func(ctx context.Context) { c.runQueue.sample(ctx, c.deps.Targets()) }, c.runQueue.close)
+	start("psi", c.cfg.PSI, nil, nil, c.psi.detect, func(ctx context.Context) { c.psi.sample(ctx, c.deps.Targets()) }, nil)
+	start("cpi", c.cfg.CPI, nil, nil, c.cpi.detect, func(ctx context.Context) { c.cpi.sample(ctx, c.deps.Targets()) }, c.cpi.close)
+	start("runQueue", c.cfg.RunQueue, nil, nil, c.runQueue.detect, func(ctx context.Context) { c.runQueue.sample(ctx, c.deps.Targets()) }, c.runQueue.close)
 
 	<-ctx.Done()
 	wg.Wait()
 	return nil
 }
+
+// SetUsageInterval changes how often the usage source samples, at once, while Run goes on: CPU suppression
+// needs a sample every 500 ms only while it is enabled, and sampling that fast always would double the
+// collectors' idle cost (docs/node-loops.md). Safe for concurrent use.
+func (c *Collector) SetUsageInterval(d time.Duration) error {
+	if d < minInterval {
+		return fmt.Errorf("usage interval %v is below %v", d, minInterval)
+	}
+	if time.Duration(c.usageEvery.Swap(int64(d))) != d {
+		select {
+		case c.usageChanged <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// UsageInterval is the usage source's interval in force.
+func (c *Collector) UsageInterval() time.Duration { return time.Duration(c.usageEvery.Load()) }
 
 // Latest returns the newest usage snapshot, nil until the first interval has passed. Callers must not
 // modify it: the same value is shared with every reader.

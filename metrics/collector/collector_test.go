@@ -152,3 +152,42 @@ func TestNewRejects(t *testing.T) {
 		t.Error("a second collector on the same registry was accepted")
 	}
 }
+
+// TestSetUsageInterval: suppression switched on at run time must get its fast samples at once, not after
+// the slow interval in force has run out.
+func TestSetUsageInterval(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dir := t.TempDir()
+	proc, cg := filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup")
+	fakeProc(t, proc, 1000, 1000, 4_000_000, 3_000_000)
+	fakeV2Root(t, cg)
+	cfg := DefaultConfig()
+	cfg.Usage.Interval = time.Hour
+	cfg.PSI.Enabled, cfg.CPI.Enabled, cfg.RunQueue.Enabled = false, false, false
+	c, err := New(cfg, Deps{ProcRoot: proc, CgroupRoot: cg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetUsageInterval(time.Millisecond); err == nil {
+		t.Error("SetUsageInterval(1ms) accepted an interval below the minimum")
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	if err := c.SetUsageInterval(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		select {
+		case <-c.Updates():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("snapshot %d not taken within 30s of SetUsageInterval(100ms); the hourly interval still ruled", i+1)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
