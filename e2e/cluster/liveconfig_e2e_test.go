@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/tandemkit/tandem/e2e/cluster"
 	"github.com/tandemkit/tandem/e2e/framework"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 )
@@ -29,8 +30,8 @@ import (
 // Koordinator's slo-controller-config, as deploy/slo-controller-config.yaml
 // installs it and every tandem-proxy watches it.
 const (
-	sloNamespace = "koordinator-system"
-	sloName      = "slo-controller-config"
+	sloNamespace = cluster.SLONamespace
+	sloName      = cluster.SLOName
 )
 
 // sloData returns the ConfigMap's data.

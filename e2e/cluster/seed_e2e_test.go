@@ -397,9 +397,9 @@ func TestSeed000(t *testing.T) {
 
 	t.Run("BE gets batch cgroups from its spec", func(t *testing.T) {
 		// No Koordinator annotation carries the batch resources: the
-		// proxy reads them from the pod spec. batch-cpu 500 (milli-cores)
-		// gives shares 500*1024/1000 and a quota of half a period.
-		checkBatchCgroups(t, pods["nginx-be"], 500)
+		// proxy reads them from the pod spec. batch-cpu 100 (milli-cores)
+		// gives shares 100*1024/1000 and a quota of a tenth of a period.
+		checkBatchCgroups(t, pods["nginx-be"], 100)
 	})
 
 	t.Run("kubectl logs, exec and port-forward", func(t *testing.T) {

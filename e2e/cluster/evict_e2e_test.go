@@ -1,0 +1,112 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/tandemkit/tandem/e2e/cluster"
+	"github.com/tandemkit/tandem/metrics/evict"
+)
+
+// TestEvictThroughAPI turns memory eviction on in the slo-controller-config
+// with a threshold the node is always above, with two BE pods on node-a, one
+// of them covered by a PodDisruptionBudget that allows no disruption. node-a's
+// tandem-proxy must evict the other through the Eviction API (its Event shows
+// in `kubectl get events`) and leave the protected one running.
+func TestEvictThroughAPI(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	cs := client(t)
+	orig := maps.Clone(sloData(ctx, t, cs))
+	t.Cleanup(func() { restoreSLO(context.WithoutCancel(ctx), t, cs, orig) })
+
+	const protected, free = "tandem-evict-protected", "tandem-evict-free"
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: protected, Namespace: metav1.NamespaceDefault},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptrIntStr(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": protected}},
+		},
+	}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Delete(context.WithoutCancel(ctx), protected, metav1.DeleteOptions{})
+	})
+	for _, name := range []string{protected, free} {
+		p := sleepPod(name)
+		p.Labels["koordinator.sh/qosClass"] = "BE"
+		p.Spec.PriorityClassName = "koord-batch"
+		p.Spec.NodeName = cluster.NodeA
+		if _, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deletePod(context.WithoutCancel(ctx), t, cs, name) })
+	}
+	freePod := waitPodRunning(ctx, t, cs, free, 2*time.Minute)
+	waitPodRunning(ctx, t, cs, protected, 2*time.Minute)
+	// The PDB controller must have counted the protected pod first, or the
+	// Eviction API would refuse for another reason.
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Get(ctx, protected, metav1.GetOptions{})
+		return err == nil && p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("PodDisruptionBudget %s never counted its pod: %v", protected, err)
+	}
+
+	editSLO(ctx, t, cs, "resource-threshold-config", func(v map[string]any) {
+		cs, _ := v["clusterStrategy"].(map[string]any)
+		if cs == nil {
+			cs = map[string]any{}
+			v["clusterStrategy"] = cs
+		}
+		cs["enable"] = true
+		cs["memoryEvictThresholdPercent"] = 1
+		cs["memoryEvictLowerPercent"] = 0
+	})
+	start := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, free, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && (p.UID != freePod.UID || p.DeletionTimestamp != nil)), nil
+	})
+	if err != nil {
+		t.Fatalf("BE pod %s not evicted a minute after memory eviction was enabled at 1%%: see %s", free, suite.c.Logs(proxyDaemon(cluster.NodeA)))
+	}
+	t.Logf("%s evicted %s after the change", free, time.Since(start).Round(100*time.Millisecond))
+
+	var out []byte
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		out, _ = suite.c.RunKubectl(ctx, "get", "events", "--field-selector", "involvedObject.name="+free+",reason="+evict.EventReason)
+		return strings.Contains(string(out), free), nil
+	})
+	if err != nil {
+		t.Errorf("kubectl get events shows no %s event for %s: %s", evict.EventReason, free, out)
+	} else {
+		t.Logf("kubectl get events:\n%s", out)
+	}
+
+	// The protected pod stays: several evict rounds pass in this window.
+	end := time.Now().Add(15 * time.Second)
+	for time.Now().Before(end) {
+		p, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, protected, metav1.GetOptions{})
+		if err != nil || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			t.Fatalf("pod %s, covered by a PodDisruptionBudget allowing no disruption, was taken down: %v %v", protected, err, p.Status.Phase)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func ptrIntStr(v intstr.IntOrString) *intstr.IntOrString { return &v }
