@@ -37,8 +37,7 @@ func TestManifests(t *testing.T) {
 	sched := serializer.NewCodecFactory(schedScheme, serializer.EnableStrict).UniversalDeserializer()
 
 	var (
-		deploy    *appsv1.Deployment
-		svc       *corev1.Service
+		ds        *appsv1.DaemonSet
 		cm        *corev1.ConfigMap
 		role      *rbacv1.ClusterRole
 		schedCfg  *schedconfigv1.KubeSchedulerConfiguration
@@ -64,10 +63,8 @@ func TestManifests(t *testing.T) {
 				continue
 			}
 			switch o := obj.(type) {
-			case *appsv1.Deployment:
-				deploy = o
-			case *corev1.Service:
-				svc = o
+			case *appsv1.DaemonSet:
+				ds = o
 			case *corev1.ConfigMap:
 				cm = o
 			case *rbacv1.ClusterRole:
@@ -77,21 +74,29 @@ func TestManifests(t *testing.T) {
 			}
 		}
 	}
-	if deploy == nil || svc == nil || cm == nil || role == nil || schedCfg == nil {
-		t.Fatalf("missing manifests among %d documents: deployment %v service %v configmap %v clusterrole %v scheduler config %v",
-			documents, deploy != nil, svc != nil, cm != nil, role != nil, schedCfg != nil)
+	if ds == nil || cm == nil || role == nil || schedCfg == nil {
+		t.Fatalf("missing manifests among %d documents: daemonset %v configmap %v clusterrole %v scheduler config %v",
+			documents, ds != nil, cm != nil, role != nil, schedCfg != nil)
 	}
 
-	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 2 {
-		t.Errorf("deployment replicas = %v, want 2", deploy.Spec.Replicas)
+	// kube-scheduler calls the extender beside it over loopback: the DaemonSet must run where
+	// kube-scheduler does, on the host's network, and listen where the scheduler config points.
+	pod := ds.Spec.Template.Spec
+	if !pod.HostNetwork {
+		t.Error("daemonset: hostNetwork is off, so kube-scheduler cannot reach it on 127.0.0.1")
 	}
-	ctr := deploy.Spec.Template.Spec.Containers[0]
+	if _, ok := pod.NodeSelector["node-role.kubernetes.io/control-plane"]; !ok {
+		t.Errorf("daemonset nodeSelector %v does not pick the control-plane nodes, where kube-scheduler runs", pod.NodeSelector)
+	}
+	ctr := pod.Containers[0]
 	if ctr.ReadinessProbe.HTTPGet.Path != ReadyzPath || ctr.LivenessProbe.HTTPGet.Path != HealthzPath {
 		t.Errorf("probes use %s and %s, want %s and %s", ctr.ReadinessProbe.HTTPGet.Path, ctr.LivenessProbe.HTTPGet.Path, ReadyzPath, HealthzPath)
 	}
-	port := ctr.Ports[0].ContainerPort
-	if svc.Spec.Ports[0].Port != port || !contains(ctr.Args, "--listen=:10262") || port != 10262 {
-		t.Errorf("container port %d, service port %d and --listen disagree", port, svc.Spec.Ports[0].Port)
+	const listen = "127.0.0.1:10262"
+	if !contains(ctr.Args, "--listen="+listen) || ctr.ReadinessProbe.HTTPGet.Host != "127.0.0.1" ||
+		ctr.ReadinessProbe.HTTPGet.Port.IntValue() != 10262 || ctr.Ports[0].ContainerPort != 10262 {
+		t.Errorf("args %v, readiness probe %s:%s and container port %d disagree with %s",
+			ctr.Args, ctr.ReadinessProbe.HTTPGet.Host, ctr.ReadinessProbe.HTTPGet.Port.String(), ctr.Ports[0].ContainerPort, listen)
 	}
 
 	var readsNodes, readsPods bool
@@ -127,8 +132,8 @@ func TestManifests(t *testing.T) {
 		t.Fatalf("extenders = %+v", schedCfg.Extenders)
 	}
 	e := schedCfg.Extenders[0]
-	if !strings.HasSuffix(e.URLPrefix, ":10262") || "/"+e.FilterVerb != FilterPath || "/"+e.PrioritizeVerb != PrioritizePath {
-		t.Errorf("extender %s %s %s does not reach the served paths on port 10262", e.URLPrefix, e.FilterVerb, e.PrioritizeVerb)
+	if e.URLPrefix != "http://"+listen || "/"+e.FilterVerb != FilterPath || "/"+e.PrioritizeVerb != PrioritizePath {
+		t.Errorf("extender %s %s %s does not reach the served paths at http://"+listen, e.URLPrefix, e.FilterVerb, e.PrioritizeVerb)
 	}
 	if !e.NodeCacheCapable || e.Weight <= 0 || e.HTTPTimeout.Duration <= 0 {
 		t.Errorf("extender = %+v, want nodeCacheCapable, a positive weight and httpTimeout", e)
