@@ -341,8 +341,9 @@ func deleteSeed(ctx context.Context, cs kubernetes.Interface) error {
 // checks: the pods run, each with the cpuset the seed prescribes, read from
 // the real cgroup files the way the seed's get_cpuset.sh reads them; kubectl
 // logs, exec and port-forward work; a SIGKILLed tandem-proxy costs no pod a
-// restart and changes no cpuset, and its pools are right at once; deleting
-// the Deployments leaves no exclusive CPU allocated. The steps share the
+// restart and changes no cpuset, and its pools are right at once; so does a
+// containerd restart; deleting the Deployments leaves no exclusive CPU
+// allocated. The steps share the
 // pods, so a failing step ends the test; the clean-up deletes the
 // Deployments whatever happened.
 func TestSeed000(t *testing.T) {
@@ -459,6 +460,47 @@ func TestSeed000(t *testing.T) {
 		}
 		// Streaming calls go through the new processes too.
 		execEcho(ctx, t, pods["nginx-lse"].Name)
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("restart containerd", func(t *testing.T) {
+		nodeName := pods["nginx-lse"].Spec.NodeName
+		before := snapshot(ctx, t, cs)
+		ctrd, err := suite.c.Containerd(ctx, nodeName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldPID := ctrd.PID()
+		if err := ctrd.Restart(ctx); err != nil {
+			t.Fatalf("restart containerd of %s: %v", nodeName, err)
+		}
+		if ctrd.PID() == oldPID {
+			t.Fatalf("containerd of %s: pid unchanged (%d) after restart", nodeName, oldPID)
+		}
+		for _, d := range []string{proxyDaemon(nodeName), kubeletDaemon(nodeName)} {
+			if suite.c.PID(d) == 0 {
+				t.Fatalf("%s died with containerd: see %s", d, suite.c.Logs(d))
+			}
+		}
+		// The proxy is ready again once containerd answers through it.
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node(t, nodeName).ProxyMetrics+"/readyz", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false, nil
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, nil
+		})
+		if err != nil {
+			t.Fatalf("tandem-proxy on %s not ready within a minute of containerd's restart: see %s", nodeName, suite.c.Logs(proxyDaemon(nodeName)))
+		}
+		nodeStaysReady(ctx, t, cs, nodeName, 12*time.Second)
+		sameSnapshots(t, "containerd restart on "+nodeName, before, snapshot(ctx, t, cs))
+		execEcho(ctx, t, pods["nginx-lse"].Name)
+		portForward(ctx, t, pods["nginx-be"].Name)
 	})
 	if t.Failed() {
 		t.FailNow()
