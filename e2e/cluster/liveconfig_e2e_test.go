@@ -158,10 +158,28 @@ func TestLiveConfig(t *testing.T) {
 	const podBatchCPU = 100 // milli-cores; an idle node publishes more
 
 	t.Run("colocation off takes batch capacity off every Node", func(t *testing.T) {
+		// First the reporters must have published (after their warm-up,
+		// metricReportIntervalSeconds), or there is nothing to take off.
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			last = ""
+			for _, name := range suite.c.NodeNames() {
+				n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				if _, ok := batchCPU(n); !ok {
+					last += name + " publishes no batch-cpu; "
+				}
+			}
+			return last == "", nil
+		})
+		if err != nil {
+			t.Fatalf("with colocation on, not every Node has batch capacity within 3 minutes: %s", last)
+		}
 		editSLO(ctx, t, cs, "colocation-config", func(v map[string]any) { v["enable"] = false })
 		start := time.Now()
-		var last string
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 			for _, name := range suite.c.NodeNames() {
 				n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
