@@ -230,3 +230,56 @@ func TestUnescapeMount(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenFile checks the lines kube-apiserver's --token-auth-file gets:
+// each node's identity must be exactly what the Node authorizer and
+// NodeRestriction recognise (user system:node:<name>, group system:nodes),
+// or the nodes' kubelets and proxies would lose their rights or share them.
+func TestTokenFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.csv")
+	users := append(controlPlaneUsers(), nodeUser(NodeA), nodeUser(NodeB))
+	tokens, err := writeTokens(path, users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	byUser := map[string]string{}
+	for _, l := range lines {
+		f := strings.SplitN(l, ",", 4)
+		if len(f) < 3 {
+			t.Fatalf("token line %q: want token,user,uid[,groups]", l)
+		}
+		byUser[f[1]] = l
+	}
+	tests := []struct {
+		key, user, groups string
+	}{
+		{"admin", "admin", `"system:masters"`},
+		{KubeControllerManager, "system:kube-controller-manager", ""},
+		{KubeScheduler, "system:kube-scheduler", ""},
+		{NodeDaemon(Kubelet, NodeA), "system:node:node-a", `"system:nodes"`},
+		{NodeDaemon(Kubelet, NodeB), "system:node:node-b", `"system:nodes"`},
+	}
+	if len(lines) != len(tests) {
+		t.Errorf("%d token lines, want %d:\n%s", len(lines), len(tests), b)
+	}
+	seen := map[string]bool{}
+	for _, tc := range tests {
+		tok := tokens[tc.key]
+		if tok == "" || seen[tok] {
+			t.Errorf("%s: token %q, want a distinct one", tc.key, tok)
+		}
+		seen[tok] = true
+		want := tok + "," + tc.user + "," + tc.user
+		if tc.groups != "" {
+			want += "," + tc.groups
+		}
+		if got := byUser[tc.user]; got != want {
+			t.Errorf("line for %s = %q, want %q", tc.user, got, want)
+		}
+	}
+}
