@@ -5,6 +5,8 @@ package cluster_test
 import (
 	"context"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +31,25 @@ func TestEvictThroughAPI(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
 	cs := client(t)
 	orig := maps.Clone(sloData(ctx, t, cs))
-	t.Cleanup(func() { restoreSLO(context.WithoutCancel(ctx), t, cs, orig) })
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		restoreSLO(ctx, t, cs, orig)
+		// Turning the cluster strategy on turned CPU suppression on too
+		// (the example's cpuset policy): BE must get every CPU back.
+		all := machineCPUs(t).String()
+		for _, n := range suite.c.NodeNames() {
+			f := filepath.Join("/sys/fs/cgroup/cpuset", node(t, n).CgroupRoot, "kubepods", "besteffort", "cpuset.cpus")
+			var got string
+			err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				b, err := os.ReadFile(f)
+				got = strings.TrimSpace(string(b))
+				return err == nil && got == all, nil
+			})
+			if err != nil {
+				t.Errorf("%s: %s is %q 30s after the configuration was restored, want %s", n, f, got, all)
+			}
+		}
+	})
 
 	const protected, free = "tandem-evict-protected", "tandem-evict-free"
 	pdb := &policyv1.PodDisruptionBudget{
