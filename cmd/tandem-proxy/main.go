@@ -268,7 +268,7 @@ func run(ctx context.Context, args []string) error {
 		// Read at the first hook call, after Recover rebuilt the store.
 		Recorded: func() []cpuset.Recorded { return recordedCPUs(srv.Store().Snapshot()) },
 	}
-	cons := &consumers{base: st.policy, deps: policyDeps, colocation: st.colocation, resolved: *st.colocation.Load()}
+	cons := &consumers{base: st.policy, deps: policyDeps, colocation: st.colocation, resolved: *st.colocation.Load(), firstApplied: make(chan struct{})}
 	builtin := cons.builtin(ctx)
 	dispatcher, err := hooks.NewDispatcher(ctx, builtin, reg)
 	if err != nil {
@@ -384,18 +384,6 @@ func startAPI(ctx context.Context, wg *sync.WaitGroup, st settings, client *kube
 		cons.setPodSpecs(ctx, func(d *policy.Deps) { d.BatchResources, d.MemoryRequests = pods, pods })
 	}
 	evictor.set(evict.NewAPIEvictor(client, st.podSpec.NodeName))
-	if rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
-		Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(srv.Store()),
-		Settings: func() slo.ColocationSettings { return st.colocation.Load().Colocation }, Registerer: reg,
-	}); err != nil {
-		logger.Error(err, "Node reporter not started")
-	} else {
-		wg.Go(func() {
-			if err := rep.Run(ctx); err != nil {
-				logger.Error(err, "Node reporter stopped")
-			}
-		})
-	}
 	switch {
 	case fileSource != nil:
 		fileSource.SetClient(client)
@@ -404,10 +392,34 @@ func startAPI(ctx context.Context, wg *sync.WaitGroup, st settings, client *kube
 			source.Deps{Client: client, Apply: cons.apply})
 		if err != nil {
 			logger.Error(err, "slo-controller-config not followed; Koordinator's defaults apply")
-			return
+			// The reporter must not wait for a configuration that will never come.
+			cons.releaseFirst()
+		} else {
+			wg.Go(func() { _ = src.Run(ctx) })
 		}
-		wg.Go(func() { _ = src.Run(ctx) })
 	}
+	rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
+		Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(srv.Store()),
+		Settings: func() slo.ColocationSettings { return st.colocation.Load().Colocation }, Registerer: reg,
+	})
+	if err != nil {
+		logger.Error(err, "Node reporter not started")
+		return
+	}
+	wg.Go(func() {
+		// Publish only what the operator's configuration says (see consumers.firstApplied). A node with
+		// neither a file nor a ConfigMap has its defaults from the start.
+		if fileSource != nil || st.sloConfigMap != "" {
+			select {
+			case <-cons.firstApplied:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err := rep.Run(ctx); err != nil {
+			logger.Error(err, "Node reporter stopped")
+		}
+	})
 }
 
 // collectorConfig starts the collectors at their default pace (usage every second); the consumers switch

@@ -39,6 +39,11 @@ type consumers struct {
 	// source, or one whose API access has not come yet) the policies run Tandem's defaults, base, as
 	// they always did; from then on what the source says, where an absent section means Koordinator's.
 	configured bool
+	// firstApplied is closed when the first configuration arrives (nil: nobody waits for it). The
+	// reporter waits for it: deciding on the defaults meanwhile (colocation off) would take batch
+	// capacity off the Node at every restart until the ConfigMap's copy came in.
+	firstApplied chan struct{}
+	firstOnce    sync.Once
 	// col is told how often to sample usage: suppression and eviction react on each sample.
 	col     *collector.Collector
 	sup     *suppress.Loop
@@ -71,11 +76,21 @@ func (c *consumers) rebuild(ctx context.Context) {
 	}
 }
 
+// releaseFirst lets those waiting for the first configuration go: it came, or none will.
+func (c *consumers) releaseFirst() {
+	c.firstOnce.Do(func() {
+		if c.firstApplied != nil {
+			close(c.firstApplied)
+		}
+	})
+}
+
 // apply is the config source's Apply.
 func (c *consumers) apply(ctx context.Context, u source.Update) {
 	logger := klog.FromContext(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.releaseFirst()
 	c.resolved, c.configured = u.Resolved, true
 	c.colocation.Store(&u.Resolved)
 	c.rebuild(ctx)

@@ -373,6 +373,14 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 	degrade := time.Duration(settings.DegradeTimeMinutes) * time.Minute
 	fresh := !newest.IsZero() && now.Sub(newest) <= degrade
 	want := desired{present: settings.Enable}
+	if newest.IsZero() {
+		// No sample since this process started: nothing is known, so what the Node says (an earlier
+		// run's figures, which the extender ages by their updateTime) stays until the warm-up has
+		// passed, instead of batch 0 taking the capacity off the Node at every restart. Removing batch
+		// resources needs no history.
+		want.warming = settings.Enable
+		return want
+	}
 	if !fresh {
 		return want // batch 0 if enabled, absent if not; the annotation ages
 	}
@@ -385,6 +393,10 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 	if warmup == 0 {
 		warmup = interval
 	}
+	// The estimator keeps only the aggregation window's samples, so its history never spans the whole
+	// window: a warm-up as long as the window (metricAggregateDurationSeconds equal to
+	// metricReportIntervalSeconds, 60 s each) would never end and batch capacity would never be published.
+	warmup = min(warmup, r.estConfig.Window/2)
 	// Removing batch resources needs no history; publishing them does.
 	want.warming = settings.Enable && r.est.Span() < warmup
 	if settings.Enable {

@@ -355,12 +355,51 @@ func TestWarmup(t *testing.T) {
 		t.Errorf("reclaimable cpu gauge = %v", v)
 	}
 
+	// An aggregation window no longer than the warm-up: the estimator never holds a whole window of
+	// history, so the warm-up is cut to half the window instead of never ending.
+	short := seed004(t, true)
+	short.MetricAggregateDurationSeconds = short.MetricReportIntervalSeconds
+	h3 := newHarness(t, short, testNode())
+	h3.r.cfg.Warmup = 0
+	got = h3.run(90*time.Second, steady)
+	if want := time.Duration(short.MetricAggregateDurationSeconds) * time.Second / 2; !slices.Equal(got["status"], []time.Duration{want}) {
+		t.Errorf("window %ds: status patched at %v, want once, at %v", short.MetricAggregateDurationSeconds, got["status"], want)
+	}
+
 	// Disabled colocation is applied at once: removing needs no history.
 	h2 := newHarness(t, seed004(t, false), testNode())
 	h2.r.cfg.Warmup = 0
 	h2.setSample(steady.sample(t0))
 	if p := h2.step(); len(p) != 2 {
 		t.Errorf("disabled: %d patches at the first sample, want 2", len(p))
+	}
+}
+
+// TestRestartKeepsPublishedCapacity: a reporter that has no sample yet (tandem-proxy just restarted)
+// leaves the batch capacity an earlier run published on the Node, instead of taking it off until its
+// warm-up has passed; BE pods keep being placed meanwhile.
+func TestRestartKeepsPublishedCapacity(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	h.run(10*time.Second, steady)
+	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU {
+		t.Fatalf("first run published batch cpu %d, want %d", c, steadyBatchCPU)
+	}
+
+	// The restarted process: same Node, same settings, no sample for a while.
+	h2 := newHarness(t, seed004(t, true), h.node())
+	for i := 0; i < 30; i++ {
+		if p := h2.step(); len(p) != 0 {
+			t.Fatalf("%v without a sample: %d patches (%s), want none", h2.clock.Now().Sub(t0), len(p), p[0].GetPatch())
+		}
+		h2.clock.Step(time.Second)
+	}
+	if c, _, ac, _ := batch(h2.node()); c != steadyBatchCPU || ac != steadyBatchCPU {
+		t.Fatalf("batch cpu %d, allocatable %d on the Node before the first sample, want the earlier %d kept", c, ac, steadyBatchCPU)
+	}
+	h2.run(5*time.Second, steady)
+	if c, _, _, _ := batch(h2.node()); c != steadyBatchCPU {
+		t.Fatalf("batch cpu %d after samples came, want %d", c, steadyBatchCPU)
 	}
 }
 
