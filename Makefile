@@ -39,7 +39,7 @@ deps:
 	bash hack/install-deps.sh
 
 ## test: everything CI runs: lint, unit tests with the race detector, e2e against real containerd (tier 1)
-## and against a real single-node Kubernetes cluster whose kubelet runs through tandem-proxy (tier 2)
+## and against a real two-node Kubernetes cluster with Tandem installed as docs/install.md says (tier 2)
 test: deps lint unit e2e e2e-cluster
 
 lint:
@@ -55,7 +55,7 @@ unit:
 e2e:
 	$(GO) test -tags e2e $(E2E_FLAGS) -v ./e2e/
 
-# Tier 2: a real single-node Kubernetes cluster whose kubelet runs through tandem-proxy. Its code is
+# Tier 2: a real two-node Kubernetes cluster whose kubelets run through tandem-proxy. Its code is
 # e2e/cluster, a Go module of its own so that Tandem's go.mod never carries k8s.io/kubernetes;
 # GOFLAGS=-mod=mod because that module replaces Tandem with ../.., so a module Tandem's go.mod
 # gains must not stop it.
@@ -79,7 +79,7 @@ cluster-unit:
 	$(CLUSTER_GO) vet -tags e2e ./...
 	$(CLUSTER_GO) test -race -count=1 . ./cmd/...
 
-## e2e-cluster: tier 2, seed 000 through kubelet -> tandem-proxy -> containerd, per flavor (root)
+## e2e-cluster: tier 2, a two-node cluster with Tandem installed as docs/install.md says and issue 12's tests, per flavor (root)
 e2e-cluster: cluster-unit
 	@# The one-time Kubernetes build (minutes) runs here, outside the tests' -timeout.
 	$(CLUSTER_GO) run ./cmd/cluster build
