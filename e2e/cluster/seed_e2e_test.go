@@ -201,10 +201,12 @@ func proxyOKCalls(ctx context.Context, t *testing.T, nodeName string) map[string
 	return out
 }
 
-// nodeStaysReady polls the node for d and fails if it is ever not Ready.
+// nodeStaysReady polls the node for d and fails if it is ever not Ready, or if the batch capacity it
+// published when the window began leaves it.
 func nodeStaysReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, nodeName string, d time.Duration) {
 	t.Helper()
 	end := time.Now().Add(d)
+	published := int64(-1) // batch-cpu at the start, -1 if the node published none
 	for time.Now().Before(end) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
@@ -216,6 +218,15 @@ func nodeStaysReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 					t.Fatalf("node turned %s: %s: %s", c.Status, c.Reason, c.Message)
 				}
 			}
+		}
+		// Batch capacity stays too: taking it off the Node, even for one report interval, leaves
+		// batch pods Pending meanwhile.
+		v, ok := batchCPU(n)
+		switch {
+		case published < 0 && ok && v > 0:
+			published = v
+		case published > 0 && (!ok || v == 0):
+			t.Fatalf("%s: batch-cpu %d (published: %v) on the Node, which published %d when the window began", nodeName, v, ok, published)
 		}
 		time.Sleep(time.Second)
 	}
@@ -427,6 +438,11 @@ func TestSeed000(t *testing.T) {
 			before := snapshot(ctx, t, cs)
 			var poolsBefore pools
 			proxyJSON(ctx, t, nodeName, "/debug/pools", &poolsBefore)
+			nodeBefore, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			batchBefore, _ := batchCPU(nodeBefore)
 			oldPID := suite.c.PID(proxyDaemon(nodeName))
 			if err := suite.c.KillDaemon(ctx, proxyDaemon(nodeName)); err != nil {
 				t.Fatalf("SIGKILL tandem-proxy on %s: %v", nodeName, err)
@@ -454,6 +470,13 @@ func TestSeed000(t *testing.T) {
 			// Two node status updates (every 5s) and a runtime status
 			// check happen in this window.
 			nodeStaysReady(ctx, t, cs, nodeName, 12*time.Second)
+			// The restarted reporter has no history yet; the Node keeps what the killed one published
+			// instead of losing its batch capacity until the new one's warm-up has passed.
+			if nodeAfter, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
+				t.Fatal(err)
+			} else if v, ok := batchCPU(nodeAfter); batchBefore > 0 && (!ok || v == 0) {
+				t.Errorf("%s: batch-cpu %d (published: %v) after the restart, %d before: the restart took batch capacity off the Node", nodeName, v, ok, batchBefore)
+			}
 			after := snapshot(ctx, t, cs)
 			sameSnapshots(t, "SIGKILL of tandem-proxy on "+nodeName, before, after)
 			checkSeedCPUSets(ctx, t, runningSeedPods(ctx, t, cs, time.Minute))
