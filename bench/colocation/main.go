@@ -1,0 +1,179 @@
+// Command colocation measures what colocation costs a latency-sensitive (LS) service and what it
+// gives batch (BE) work, on real containerd, with and without tandem-proxy in front (issue 13).
+//
+// An LS pod (Burstable, 500m) serves HTTP, burning 0.2 ms of CPU per request (-work, on its thread's CPU clock). A second
+// LS pod runs the load client, which sends requests open-loop at a fixed rate (-light, -heavy) and
+// measures each latency from the request's intended send time, so a stalled client or server cannot
+// hide its queue (no coordinated omission). Next to them run -be CPU-bound BE pods (one spinning shell
+// each). Each setting is measured at both loads, for -duration, in -rounds interleaved rounds whose
+// order rotates so that noise lands on all:
+//
+//	solo            the LS pods alone (the baseline of every ratio, measured in the same round)
+//	plain           BE pods created on containerd directly, as kubelet makes BestEffort pods without Tandem
+//	tandem          through tandem-proxy with its default policies
+//	tandem-cpuset   through tandem-proxy, cpuset suppression at -suppress-threshold percent
+//	tandem-cfsquota through tandem-proxy, cfsQuota suppression at -suppress-threshold percent
+//
+// The host view measures the same with the load client as a process in the bench's own cgroup (the
+// root cgroup when run from a root shell, where node daemons such as kubelet live), at -host-rate;
+// and times -pod-starts pod starts (RunPodSandbox + CreateContainer + StartContainer, kubelet's work
+// for a new pod) through the setting's runtime endpoint while BE runs.
+//
+// Pods are created through the CRI as kubelet creates them, under a private cgroup root
+// (/tdm-coloc-<pid>/kubepods/...): the host's /kubepods is never touched. Everything the run creates
+// (containers, cgroups, containerd's directory, proxies) is removed at the end, also on Ctrl-C.
+// The bench reports and does not judge: it exits 0 whatever the figures, printing the issue's
+// targets beside them. docs/performance.md explains the figures.
+//
+//	go run ./bench/colocation [-duration 20s] [-rounds 2] [-json out.json]
+//
+// Run as "colocation serve ..." or "colocation load ..." the binary is the LS service or the load
+// client; the bench starts itself that way, built static, inside the pods.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/e2e/framework"
+)
+
+// The settings, in the order of the first round.
+const (
+	settingPlain    = "plain"
+	settingTandem   = "tandem"
+	settingCPUSet   = "tandem-cpuset"
+	settingCFSQuota = "tandem-cfsquota"
+)
+
+var allSettings = []string{settingSolo, settingPlain, settingTandem, settingCPUSet, settingCFSQuota}
+
+type options struct {
+	flavor            string
+	duration, warmup  time.Duration
+	settle            time.Duration
+	rounds            int
+	light, heavy      float64
+	hostRate          float64
+	be                int
+	work              time.Duration
+	suppressThreshold int
+	podStarts         int
+	settings          []string
+	jsonPath          string
+	proxyBinary       string
+	workDir           string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one kills at once.
+		<-ctx.Done()
+		stop()
+	}()
+	var err error
+	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "load") {
+		err = agentMain(ctx, os.Args[1], os.Args[2:])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+
+	var o options
+	// The standard flag package, so that -duration 5s and --duration 5s both work.
+	fs := flag.NewFlagSet("colocation", flag.ExitOnError)
+	fs.StringVar(&o.flavor, "flavor", framework.Flavor16, "containerd to run: "+framework.Flavor16+" (Debian) or "+framework.Flavor2+" (v2.4.2 built from source)")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "measured time of each cell (a setting at a load)")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "load sent before each measured window, not counted")
+	fs.DurationVar(&o.settle, "settle", 3*time.Second, "wait after the BE pods start, before measuring (suppression needs a few usage samples)")
+	fs.IntVar(&o.rounds, "rounds", 2, "interleaved rounds; the order of the settings rotates from one to the next")
+	fs.Float64Var(&o.light, "light", 400, "light LS load, requests per second")
+	fs.Float64Var(&o.heavy, "heavy", 1200, "heavy LS load, requests per second")
+	fs.Float64Var(&o.hostRate, "host-rate", 400, "load of the host view's client, requests per second (0 skips the host view)")
+	fs.IntVar(&o.be, "be", 3, "BE pods, each one spinning shell")
+	fs.DurationVar(&o.work, "work", 200*time.Microsecond, "CPU time the LS service burns per request (measured on the serving thread's own clock)")
+	fs.IntVar(&o.suppressThreshold, "suppress-threshold", 65, "cpuSuppressThresholdPercent of the suppression settings")
+	fs.IntVar(&o.podStarts, "pod-starts", 5, "pod starts timed per setting and round (0 skips them)")
+	settings := fs.String("settings", strings.Join(allSettings, ","), "comma-separated settings to measure (solo is always measured: it is the baseline)")
+	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
+	fs.StringVar(&o.proxyBinary, "proxy-binary", "", "use this tandem-proxy binary instead of building ./cmd/tandem-proxy")
+	fs.StringVar(&o.workDir, "work-dir", os.TempDir(), "where the run's private directory is created (keep it short: unix socket paths must stay under 108 bytes)")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	o.settings = strings.Split(*settings, ",")
+	ctx = klog.NewContext(ctx, klog.Background())
+
+	err = runBench(ctx, o)
+	klog.Flush()
+	if err != nil && ctx.Err() != nil {
+		klog.InfoS("Benchmark interrupted; everything it started is removed", "err", err)
+		klog.Flush()
+		os.Exit(130)
+	}
+	if err != nil {
+		klog.ErrorS(err, "Benchmark failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if o.flavor != framework.Flavor16 && o.flavor != framework.Flavor2 {
+		errs = append(errs, fmt.Errorf("-flavor %q: use %s or %s", o.flavor, framework.Flavor16, framework.Flavor2))
+	}
+	if o.duration < time.Second || o.rounds < 1 || o.light <= 0 || o.heavy <= 0 || o.be < 1 {
+		errs = append(errs, errors.New("-duration must be at least 1s, -rounds, -be, -light and -heavy at least 1"))
+	}
+	if o.suppressThreshold < 1 || o.suppressThreshold > 100 {
+		errs = append(errs, fmt.Errorf("-suppress-threshold %d: a percentage in 1..100", o.suppressThreshold))
+	}
+	for _, s := range o.settings {
+		if !slices.Contains(allSettings, s) {
+			errs = append(errs, fmt.Errorf("-settings: unknown %q: use %s", s, strings.Join(allSettings, ", ")))
+		}
+	}
+	if !slices.Contains(o.settings, settingSolo) {
+		o.settings = append([]string{settingSolo}, o.settings...)
+	}
+	if os.Geteuid() != 0 {
+		errs = append(errs, errors.New("runs a private containerd and creates cgroups: run as root"))
+	}
+	return errors.Join(errs...)
+}
+
+// agentMain runs the binary as the LS service or the load client.
+func agentMain(ctx context.Context, mode string, args []string) error {
+	fs := flag.NewFlagSet(mode, flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8080", "serve: listen address")
+	work := fs.Duration("work", 200*time.Microsecond, "serve: CPU burnt per request")
+	url := fs.String("url", "", "load: URL to GET")
+	rate := fs.Float64("rate", 400, "load: requests per second")
+	warmup := fs.Duration("warmup", time.Second, "load: unmeasured lead-in")
+	d := fs.Duration("duration", 20*time.Second, "load: measured time")
+	timeout := fs.Duration("timeout", 5*time.Second, "load: per-request timeout")
+	out := fs.String("out", "", "load: result file (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if mode == "serve" {
+		return serveMain(ctx, *addr, *work)
+	}
+	if *url == "" || *out == "" {
+		return errors.New("load needs -url and -out")
+	}
+	return loadMain(ctx, *url, *rate, *warmup, *d, *timeout, *out)
+}

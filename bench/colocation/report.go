@@ -1,0 +1,259 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tandemkit/tandem/bench/internal/quantile"
+)
+
+// Views: whose latency is measured.
+const (
+	viewPod  = "pod"  // the load client is an LS peer pod (a client elsewhere, modelled on this node)
+	viewHost = "host" // the load client is a process in the bench's own cgroup, as node daemons are
+)
+
+// settingSolo is the baseline every ratio is taken against: the LS service and its client alone.
+const settingSolo = "solo"
+
+// The issue's targets, printed beside the figures (the bench reports; it does not judge).
+const (
+	targetP99Ratio     = 1.10
+	targetP999Ratio    = 1.5
+	targetIdleFilled   = 0.80
+	targetHostP99Ratio = 1.5
+)
+
+// cell is one measurement: a view, a load and a setting, in one round.
+type cell struct {
+	Round   int     `json:"round"`
+	View    string  `json:"view"`
+	Rate    float64 `json:"rate"`
+	Setting string  `json:"setting"`
+
+	Sent     int     `json:"sent"`
+	Failed   int     `json:"failed"`
+	P50Ms    float64 `json:"p50Ms"`
+	P99Ms    float64 `json:"p99Ms"`
+	P999Ms   float64 `json:"p999Ms"`
+	MaxLagMs float64 `json:"maxLagMs"` // the client's worst lateness in sending (part of the latencies)
+
+	// P99Ratio and P999Ratio are to the solo cell of the same round, view and rate (0 for solo itself
+	// or when solo is missing).
+	P99Ratio  float64 `json:"p99Ratio"`
+	P999Ratio float64 `json:"p999Ratio"`
+
+	// LSCores is the CPU the LS side used over the window: the service's pod and the client (its pod,
+	// or its process in the host view), in cores. BECores is the BE pods' CPU over the same window.
+	LSCores float64 `json:"lsCores"`
+	BECores float64 `json:"beCores"`
+	// IdleFilled is BECores / (capacity − LSCores of the same round's solo cell): how much of the
+	// CPU the LS side leaves idle when alone went to BE. 1 = all of it.
+	IdleFilled float64 `json:"idleFilled"`
+}
+
+// podStarts is the kubelet-like work of one setting in one round: RunPodSandbox + CreateContainer +
+// StartContainer of a one-container pod through the runtime endpoint the setting uses.
+type podStarts struct {
+	Round   int       `json:"round"`
+	Setting string    `json:"setting"`
+	Ms      []float64 `json:"ms"`
+	P50Ms   float64   `json:"p50Ms"`
+	MaxMs   float64   `json:"maxMs"`
+	Ratio   float64   `json:"p50Ratio"` // to solo's p50 in the same round
+}
+
+// report is the whole run, as -json writes it.
+type report struct {
+	Date       time.Time   `json:"date"`
+	Flavor     string      `json:"flavor"`
+	Capacity   float64     `json:"capacityCores"`
+	Duration   string      `json:"duration"`
+	Rounds     int         `json:"rounds"`
+	WorkUs     float64     `json:"workUsPerRequest"`
+	HostCgroup string      `json:"hostClientCgroup"`
+	Load       string      `json:"loadAverageAfter"`
+	Cells      []cell      `json:"cells"`
+	PodStarts  []podStarts `json:"podStarts"`
+}
+
+// fillCell sets a cell's latency figures from a client's result.
+func fillCell(c *cell, r loadResult) {
+	ds := make([]time.Duration, len(r.LatencyUs))
+	for i, us := range r.LatencyUs {
+		ds[i] = time.Duration(us) * time.Microsecond
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	c.Sent, c.Failed = r.Sent, r.Failed
+	c.P50Ms = ms(quantile.Nearest(ds, 0.50))
+	c.P99Ms = ms(quantile.Nearest(ds, 0.99))
+	c.P999Ms = ms(quantile.Nearest(ds, 0.999))
+	c.MaxLagMs = float64(r.MaxLagUs) / 1000
+}
+
+// idleFilled is the share of the CPU left idle by LS that BE filled: beCores / (capacity −
+// lsSoloCores). With no idle CPU at all it is 0.
+func idleFilled(beCores, capacity, lsSoloCores float64) float64 {
+	idle := capacity - lsSoloCores
+	if idle <= 0 {
+		return 0
+	}
+	return beCores / idle
+}
+
+func ratio(v, base float64) float64 {
+	if base <= 0 {
+		return 0
+	}
+	return v / base
+}
+
+// relate fills every cell's ratios and idle share from the solo cell of the same round, view and
+// rate, and every pod-start ratio from solo's of the same round.
+func relate(cells []cell, starts []podStarts, capacity float64) {
+	solo := func(c cell) (cell, bool) {
+		for _, s := range cells {
+			if s.Setting == settingSolo && s.Round == c.Round && s.View == c.View && s.Rate == c.Rate {
+				return s, true
+			}
+		}
+		return cell{}, false
+	}
+	for i := range cells {
+		c := &cells[i]
+		s, ok := solo(*c)
+		if !ok || c.Setting == settingSolo {
+			continue
+		}
+		c.P99Ratio, c.P999Ratio = ratio(c.P99Ms, s.P99Ms), ratio(c.P999Ms, s.P999Ms)
+		c.IdleFilled = idleFilled(c.BECores, capacity, s.LSCores)
+	}
+	for i := range starts {
+		for _, s := range starts {
+			if s.Setting == settingSolo && s.Round == starts[i].Round && starts[i].Setting != settingSolo {
+				starts[i].Ratio = ratio(starts[i].P50Ms, s.P50Ms)
+			}
+		}
+	}
+}
+
+// summarize fills a podStarts' p50 and max from its samples.
+func summarize(p *podStarts) {
+	ds := make([]time.Duration, len(p.Ms))
+	for i, ms := range p.Ms {
+		ds[i] = time.Duration(ms * float64(time.Millisecond))
+	}
+	p.P50Ms = float64(quantile.Nearest(ds, 0.5)) / float64(time.Millisecond)
+	p.MaxMs = float64(quantile.Nearest(ds, 1)) / float64(time.Millisecond)
+}
+
+func fmtRatio(r float64) string {
+	if r == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+// writeTables prints the run: the definitions and targets, one table per round, and a summary
+// across rounds shaped like the issue's table.
+func writeTables(w io.Writer, rep report) {
+	fmt.Fprintf(w, "colocation bench: containerd %s, %.0f CPUs, %s per cell, %d round(s), %.0f µs of CPU per request\n",
+		rep.Flavor, rep.Capacity, rep.Duration, rep.Rounds, rep.WorkUs)
+	fmt.Fprintf(w, "latency from each request's intended send time (open loop); ratios are to solo in the same round\n")
+	fmt.Fprintf(w, "idle filled = BE cores / (capacity - LS-side cores of solo at that load): the share of the CPU LS leaves idle that BE used\n")
+	fmt.Fprintf(w, "view pod: the client is an LS peer pod; view host: the client is a process in the bench's cgroup (%s)\n", rep.HostCgroup)
+	fmt.Fprintf(w, "targets (issue 13): p99 <= %.2fx solo, p99.9 <= %.1fx solo, idle filled >= %.0f%%, host p99 <= %.1fx solo\n\n",
+		targetP99Ratio, targetP999Ratio, targetIdleFilled*100, targetHostP99Ratio)
+
+	for r := 1; r <= rep.Rounds; r++ {
+		fmt.Fprintf(w, "round %d\n", r)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "view\tload rps\tsetting\tp50 ms\tp99 ms\tp99.9 ms\tp99/solo\tp99.9/solo\tLS cores\tBE cores\tidle filled\tfailed\tmax lag ms\t")
+		for _, c := range rep.Cells {
+			if c.Round != r {
+				continue
+			}
+			filled := "-"
+			if c.Setting != settingSolo {
+				filled = fmt.Sprintf("%.0f%%", c.IdleFilled*100)
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.2f\t%s\t%d/%d\t%.1f\t\n",
+				c.View, c.Rate, c.Setting, c.P50Ms, c.P99Ms, c.P999Ms, fmtRatio(c.P99Ratio), fmtRatio(c.P999Ratio),
+				c.LSCores, c.BECores, filled, c.Failed, c.Sent, c.MaxLagMs)
+		}
+		_ = tw.Flush()
+		if slices.ContainsFunc(rep.PodStarts, func(p podStarts) bool { return p.Round == r }) {
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "pod start (run+create+start)\tsetting\tp50 ms\tmax ms\tp50/solo\t")
+			for _, p := range rep.PodStarts {
+				if p.Round == r {
+					fmt.Fprintf(tw, "\t%s\t%.0f\t%.0f\t%s\t\n", p.Setting, p.P50Ms, p.MaxMs, fmtRatio(p.Ratio))
+				}
+			}
+			_ = tw.Flush()
+		}
+		fmt.Fprintln(w)
+	}
+	writeSummary(w, rep)
+}
+
+// span formats the range of vs as "a-b" (or "a" when they agree to the precision shown).
+func span(vs []float64, format string) string {
+	if len(vs) == 0 {
+		return "-"
+	}
+	lo, hi := slices.Min(vs), slices.Max(vs)
+	a, b := fmt.Sprintf(format, lo), fmt.Sprintf(format, hi)
+	if a == b {
+		return a
+	}
+	return a + "-" + b
+}
+
+// writeSummary prints, per view, load and setting, the ranges over the rounds.
+func writeSummary(w io.Writer, rep report) {
+	type key struct {
+		view, setting string
+		rate          float64
+	}
+	var order []key
+	groups := map[key][]cell{}
+	for _, c := range rep.Cells {
+		if c.Setting == settingSolo {
+			continue
+		}
+		k := key{c.View, c.Setting, c.Rate}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], c)
+	}
+	slices.SortStableFunc(order, func(a, b key) int {
+		if a.view != b.view {
+			return strings.Compare(b.view, a.view) // pod first
+		}
+		if a.rate != b.rate {
+			return int(a.rate - b.rate)
+		}
+		return 0
+	})
+	fmt.Fprintf(w, "summary over %d round(s): ranges\n", rep.Rounds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "view\tload rps\tsetting\tp99 vs solo\tp99.9 vs solo\tBE cores\tof the idle CPU\t")
+	for _, k := range order {
+		var p99, p999, be, filled []float64
+		for _, c := range groups[k] {
+			p99, p999, be, filled = append(p99, c.P99Ratio), append(p999, c.P999Ratio), append(be, c.BECores), append(filled, c.IdleFilled*100)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s%%\t\n", k.view, k.rate, k.setting,
+			span(p99, "%.2f"), span(p999, "%.2f"), span(be, "%.2f"), span(filled, "%.0f"))
+	}
+	_ = tw.Flush()
+	if rep.Load != "" {
+		fmt.Fprintf(w, "load average after the run: %s\n", rep.Load)
+	}
+}
