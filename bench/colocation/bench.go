@@ -119,9 +119,17 @@ func runBench(ctx context.Context, o options) (retErr error) {
 		}
 		keepDir = false
 	}()
-	if b.direct, _, err = framework.NewCRIClients(ctx, b.ctrd.Endpoint); err != nil {
+	direct, images, err := framework.NewCRIClients(ctx, b.ctrd.Endpoint)
+	if err != nil {
 		return err
 	}
+	b.direct = direct
+	defer func() {
+		cctx, cancel := cleanupCtx()
+		defer cancel()
+		_ = direct.Close(cctx)
+		_ = images.Close(cctx)
+	}()
 	// The QoS parents as kubelet sets them: kubepods weighs the node's capacity (1024 shares per CPU)
 	// against the processes outside it, BestEffort gets the minimum weight, Burstable the sum of its
 	// pods' requests (the two LS pods). The private root gets kubepods' weight too, so that it stands
@@ -232,9 +240,12 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 				retErr = errors.Join(retErr, fmt.Errorf("stop tandem-proxy (exit %d, log %s): %w", code, p.LogPath, err))
 			}
 		}()
-		if rs, _, err = framework.NewCRIClients(ctx, p.Endpoint); err != nil {
+		viaProxy, images, err := framework.NewCRIClients(ctx, p.Endpoint)
+		if err != nil {
 			return err
 		}
+		defer func() { _ = viaProxy.Close(cctx); _ = images.Close(cctx) }()
+		rs = viaProxy
 	}
 	var pods []pod
 	defer func() {
