@@ -99,7 +99,7 @@ bench: bench-unit
 	-$(GO) run ./bench/extender
 
 ## bench-colocation: LS latency and BE throughput, solo and colocated, with and without Tandem (root;
-## about 15 minutes at the defaults). COLOCATION_FLAGS passes flags, e.g. "-duration 5s -rounds 1".
+## about 12 minutes at the defaults). COLOCATION_FLAGS passes flags, e.g. "-duration 5s -rounds 1".
 .PHONY: bench-colocation
 bench-colocation:
 	$(GO) run ./bench/colocation $(COLOCATION_FLAGS)
