@@ -95,6 +95,7 @@ type Source struct {
 	last     *slo.Config
 	reported map[string]bool // event keys already raised: one Event per distinct refusal
 	missing  bool            // the ConfigMap's absence was logged
+	fileRead string          // hash of the file's content last read, so an unchanged file is not applied again
 }
 
 // New checks cfg. A ConfigMap source needs a Client and a NodeName.
@@ -237,7 +238,7 @@ func (s *Source) runFile(ctx context.Context) error {
 		defer w.Close()
 		err = w.Add(filepath.Dir(s.cfg.File))
 	}
-	s.reloadFile(ctx)
+	s.reloadFile(ctx, true)
 	if err != nil {
 		// Not fatal: the configuration read at start stays in force.
 		logger.Error(err, "slo-config not watched; changes need a restart")
@@ -251,23 +252,34 @@ func (s *Source) runFile(ctx context.Context) error {
 			return nil
 		case err := <-w.Errors:
 			logger.Error(err, "Watching slo-config")
-		case <-w.Events:
-			debounce = time.After(s.cfg.Debounce)
+		case ev := <-w.Events:
+			// Only the file and kubelet's ..data symlink (swapped when a mounted ConfigMap changes): other
+			// files in the directory, a log beside it say, must not reload the configuration.
+			if name := filepath.Base(ev.Name); name == filepath.Base(s.cfg.File) || name == "..data" {
+				debounce = time.After(s.cfg.Debounce)
+			}
 		case <-debounce:
-			s.reloadFile(ctx)
+			s.reloadFile(ctx, false)
 		case <-s.kick:
-			s.reloadFile(ctx)
+			s.reloadFile(ctx, true)
 		}
 	}
 }
 
-func (s *Source) reloadFile(ctx context.Context) {
+// reloadFile reads the file and applies it; unless force, only when its content changed since the last
+// read (an editor's save, a touch or a rewrite with the same bytes changes nothing).
+func (s *Source) reloadFile(ctx context.Context, force bool) {
 	logger := klog.FromContext(ctx)
 	onNode := func(key, msg string) *corev1.Event {
 		// Node events live in the default namespace, where kubelet records its own.
 		return event(metav1.NamespaceDefault, metav1.ObjectMeta{Name: s.cfg.NodeName}, "Node", s.cfg.NodeName, msg)
 	}
 	raw, err := os.ReadFile(s.cfg.File)
+	if h := hash(raw); err == nil && !force && h == s.fileRead {
+		return
+	} else if err == nil {
+		s.fileRead = h
+	}
 	var cfg *slo.Config
 	if err == nil {
 		cfg, err = slo.ParseFile(raw)

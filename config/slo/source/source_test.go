@@ -182,6 +182,18 @@ func TestFile(t *testing.T) {
 	await(t, ch, "the fixed file applies", func(u Update) bool {
 		return u.Resolved.CPUBurst.Policy == slo.CPUBurstAuto && !u.Resolved.ResourceThreshold.Enable
 	})
+
+	// Another file in the directory (tandem-proxy's log, say) changing all the time, and the file
+	// rewritten with the same bytes: nothing to apply.
+	neighbour := filepath.Join(filepath.Dir(path), "proxy.log")
+	for i := range 10 {
+		if err := os.WriteFile(neighbour, []byte(strings.Repeat("x", i+1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	write("cpu-burst-config: '" + burst + "'\n")
+	quiet(t, ch, 300*time.Millisecond, "only a neighbour changed and the file's content did not")
 }
 
 func TestNewRefuses(t *testing.T) {
