@@ -267,6 +267,8 @@ func run(ctx context.Context, args []string) error {
 		},
 		// Read at the first hook call, after Recover rebuilt the store.
 		Recorded: func() []cpuset.Recorded { return recordedCPUs(srv.Store().Snapshot()) },
+		// One state for every cpuset hook a configuration change rebuilds.
+		CPUSetState: cpuset.NewState(),
 	}
 	cons := &consumers{base: st.policy, deps: policyDeps, colocation: st.colocation, resolved: *st.colocation.Load(), firstApplied: make(chan struct{})}
 	builtin := cons.builtin(ctx)

@@ -64,6 +64,9 @@ type Deps struct {
 	BEQuotaCeiling func() (cgroup.CPUMax, bool)
 	// Recorded lists the exclusive allocations running containers held before a restart.
 	Recorded func() []cpuset.Recorded
+	// CPUSetState is the cpuset policy's state, shared by the hooks each rebuild makes; nil gives each
+	// hook its own (tests that build once).
+	CPUSetState *cpuset.State
 	// MemoryRequests gives memory requests from the pod spec; optional.
 	MemoryRequests memoryqos.Requests
 	// ResctrlRoot is the resctrl mount ("" = /sys/fs/resctrl); ResctrlPIDs lists a container's tasks,
@@ -118,7 +121,7 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 			if deps.CPUs == nil {
 				return nil, fmt.Errorf("no CPU topology: %w", hooks.ErrSkip)
 			}
-			return cpuset.New(deps.CPUs, deps.PoolsChanged, deps.Recorded)
+			return cpuset.New(deps.CPUs, deps.PoolsChanged, deps.Recorded, deps.CPUSetState)
 		}},
 		// A pod-spec lookup may wait for a lagging informer and then GET once: room beyond the default timeout.
 		{Name: batchresource.Name, Order: 300, Timeout: 3 * time.Second, New: func() (hooks.Hook, error) {

@@ -40,15 +40,27 @@ type CPUSet struct {
 	alloc *alloc.Allocator
 	// poolsChanged is told whenever exclusive CPUs were taken or given back.
 	poolsChanged func()
-	// recorded is read once, at the first call, when the proxy's store has been rebuilt.
+	// recorded is read once per State, at the first call, when the proxy's store has been rebuilt.
 	recorded func() []Recorded
-	restore  sync.Once
+	*State
+}
+
+// State is what the policy keeps across rebuilds of its hook: tandem-proxy builds a new hook at every
+// configuration change, and the allocations and the containers using them must outlive it. Were they
+// the hook's own, each rebuilt hook would restore the recorded allocations again from a later snapshot
+// of the store, which can still hold a container whose allocation was just released, and bring that
+// allocation back for good.
+type State struct {
+	restore sync.Once
 
 	mu sync.Mutex
 	// bound maps an allocation's owner to the container now using it. A restarted container reuses its
 	// predecessor's CPUs; removing the predecessor later must not free them.
 	bound map[string]string
 }
+
+// NewState returns the state one tandem-proxy process shares between the hooks it builds.
+func NewState() *State { return &State{bound: map[string]string{}} }
 
 var (
 	_ hooks.PreCreateContainerHook          = (*CPUSet)(nil)
@@ -58,8 +70,8 @@ var (
 	_ hooks.RollbackHook                    = (*CPUSet)(nil)
 )
 
-// New returns the hook. poolsChanged and recorded may be nil.
-func New(a *alloc.Allocator, poolsChanged func(), recorded func() []Recorded) (*CPUSet, error) {
+// New returns the hook. poolsChanged, recorded and state may be nil; a nil state is the hook's own.
+func New(a *alloc.Allocator, poolsChanged func(), recorded func() []Recorded, state *State) (*CPUSet, error) {
 	if a == nil {
 		return nil, fmt.Errorf("no CPU topology: %w", hooks.ErrSkip)
 	}
@@ -69,10 +81,13 @@ func New(a *alloc.Allocator, poolsChanged func(), recorded func() []Recorded) (*
 	if recorded == nil {
 		recorded = func() []Recorded { return nil }
 	}
-	return &CPUSet{alloc: a, poolsChanged: poolsChanged, recorded: recorded, bound: map[string]string{}}, nil
+	if state == nil {
+		state = NewState()
+	}
+	return &CPUSet{alloc: a, poolsChanged: poolsChanged, recorded: recorded, State: state}, nil
 }
 
-// restored re-registers, once, the allocations running containers held before the proxy restarted, so a
+// restored re-registers, once per State, the allocations running containers held before the proxy restarted, so a
 // restart hands out exactly the same CPUs and never the same CPU twice.
 func (c *CPUSet) restored(ctx context.Context) {
 	c.restore.Do(func() {

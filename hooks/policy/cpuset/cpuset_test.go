@@ -72,7 +72,7 @@ func TestSeed000(t *testing.T) {
 	var changed atomic.Int32
 	d, err := hooks.NewDispatcher(ctx, []hooks.Registration{
 		{Name: qos.Name, Order: 100, New: func() (hooks.Hook, error) { return qos.New(qos.Config{}) }},
-		{Name: Name, Order: 200, New: func() (hooks.Hook, error) { return New(a, func() { changed.Add(1) }, nil) }},
+		{Name: Name, Order: 200, New: func() (hooks.Hook, error) { return New(a, func() { changed.Add(1) }, nil, nil) }},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestBadInputAllocatesNothing(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
 			a := machine16(t)
-			h, _ := New(a, nil, nil)
+			h, _ := New(a, nil, nil, nil)
 			pod, ctr := podOf(tt.pod)
 			_, err := h.PreCreateContainer(ctx, pod, ctr)
 			if !tt.wantErr(err) || !strings.Contains(err.Error(), tt.wantMsg) {
@@ -147,7 +147,7 @@ func TestRestartRollbackAndRestore(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	a := machine16(t)
-	h, _ := New(a, nil, nil)
+	h, _ := New(a, nil, nil, nil)
 	pod, ctr := podOf(seedPod{"db", "LSE", 4000, nil})
 	ctr.Annotations = map[string]string{qos.AnnotationClass: "LSE"}
 
@@ -187,7 +187,7 @@ func TestRestartRollbackAndRestore(t *testing.T) {
 	// After a proxy restart, recorded allocations come back exactly, and are not handed out again.
 	b := machine16(t)
 	rec := []Recorded{{PodUID: "uid-db", Container: "nginx", ContainerID: "c9", Class: "LSE", CPUs: "4-7"}}
-	h2, _ := New(b, nil, func() []Recorded { return rec })
+	h2, _ := New(b, nil, func() []Recorded { return rec }, nil)
 	other, otherCtr := podOf(seedPod{"cache", "LSE", 4000, nil})
 	adj, err := h2.PreCreateContainer(ctx, other, otherCtr)
 	if err != nil {
@@ -200,5 +200,37 @@ func TestRestartRollbackAndRestore(t *testing.T) {
 	}
 	if al, ok := b.Get(Owner("uid-db", "nginx")); !ok || al.CPUs.String() != "4-7" {
 		t.Fatalf("restored allocation = %+v, %v; want 4-7", al, ok)
+	}
+}
+
+// TestRebuildKeepsReleased: tandem-proxy rebuilds the hook at every configuration change. A rebuilt hook
+// whose store snapshot still lists a container being removed must not bring back the allocation the
+// removal just released (seen on a real node: an LSE allocation outlived its pod).
+func TestRebuildKeepsReleased(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	a := machine16(t)
+	// The store as the recorded func sees it: the LSE container is still listed.
+	rec := []Recorded{{PodUID: "uid-db", Container: "nginx", ContainerID: "c9", Class: "LSE", CPUs: "4-7"}}
+	recorded := func() []Recorded { return rec }
+	state := NewState()
+	pod := &hooks.PodInfo{UID: "uid-db", Namespace: "default", Name: "db"}
+	lse := &hooks.ContainerInfo{ID: "c9", Name: "nginx"}
+
+	h1, _ := New(a, nil, recorded, state)
+	if err := h1.PostRemoveContainer(ctx, pod, lse); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Get(Owner("uid-db", "nginx")); ok {
+		t.Fatal("removing the LSE container kept its CPUs")
+	}
+
+	h2, _ := New(a, nil, recorded, state) // the configuration changed
+	ls, lsCtr := podOf(seedPod{"web", "LS", 1000, nil})
+	if _, err := h2.PreUpdateContainerResources(ctx, ls, lsCtr); err != nil {
+		t.Fatal(err)
+	}
+	if al, ok := a.Get(Owner("uid-db", "nginx")); ok {
+		t.Fatalf("the rebuilt hook restored the released allocation %+v", al)
 	}
 }
