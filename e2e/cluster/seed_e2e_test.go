@@ -533,14 +533,21 @@ func TestSeed000(t *testing.T) {
 		if err := deleteSeed(ctx, cs); err != nil {
 			t.Fatal(err)
 		}
+		// The CPUs are freed when kubelet removes the dead containers (RemoveContainer), which its
+		// container garbage collection does on a one-minute period after the pods left the API: measured
+		// 31-61 s here, so two minutes.
 		for _, nodeName := range suite.c.NodeNames() {
 			var last pools
-			err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-				proxyJSON(ctx, t, nodeName, "/debug/pools", &last)
+			err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+				// A GET of its own: the poll's deadline cutting one short would fail the test with
+				// "context deadline exceeded" instead of saying what is still allocated.
+				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				proxyJSON(pctx, t, nodeName, "/debug/pools", &last)
 				return len(last.Allocations) == 0 && last.LSE == "" && last.LSR == "", nil
 			})
 			if err != nil {
-				t.Errorf("%s: exclusive CPUs still allocated a minute after every seed pod was deleted: %+v", nodeName, last)
+				t.Errorf("%s: exclusive CPUs still allocated two minutes after every seed pod was deleted: %+v", nodeName, last)
 			}
 		}
 	})
