@@ -32,6 +32,7 @@ import (
 	"github.com/tandemkit/tandem/bench/internal/hostinfo"
 	"github.com/tandemkit/tandem/hooks"
 	builtinpolicy "github.com/tandemkit/tandem/hooks/policy"
+	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/hooks/remote/v1alpha1"
 	"github.com/tandemkit/tandem/proxy"
@@ -610,9 +611,11 @@ func builtinDispatcher(ctx context.Context) (*hooks.Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CPU topology: %w", err)
 	}
-	if deps.CPUs, err = alloc.New(topo, alloc.DefaultConfig()); err != nil {
+	cpus, err := alloc.New(topo, alloc.DefaultConfig())
+	if err != nil {
 		return nil, err
 	}
+	deps.CPUSet = cpuset.NewState(cpus)
 	return hooks.NewDispatcher(ctx, builtinpolicy.Builtin(builtinpolicy.DefaultConfig(), deps), nil)
 }
 

@@ -100,7 +100,7 @@ func TestRestoreExclusive(t *testing.T) {
 	if len(recorded) != 1 || recorded[0].Class != resqos.LSE {
 		t.Fatalf("recorded = %+v, want the running LSE container only", recorded)
 	}
-	if n := restoreExclusive(ctx, cpus, recorded); n != 1 {
+	if n := restoreExclusive(ctx, cpuset.NewState(cpus), st.Snapshot()); n != 1 {
 		t.Fatalf("restored %d, want 1", n)
 	}
 	if got := cpus.Pools().LSE.String(); got != "2-3" {
@@ -110,9 +110,8 @@ func TestRestoreExclusive(t *testing.T) {
 	if !ok || a.CPUs.String() != "2-3" {
 		t.Fatalf("allocations = %v, want u1/lse on 2-3", cpus.Allocations())
 	}
-	// The cpuset policy restores the same allocation at its first call: a no-op, not a clash.
-	if n := restoreExclusive(ctx, cpus, recorded); n != 1 {
-		t.Fatalf("restoring again: %d, want the same allocation accepted", n)
+	if n := restoreExclusive(ctx, nil, st.Snapshot()); n != 0 {
+		t.Fatalf("restored %d without a CPU topology, want 0", n)
 	}
 }
 

@@ -255,20 +255,21 @@ func run(ctx context.Context, args []string) error {
 	if cgroups != nil {
 		pids = resctrl.CgroupTasks{Root: st.cgroupRoot, Version: cgroups.Version(), ContainerCgroup: cpuburst.ContainerdCgroup}
 	}
+	var cpusetState *cpuset.State
+	if cpus != nil {
+		// One state for every cpuset hook a configuration change rebuilds.
+		cpusetState = cpuset.NewState(cpus)
+	}
 	policyDeps := policy.Deps{
 		Cgroups:     cgroups,
 		ResctrlPIDs: pids,
-		CPUs:        cpus,
+		CPUSet:      cpusetState,
 		PoolsChanged: func() {
 			select {
 			case refresh <- struct{}{}:
 			default:
 			}
 		},
-		// Read at the first hook call, after Recover rebuilt the store.
-		Recorded: func() []cpuset.Recorded { return recordedCPUs(srv.Store().Snapshot()) },
-		// One state for every cpuset hook a configuration change rebuilds.
-		CPUSetState: cpuset.NewState(),
 	}
 	cons := &consumers{base: st.policy, deps: policyDeps, colocation: st.colocation, resolved: *st.colocation.Load(), firstApplied: make(chan struct{})}
 	builtin := cons.builtin(ctx)
@@ -327,7 +328,9 @@ func run(ctx context.Context, args []string) error {
 	if err := srv.Recover(ctx); err != nil {
 		return err
 	}
-	if n := restoreExclusive(ctx, cpus, recordedCPUs(srv.Store().Snapshot())); n > 0 {
+	// Before the first call is served: the pools, /debug/pools and the policies see the recovered
+	// allocations from the start.
+	if n := restoreExclusive(ctx, cpusetState, srv.Store().Snapshot()); n > 0 {
 		p := cpus.Pools()
 		logger.Info("Exclusive CPUs of recovered containers restored", "count", n, "lse", p.LSE.String(), "lsr", p.LSR.String(), "ls", p.LS.String(), "be", p.BE.String())
 		policyDeps.PoolsChanged()

@@ -20,8 +20,7 @@ import (
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/suppress"
-	alloc "github.com/tandemkit/tandem/resource/cpuset"
-	"github.com/tandemkit/tandem/resource/topology"
+	"github.com/tandemkit/tandem/proxy/store"
 )
 
 // consumers hands each new slo-config, and the API access when it comes, to everything that reads them:
@@ -213,25 +212,11 @@ func connectAPI(ctx context.Context, kubeconfig, nodeName string, interval time.
 	}
 }
 
-// restoreExclusive tells the allocator at once which exclusive CPUs the recovered containers hold, so
-// /debug/pools and tandemctl pools are right straight after a restart, not only after the next lifecycle
-// call (when the cpuset policy restores them too: restoring the same allocation again is a no-op).
-func restoreExclusive(ctx context.Context, cpus *alloc.Allocator, recorded []cpuset.Recorded) int {
-	if cpus == nil {
+// restoreExclusive gives the recovered containers their exclusive CPUs back; nil state (no topology)
+// restores nothing.
+func restoreExclusive(ctx context.Context, state *cpuset.State, snap *store.Snapshot) int {
+	if state == nil {
 		return 0
 	}
-	logger := klog.FromContext(ctx)
-	n := 0
-	for _, r := range recorded {
-		set, err := topology.ParseCPUList(r.CPUs)
-		if err == nil {
-			err = cpus.Restore(cpuset.Owner(r.PodUID, r.Container), alloc.Class(r.Class), set)
-		}
-		if err != nil {
-			logger.Error(err, "Exclusive CPUs of a recovered container not restored", "owner", cpuset.Owner(r.PodUID, r.Container), "containerID", r.ContainerID)
-			continue
-		}
-		n++
-	}
-	return n
+	return state.Restore(ctx, recordedCPUs(snap))
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/hooks/policy/resctrl"
 	"github.com/tandemkit/tandem/resource/cgroup"
-	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
 
 // Config holds every built-in policy's configuration.
@@ -50,8 +49,9 @@ type Deps struct {
 	// Cgroups tells which cgroup files the kernel offers and writes the container cgroups the runtime cannot
 	// (cgroup v1 has no unified files); nil switches off the policies that need it.
 	Cgroups cgroup.Writer
-	// CPUs allocates exclusive CPUs; nil (no topology) switches the cpuset policy off.
-	CPUs *alloc.Allocator
+	// CPUSet holds the exclusive CPUs and which containers use them, shared by every cpuset hook a
+	// configuration change rebuilds; nil (no topology) switches the cpuset policy off.
+	CPUSet *cpuset.State
 	// PoolsChanged is called when exclusive CPUs were taken or returned, so running LS and BE containers
 	// move to the new pools.
 	PoolsChanged func()
@@ -62,11 +62,6 @@ type Deps struct {
 	// which batchresource caps BE quotas at so that BE containers start while BE is suppressed on cgroup
 	// v1; nil is no ceiling.
 	BEQuotaCeiling func() (cgroup.CPUMax, bool)
-	// Recorded lists the exclusive allocations running containers held before a restart.
-	Recorded func() []cpuset.Recorded
-	// CPUSetState is the cpuset policy's state, shared by the hooks each rebuild makes; nil gives each
-	// hook its own (tests that build once).
-	CPUSetState *cpuset.State
 	// MemoryRequests gives memory requests from the pod spec; optional.
 	MemoryRequests memoryqos.Requests
 	// ResctrlRoot is the resctrl mount ("" = /sys/fs/resctrl); ResctrlPIDs lists a container's tasks,
@@ -118,10 +113,7 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 		{Name: qos.Name, Order: 100, New: func() (hooks.Hook, error) { return qos.New(cfg.QoS) }},
 		// After qos: the pool follows the class. Before batchresource, which never sets cpusets.
 		{Name: cpuset.Name, Order: 200, New: func() (hooks.Hook, error) {
-			if deps.CPUs == nil {
-				return nil, fmt.Errorf("no CPU topology: %w", hooks.ErrSkip)
-			}
-			return cpuset.New(deps.CPUs, deps.PoolsChanged, deps.Recorded, deps.CPUSetState)
+			return cpuset.New(deps.CPUSet, deps.PoolsChanged)
 		}},
 		// A pod-spec lookup may wait for a lagging informer and then GET once: room beyond the default timeout.
 		{Name: batchresource.Name, Order: 300, Timeout: 3 * time.Second, New: func() (hooks.Hook, error) {

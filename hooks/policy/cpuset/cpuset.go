@@ -37,21 +37,16 @@ type Recorded struct {
 
 // CPUSet is the hook.
 type CPUSet struct {
-	alloc *alloc.Allocator
 	// poolsChanged is told whenever exclusive CPUs were taken or given back.
 	poolsChanged func()
-	// recorded is read once per State, at the first call, when the proxy's store has been rebuilt.
-	recorded func() []Recorded
 	*State
 }
 
-// State is what the policy keeps across rebuilds of its hook: tandem-proxy builds a new hook at every
-// configuration change, and the allocations and the containers using them must outlive it. Were they
-// the hook's own, each rebuilt hook would restore the recorded allocations again from a later snapshot
-// of the store, which can still hold a container whose allocation was just released, and bring that
-// allocation back for good.
+// State is what the policy keeps across rebuilds of its hook: the allocator and which container uses
+// each allocation. tandem-proxy builds a new hook at every configuration change, and the allocations and
+// the containers using them must outlive it.
 type State struct {
-	restore sync.Once
+	alloc *alloc.Allocator
 
 	mu sync.Mutex
 	// bound maps an allocation's owner to the container now using it. A restarted container reuses its
@@ -60,7 +55,7 @@ type State struct {
 }
 
 // NewState returns the state one tandem-proxy process shares between the hooks it builds.
-func NewState() *State { return &State{bound: map[string]string{}} }
+func NewState(a *alloc.Allocator) *State { return &State{alloc: a, bound: map[string]string{}} }
 
 var (
 	_ hooks.PreCreateContainerHook          = (*CPUSet)(nil)
@@ -70,42 +65,50 @@ var (
 	_ hooks.RollbackHook                    = (*CPUSet)(nil)
 )
 
-// New returns the hook. poolsChanged, recorded and state may be nil; a nil state is the hook's own.
-func New(a *alloc.Allocator, poolsChanged func(), recorded func() []Recorded, state *State) (*CPUSet, error) {
-	if a == nil {
+// New returns the hook; a nil state (no CPU topology) is hooks.ErrSkip. poolsChanged may be nil.
+func New(state *State, poolsChanged func()) (*CPUSet, error) {
+	if state == nil || state.alloc == nil {
 		return nil, fmt.Errorf("no CPU topology: %w", hooks.ErrSkip)
 	}
 	if poolsChanged == nil {
 		poolsChanged = func() {}
 	}
-	if recorded == nil {
-		recorded = func() []Recorded { return nil }
-	}
-	if state == nil {
-		state = NewState()
-	}
-	return &CPUSet{alloc: a, poolsChanged: poolsChanged, recorded: recorded, State: state}, nil
+	return &CPUSet{poolsChanged: poolsChanged, State: state}, nil
 }
 
-// restored re-registers, once per State, the allocations running containers held before the proxy restarted, so a
-// restart hands out exactly the same CPUs and never the same CPU twice.
-func (c *CPUSet) restored(ctx context.Context) {
-	c.restore.Do(func() {
-		logger := klog.FromContext(ctx)
-		n := 0
-		for _, r := range c.recorded() {
-			if err := c.Restore(r.PodUID, r.Container, r.ContainerID, r.Class, r.CPUs); err != nil {
-				logger.Error(err, "Exclusive CPUs not restored; the container keeps its cpuset but the CPUs may be handed out again", "owner", Owner(r.PodUID, r.Container), "containerID", r.ContainerID)
-				continue
-			}
-			n++
+// Restore re-registers the allocations that running containers held before tandem-proxy restarted and
+// binds each to its container, so a restart hands out exactly the same CPUs and never the same CPU
+// twice. tandem-proxy calls it once, after it rebuilt its store from the runtime and before it serves a
+// call. Restoring later, at some hook's first call, would read a later store that can still list a
+// container whose removal is under way and bring its just-released allocation back for good. It
+// returns how many allocations it restored; each one refused is logged.
+func (s *State) Restore(ctx context.Context, recorded []Recorded) int {
+	logger := klog.FromContext(ctx)
+	n := 0
+	for _, r := range recorded {
+		if err := s.restore(r); err != nil {
+			logger.Error(err, "Exclusive CPUs not restored; the container keeps its cpuset but the CPUs may be handed out again",
+				"owner", Owner(r.PodUID, r.Container), "containerID", r.ContainerID)
+			continue
 		}
-		if n > 0 {
-			p := c.alloc.Pools()
-			logger.Info("Exclusive CPU allocations restored", "count", n, "lse", p.LSE.String(), "lsr", p.LSR.String(), "ls", p.LS.String(), "be", p.BE.String())
-			c.poolsChanged()
-		}
-	})
+		n++
+	}
+	return n
+}
+
+func (s *State) restore(r Recorded) error {
+	set, err := topology.ParseCPUList(r.CPUs)
+	if err != nil {
+		return fmt.Errorf("cpuset %q: %v: %w", r.CPUs, err, errdefs.ErrInvalidArgument)
+	}
+	o := Owner(r.PodUID, r.Container)
+	if err := s.alloc.Restore(o, alloc.Class(r.Class), set); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.bound[o] = r.ContainerID
+	s.mu.Unlock()
+	return nil
 }
 
 // Name implements hooks.Hook.
@@ -144,7 +147,6 @@ func BindPolicy(pod *hooks.PodInfo) (alloc.BindPolicy, error) {
 
 // cpus decides the container's cpuset. Exclusive classes allocate (idempotently) when allocate is set.
 func (c *CPUSet) cpus(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo, allocate bool) (*hooks.Adjustment, error) {
-	c.restored(ctx)
 	class := qos.Class(pod, ctr)
 	var set string
 	switch class {
@@ -216,7 +218,6 @@ func (c *CPUSet) PreUpdateContainerResources(ctx context.Context, pod *hooks.Pod
 
 // PostRemoveContainer gives the CPUs back when the container using them is gone.
 func (c *CPUSet) PostRemoveContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
-	c.restored(ctx)
 	o := owner(pod, ctr)
 	c.mu.Lock()
 	b, ok := c.bound[o]
@@ -248,20 +249,4 @@ func (c *CPUSet) Rollback(ctx context.Context, stage hooks.Stage, pod *hooks.Pod
 		klog.FromContext(ctx).V(2).Info("Exclusive CPUs rolled back", "owner", o)
 		c.poolsChanged()
 	}
-}
-
-// Restore re-registers an allocation recorded before a restart and binds it to the container using it.
-func (c *CPUSet) Restore(podUID, container, containerID string, class resqos.Class, cpus string) error {
-	set, err := topology.ParseCPUList(cpus)
-	if err != nil {
-		return fmt.Errorf("cpuset %q: %v: %w", cpus, err, errdefs.ErrInvalidArgument)
-	}
-	o := Owner(podUID, container)
-	if err := c.alloc.Restore(o, alloc.Class(class), set); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.bound[o] = containerID
-	c.mu.Unlock()
-	return nil
 }

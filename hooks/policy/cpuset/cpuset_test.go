@@ -72,7 +72,7 @@ func TestSeed000(t *testing.T) {
 	var changed atomic.Int32
 	d, err := hooks.NewDispatcher(ctx, []hooks.Registration{
 		{Name: qos.Name, Order: 100, New: func() (hooks.Hook, error) { return qos.New(qos.Config{}) }},
-		{Name: Name, Order: 200, New: func() (hooks.Hook, error) { return New(a, func() { changed.Add(1) }, nil, nil) }},
+		{Name: Name, Order: 200, New: func() (hooks.Hook, error) { return New(NewState(a), func() { changed.Add(1) }) }},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestBadInputAllocatesNothing(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
 			a := machine16(t)
-			h, _ := New(a, nil, nil, nil)
+			h, _ := New(NewState(a), nil)
 			pod, ctr := podOf(tt.pod)
 			_, err := h.PreCreateContainer(ctx, pod, ctr)
 			if !tt.wantErr(err) || !strings.Contains(err.Error(), tt.wantMsg) {
@@ -147,7 +147,7 @@ func TestRestartRollbackAndRestore(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	a := machine16(t)
-	h, _ := New(a, nil, nil, nil)
+	h, _ := New(NewState(a), nil)
 	pod, ctr := podOf(seedPod{"db", "LSE", 4000, nil})
 	ctr.Annotations = map[string]string{qos.AnnotationClass: "LSE"}
 
@@ -187,7 +187,11 @@ func TestRestartRollbackAndRestore(t *testing.T) {
 	// After a proxy restart, recorded allocations come back exactly, and are not handed out again.
 	b := machine16(t)
 	rec := []Recorded{{PodUID: "uid-db", Container: "nginx", ContainerID: "c9", Class: "LSE", CPUs: "4-7"}}
-	h2, _ := New(b, nil, func() []Recorded { return rec }, nil)
+	state := NewState(b)
+	if n := state.Restore(ctx, rec); n != 1 {
+		t.Fatalf("restored %d allocations, want 1", n)
+	}
+	h2, _ := New(state, nil)
 	other, otherCtr := podOf(seedPod{"cache", "LSE", 4000, nil})
 	adj, err := h2.PreCreateContainer(ctx, other, otherCtr)
 	if err != nil {
@@ -204,33 +208,70 @@ func TestRestartRollbackAndRestore(t *testing.T) {
 }
 
 // TestRebuildKeepsReleased: tandem-proxy rebuilds the hook at every configuration change. A rebuilt hook
-// whose store snapshot still lists a container being removed must not bring back the allocation the
-// removal just released (seen on a real node: an LSE allocation outlived its pod).
+// must neither bring back an allocation a removal released (seen on a real node: an LSE allocation
+// outlived its pod) nor forget which container uses an allocation.
 func TestRebuildKeepsReleased(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	a := machine16(t)
-	// The store as the recorded func sees it: the LSE container is still listed.
-	rec := []Recorded{{PodUID: "uid-db", Container: "nginx", ContainerID: "c9", Class: "LSE", CPUs: "4-7"}}
-	recorded := func() []Recorded { return rec }
-	state := NewState()
-	pod := &hooks.PodInfo{UID: "uid-db", Namespace: "default", Name: "db"}
-	lse := &hooks.ContainerInfo{ID: "c9", Name: "nginx"}
+	state := NewState(a)
+	rec := []Recorded{
+		{PodUID: "uid-db", Container: "nginx", ContainerID: "c9", Class: "LSE", CPUs: "4-7"},
+		{PodUID: "uid-kv", Container: "kv", ContainerID: "c10", Class: "LSR", CPUs: "8-9"},
+	}
+	if n := state.Restore(ctx, rec); n != 2 {
+		t.Fatalf("restored %d allocations, want 2", n)
+	}
+	db := &hooks.PodInfo{UID: "uid-db", Namespace: "default", Name: "db"}
+	kv := &hooks.PodInfo{UID: "uid-kv", Namespace: "default", Name: "kv"}
 
-	h1, _ := New(a, nil, recorded, state)
-	if err := h1.PostRemoveContainer(ctx, pod, lse); err != nil {
+	h1, _ := New(state, nil)
+	if err := h1.PostRemoveContainer(ctx, db, &hooks.ContainerInfo{ID: "c9", Name: "nginx"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := a.Get(Owner("uid-db", "nginx")); ok {
 		t.Fatal("removing the LSE container kept its CPUs")
 	}
 
-	h2, _ := New(a, nil, recorded, state) // the configuration changed
+	h2, _ := New(state, nil) // the configuration changed
 	ls, lsCtr := podOf(seedPod{"web", "LS", 1000, nil})
 	if _, err := h2.PreUpdateContainerResources(ctx, ls, lsCtr); err != nil {
 		t.Fatal(err)
 	}
 	if al, ok := a.Get(Owner("uid-db", "nginx")); ok {
-		t.Fatalf("the rebuilt hook restored the released allocation %+v", al)
+		t.Fatalf("the rebuilt hook brought back the released allocation %+v", al)
+	}
+	// The binding made at restore time survives the rebuild: the dead predecessor of the LSR container
+	// does not free the CPUs its running successor (c10) uses; c10's removal does.
+	_ = h2.PostRemoveContainer(ctx, kv, &hooks.ContainerInfo{ID: "c3", Name: "kv"})
+	if _, ok := a.Get(Owner("uid-kv", "kv")); !ok {
+		t.Fatal("removing a dead predecessor freed the running LSR container's CPUs")
+	}
+	_ = h2.PostRemoveContainer(ctx, kv, &hooks.ContainerInfo{ID: "c10", Name: "kv"})
+	if _, ok := a.Get(Owner("uid-kv", "kv")); ok {
+		t.Fatal("removing the running LSR container kept its CPUs")
+	}
+}
+
+// TestRestoreRefusesOverlap: a checkpoint that gives two containers the same exclusive CPU restores the
+// first and refuses the second, so no CPU is ever held twice.
+func TestRestoreRefusesOverlap(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	a := machine16(t)
+	state := NewState(a)
+	rec := []Recorded{
+		{PodUID: "u1", Container: "a", ContainerID: "c1", Class: "LSE", CPUs: "2-3"},
+		{PodUID: "u2", Container: "b", ContainerID: "c2", Class: "LSR", CPUs: "3-4"},
+		{PodUID: "u3", Container: "c", ContainerID: "c3", Class: "LSE", CPUs: "not-a-list"},
+	}
+	if n := state.Restore(ctx, rec); n != 1 {
+		t.Fatalf("restored %d allocations, want 1 (the overlapping and the malformed one refused)", n)
+	}
+	if got := a.Pools().LSE.String(); got != "2-3" {
+		t.Fatalf("LSE pool %q, want 2-3", got)
+	}
+	if got := a.Pools().LSR.String(); got != "" {
+		t.Fatalf("LSR pool %q, want empty: the overlapping allocation was refused", got)
 	}
 }
