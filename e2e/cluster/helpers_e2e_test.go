@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,10 @@ func proxyJSON(ctx context.Context, t *testing.T, nodeName, path string, v any) 
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s from tandem-proxy on %s: %s", path, nodeName, resp.Status)
 	}
+	// Decoding into a value that already holds a map adds to the map: a poll that reuses its variable
+	// would keep keys the proxy no longer reports (an exclusive allocation already released). Each GET
+	// starts from the zero value.
+	reflect.ValueOf(v).Elem().SetZero()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("decode %s from tandem-proxy on %s: %v", path, nodeName, err)
 	}

@@ -530,11 +530,6 @@ func TestSeed000(t *testing.T) {
 	}
 
 	t.Run("deleting the Deployments frees every exclusive CPU", func(t *testing.T) {
-		// Known bug, not fixed yet: after the SIGKILL and the containerd restart above, the LSE
-		// allocation sometimes outlives its container's removal (2 of 4 CI runs on 2026-11-24, both on
-		// containerd 2): tandem-proxy logs "Exclusive CPUs released", yet /debug/pools still lists the
-		// owner in its allocations while no pool holds the CPU. Remove this skip with the fix.
-		t.Skip("known bug: an LSE allocation can outlive its container after a proxy SIGKILL and a containerd restart (see the comment above)")
 		if err := deleteSeed(ctx, cs); err != nil {
 			t.Fatal(err)
 		}
