@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/config/slo"
@@ -15,8 +19,10 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
+	"github.com/tandemkit/tandem/metrics/schedidle"
 	"github.com/tandemkit/tandem/metrics/suppress"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/sched"
 	"github.com/tandemkit/tandem/resource/topology"
 )
 
@@ -147,4 +153,57 @@ func TestConsumersFollowSLO(t *testing.T) {
 	if got := col.UsageInterval(); got != time.Second {
 		t.Errorf("usage sampled every %v after suppression was switched off, want 1s again", got)
 	}
+}
+
+// TestSchedIdleFollowsSLO: beClass.cpuQOS.taskSchedIdle, on by default, switches BE threads between
+// SCHED_IDLE and SCHED_OTHER at run time.
+func TestSchedIdleFollowsSLO(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	// A real thread, listed in a directory laid out as the BE pods' cgroups.
+	be := exec.Command("sleep", "300")
+	if err := be.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = be.Process.Kill(); _ = be.Wait() })
+	root := t.TempDir()
+	ctr := filepath.Join(root, "pod1", "c1")
+	if err := os.MkdirAll(ctr, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ctr, "tasks"), []byte(strconv.Itoa(be.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defaults := resolve(t, nil)
+	colocation := &atomic.Pointer[slo.Resolved]{}
+	colocation.Store(&defaults)
+	cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults}
+	base := schedidle.DefaultConfig()
+	base.BECgroupDir = root
+	l, err := schedidle.New(base, schedidle.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	cons.setSchedIdle(ctx, l, base)
+
+	waitFor := func(want sched.Policy) {
+		t.Helper()
+		var last sched.Policy
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			last, _ = sched.Of(be.Process.Pid)
+			return last == want, nil
+		})
+		if err != nil {
+			t.Fatalf("BE thread runs under %s, want %s", last, want)
+		}
+	}
+	waitFor(sched.Idle)
+	cons.apply(ctx, source.Update{Origin: "test", Resolved: resolve(t, map[string]string{
+		slo.ResourceQOSConfigKey: `{"clusterStrategy": {"beClass": {"cpuQOS": {"taskSchedIdle": false}}}}`})})
+	waitFor(sched.Other)
+	cons.apply(ctx, source.Update{Origin: "test", Resolved: defaults})
+	waitFor(sched.Idle)
 }

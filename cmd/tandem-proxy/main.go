@@ -260,10 +260,18 @@ func run(ctx context.Context, args []string) error {
 		// One state for every cpuset hook a configuration change rebuilds.
 		cpusetState = cpuset.NewState(cpus)
 	}
+	// A BE container started: the SCHED_IDLE loop sweeps at once; one pending notice is enough.
+	beStarted := make(chan struct{}, 1)
 	policyDeps := policy.Deps{
 		Cgroups:     cgroups,
 		ResctrlPIDs: pids,
 		CPUSet:      cpusetState,
+		BEStarted: func() {
+			select {
+			case beStarted <- struct{}{}:
+			default:
+			}
+		},
 		PoolsChanged: func() {
 			select {
 			case refresh <- struct{}{}:
@@ -362,6 +370,10 @@ func run(ctx context.Context, args []string) error {
 	})
 	evictor := newSwitchEvictor(evict.NewCRIEvictor(srv))
 	if err := startNodeLoops(ctx, &wg, st, col, cpus, cgroups, policyDeps.PoolsChanged, evictor, srv, reg, cons); err != nil {
+		_ = lis.Close()
+		return err
+	}
+	if err := startSchedIdle(ctx, &wg, st, cgroups, beStarted, reg, cons); err != nil {
 		_ = lis.Close()
 		return err
 	}

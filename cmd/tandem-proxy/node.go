@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
+	"github.com/tandemkit/tandem/metrics/schedidle"
 	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
@@ -138,6 +140,37 @@ func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *c
 		// BE containers created while BE is clamped must fit under the clamp (cgroup v1).
 		cons.setPodSpecs(ctx, func(d *policy.Deps) { d.BEQuotaCeiling = sup.QuotaCeiling })
 	}
+	return nil
+}
+
+// startSchedIdle starts the loop that runs BE threads SCHED_IDLE, switched by resource-qos-config's
+// beClass.cpuQOS.taskSchedIdle and reconfigured by cons on every change of it. A node without a cgroup
+// hierarchy has no BE cgroup to sweep.
+func startSchedIdle(ctx context.Context, wg *sync.WaitGroup, st settings, cgroups cgroup.Writer, kick <-chan struct{},
+	reg prometheus.Registerer, cons *consumers) error {
+	if cgroups == nil {
+		klog.FromContext(ctx).Info("BE threads keep their scheduling policy: no cgroup hierarchy to find them in", "cgroupRoot", st.cgroupRoot)
+		return nil
+	}
+	base := schedidle.DefaultConfig()
+	// The pods' cpu cgroups: the cpu controller's hierarchy on v1, the unified one on v2.
+	if cgroups.Version() == 2 {
+		base.BECgroupDir = filepath.Join(st.cgroupRoot, cgroup.Path(st.beParent))
+	} else {
+		base.BECgroupDir = filepath.Join(st.cgroupRoot, "cpu", cgroup.Path(st.beParent))
+	}
+	cfg := base
+	cfg.Enable = st.colocation.Load().ResourceQOS.BE.CPUQOS.TaskSchedIdle
+	l, err := schedidle.New(cfg, schedidle.Deps{Kick: kick, Registerer: reg})
+	if err != nil {
+		return fmt.Errorf("BE SCHED_IDLE loop: %w", err)
+	}
+	wg.Go(func() {
+		if err := l.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "BE SCHED_IDLE loop stopped")
+		}
+	})
+	cons.setSchedIdle(ctx, l, base)
 	return nil
 }
 

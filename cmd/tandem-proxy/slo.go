@@ -19,6 +19,7 @@ import (
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
+	"github.com/tandemkit/tandem/metrics/schedidle"
 	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/proxy/store"
 )
@@ -49,6 +50,8 @@ type consumers struct {
 	supBase suppress.Config
 	el      *evict.Loop
 	evBase  evict.Config
+	si      *schedidle.Loop
+	siBase  schedidle.Config
 }
 
 // builtin returns the built-in policies for the configuration in force; the caller holds mu, or owns c.
@@ -133,6 +136,21 @@ func (c *consumers) reconfigureLoops(ctx context.Context) {
 			logger.Error(err, "Eviction settings refused; the ones in force stay")
 		}
 	}
+	if c.si != nil {
+		cfg := c.siBase
+		cfg.Enable = c.resolved.ResourceQOS.BE.CPUQOS.TaskSchedIdle
+		if err := c.si.Reconfigure(cfg); err != nil {
+			logger.Error(err, "BE SCHED_IDLE settings refused; the ones in force stay")
+		}
+	}
+}
+
+// setSchedIdle registers the SCHED_IDLE loop and gives it the configuration in force.
+func (c *consumers) setSchedIdle(ctx context.Context, l *schedidle.Loop, base schedidle.Config) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.si, c.siBase = l, base
+	c.reconfigureLoops(ctx)
 }
 
 // setLoops registers the node loops and gives them the configuration in force.

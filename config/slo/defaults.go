@@ -71,6 +71,11 @@ func defaultCPUQOS(groupIdentity int64, coreExpeller bool) *CPUQOSConfig {
 	return &CPUQOSConfig{Enable: ptr(false), GroupIdentity: ptr(groupIdentity), SchedIdle: ptr[int64](0), CoreExpeller: ptr(coreExpeller)}
 }
 
+func withTaskSchedIdle(c *CPUQOSConfig) *CPUQOSConfig {
+	c.TaskSchedIdle = ptr(true)
+	return c
+}
+
 func defaultMemoryQOS(wmarkRatio, wmarkScalePermill, wmarkMinAdj int64) *MemoryQOSConfig {
 	return &MemoryQOSConfig{
 		Enable:            ptr(false),
@@ -104,7 +109,8 @@ func defaultResourceQOSStrategy() *ResourceQOSStrategy {
 			ResctrlQOS: defaultResctrlQOS(100),
 		},
 		BEClass: &ResourceQOS{
-			CPUQOS:     defaultCPUQOS(-1, false),
+			// Tandem's default for BE, which Koordinator does not have: measured in docs/colocation.md.
+			CPUQOS:     withTaskSchedIdle(defaultCPUQOS(-1, false)),
 			MemoryQOS:  defaultMemoryQOS(95, 20, 50),
 			ResctrlQOS: defaultResctrlQOS(30),
 		},

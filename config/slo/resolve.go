@@ -112,6 +112,7 @@ type CPUQOSSettings struct {
 	GroupIdentity int64
 	SchedIdle     int64
 	CoreExpeller  bool
+	TaskSchedIdle bool
 }
 
 // MemoryQOSSettings is memoryQOS resolved.
@@ -502,7 +503,7 @@ func classSettings(q *ResourceQOS) ClassSettings {
 		return out
 	}
 	if c := q.CPUQOS; c != nil {
-		out.CPUQOS = CPUQOSSettings{Enable: val(c.Enable), GroupIdentity: val(c.GroupIdentity), SchedIdle: val(c.SchedIdle), CoreExpeller: val(c.CoreExpeller)}
+		out.CPUQOS = CPUQOSSettings{Enable: val(c.Enable), GroupIdentity: val(c.GroupIdentity), SchedIdle: val(c.SchedIdle), CoreExpeller: val(c.CoreExpeller), TaskSchedIdle: val(c.TaskSchedIdle)}
 	}
 	if m := q.MemoryQOS; m != nil {
 		out.MemoryQOS = MemoryQOSSettings{

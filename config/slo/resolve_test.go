@@ -58,6 +58,8 @@ func TestSeed004ForNode(t *testing.T) {
 		{"qos.lsrClass.cpuQOS.groupIdentity", func(r Resolved) any { return r.ResourceQOS.LSR.CPUQOS.GroupIdentity }, int64(2), int64(2)},
 		{"qos.lsClass.cpuQOS.groupIdentity", func(r Resolved) any { return r.ResourceQOS.LS.CPUQOS.GroupIdentity }, int64(2), int64(2)},
 		{"qos.beClass.cpuQOS.groupIdentity", func(r Resolved) any { return r.ResourceQOS.BE.CPUQOS.GroupIdentity }, int64(-1), int64(-1)},
+		{"qos.beClass.cpuQOS.taskSchedIdle (Tandem's default)", func(r Resolved) any { return r.ResourceQOS.BE.CPUQOS.TaskSchedIdle }, true, true},
+		{"qos.lsClass.cpuQOS.taskSchedIdle", func(r Resolved) any { return r.ResourceQOS.LS.CPUQOS.TaskSchedIdle }, false, false},
 		{"qos.lsrClass.memoryQOS.wmarkRatio", func(r Resolved) any { return r.ResourceQOS.LSR.MemoryQOS.WmarkRatio }, int64(95), int64(95)},
 		{"qos.lsClass.memoryQOS.wmarkRatio", func(r Resolved) any { return r.ResourceQOS.LS.MemoryQOS.WmarkRatio }, int64(95), int64(95)},
 		{"qos.beClass.memoryQOS.wmarkRatio", func(r Resolved) any { return r.ResourceQOS.BE.MemoryQOS.WmarkRatio }, int64(90), int64(95)},

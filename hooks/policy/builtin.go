@@ -62,6 +62,9 @@ type Deps struct {
 	// which batchresource caps BE quotas at so that BE containers start while BE is suppressed on cgroup
 	// v1; nil is no ceiling.
 	BEQuotaCeiling func() (cgroup.CPUMax, bool)
+	// BEStarted is told, without blocking, that a BE container started (the SCHED_IDLE loop sweeps);
+	// optional.
+	BEStarted func()
 	// MemoryRequests gives memory requests from the pod spec; optional.
 	MemoryRequests memoryqos.Requests
 	// ResctrlRoot is the resctrl mount ("" = /sys/fs/resctrl); ResctrlPIDs lists a container's tasks,
@@ -119,12 +122,14 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 		{Name: batchresource.Name, Order: 300, Timeout: 3 * time.Second, New: func() (hooks.Hook, error) {
 			return batchresource.New(cfg.BatchResource, batchresource.Deps{Lookup: deps.BatchResources, QuotaCeiling: deps.BEQuotaCeiling})
 		}},
-		// Pod-level only; it never competes with the container-level policies for a field.
+		// Pod-level settings, and a notice when a BE container started: it never competes with the
+		// container-level policies for a field.
 		{Name: cpuidle.Name, Order: 400, New: func() (hooks.Hook, error) {
-			if deps.Cgroups == nil {
-				return nil, fmt.Errorf("no cgroup hierarchy: %w", hooks.ErrSkip)
+			var p cpuidle.Prober
+			if deps.Cgroups != nil {
+				p = deps.Cgroups
 			}
-			return cpuidle.New(cfg.CPUIdle, deps.Cgroups)
+			return cpuidle.New(cfg.CPUIdle, p, deps.BEStarted)
 		}},
 		// After cpuset and batchresource: the burst follows the quota the container ends up with.
 		{Name: cpuburst.Name, Order: 500, New: func() (hooks.Hook, error) {

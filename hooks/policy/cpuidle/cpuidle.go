@@ -1,7 +1,9 @@
 // Package cpuidle is the built-in hook that marks BE pod cgroups idle (cpu.idle = 1): mainline Linux's
-// SCHED_IDLE for cgroups, which lets any other task preempt batch work at once. It is the vanilla-kernel
-// answer to Alibaba's group identity; where the kernel is Anolis and offers cpu.bvt_warp_ns, the hook sets
-// group identity by class too.
+// SCHED_IDLE for cgroups, which lets the pod's siblings preempt batch work at once. It is the
+// vanilla-kernel answer to Alibaba's group identity; where the kernel is Anolis and offers
+// cpu.bvt_warp_ns, the hook sets group identity by class too. When a BE container has started it tells
+// the node loop that runs BE threads SCHED_IDLE (metrics/schedidle), so the container's threads yield to
+// every other thread on the node from their first milliseconds, not from the loop's next sweep.
 package cpuidle
 
 import (
@@ -34,23 +36,36 @@ type Prober interface{ Supports(file string) bool }
 
 // CPUIdle is the hook.
 type CPUIdle struct {
-	cfg      Config
-	idle     bool
-	identity bool
+	cfg       Config
+	idle      bool
+	identity  bool
+	beStarted func()
 }
 
-var _ hooks.PreRunPodSandboxHook = (*CPUIdle)(nil)
+var (
+	_ hooks.PreRunPodSandboxHook   = (*CPUIdle)(nil)
+	_ hooks.PostStartContainerHook = (*CPUIdle)(nil)
+)
 
-// New detects the knobs and returns hooks.ErrSkip when the kernel has neither.
-func New(cfg Config, p Prober) (*CPUIdle, error) {
-	if p == nil {
-		return nil, fmt.Errorf("no cgroup hierarchy: %w", hooks.ErrSkip)
+// New detects the knobs. beStarted, if not nil, is called when a BE container has started; it must not
+// block. Without either knob and without beStarted there is nothing to do: hooks.ErrSkip.
+func New(cfg Config, p Prober, beStarted func()) (*CPUIdle, error) {
+	c := &CPUIdle{cfg: cfg, beStarted: beStarted}
+	if p != nil {
+		c.idle, c.identity = p.Supports("cpu.idle"), p.Supports("cpu.bvt_warp_ns")
 	}
-	c := &CPUIdle{cfg: cfg, idle: p.Supports("cpu.idle"), identity: p.Supports("cpu.bvt_warp_ns")}
-	if !c.idle && !c.identity {
+	if !c.idle && !c.identity && beStarted == nil {
 		return nil, fmt.Errorf("kernel offers neither cpu.idle (Linux 5.15+) nor cpu.bvt_warp_ns (Anolis): %w", hooks.ErrSkip)
 	}
 	return c, nil
+}
+
+// PostStartContainer tells the SCHED_IDLE loop that a BE container runs.
+func (c *CPUIdle) PostStartContainer(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
+	if c.beStarted != nil && qos.Class(pod, ctr) == resqos.BE {
+		c.beStarted()
+	}
+	return nil
 }
 
 // Name implements hooks.Hook.

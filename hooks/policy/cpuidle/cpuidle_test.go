@@ -35,7 +35,7 @@ func TestPreRunPodSandbox(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
-			c, err := New(DefaultConfig(), tt.kernel)
+			c, err := New(DefaultConfig(), tt.kernel, nil)
 			if tt.skip {
 				if !errors.Is(err, hooks.ErrSkip) {
 					t.Fatalf("New = %v, want ErrSkip", err)
@@ -62,5 +62,32 @@ func TestPreRunPodSandbox(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPostStartContainer: a started BE container, and only a BE one, wakes the SCHED_IDLE loop; on an
+// old kernel the hook still runs for that alone.
+func TestPostStartContainer(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	for _, tt := range []struct {
+		class string
+		kicks int
+	}{{"BE", 1}, {"LS", 0}, {"LSR", 0}, {"", 0}} {
+		kicks := 0
+		c, err := New(DefaultConfig(), files{}, func() { kicks++ })
+		if err != nil {
+			t.Fatalf("New with a BE-started callback on an old kernel: %v, want the hook", err)
+		}
+		pod := &hooks.PodInfo{Annotations: map[string]string{qos.AnnotationClass: tt.class}}
+		if err := c.PostStartContainer(ctx, pod, &hooks.ContainerInfo{ID: "c1", Name: "main"}); err != nil {
+			t.Fatal(err)
+		}
+		if kicks != tt.kicks {
+			t.Errorf("class %q: %d notices, want %d", tt.class, kicks, tt.kicks)
+		}
+		if adj, _ := c.PreRunPodSandbox(ctx, pod); adj != nil {
+			t.Errorf("class %q on a kernel without cpu.idle: pod files %v, want none", tt.class, adj.PodResources.Unified)
+		}
 	}
 }

@@ -1,0 +1,130 @@
+package schedidle
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/resource/sched"
+)
+
+// bePod starts a real process and lists it in a BE pod's container cgroup under root, as the kernel
+// would; the directory tree stands in for the cgroup hierarchy, the process and its policy are real.
+func bePod(t *testing.T, root, pod string) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	dir := filepath.Join(root, pod, "ctr")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+func waitPolicy(ctx context.Context, t *testing.T, tid int, want sched.Policy) {
+	t.Helper()
+	var last sched.Policy
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		p, err := sched.Of(tid)
+		last = p
+		return err == nil && p == want, nil
+	})
+	if err != nil {
+		t.Fatalf("thread %d runs under %s, want %s", tid, last, want)
+	}
+}
+
+func TestLoop(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	root := t.TempDir()
+	first := bePod(t, root, "pod1")
+	kick := make(chan struct{}, 1)
+	reg := prometheus.NewRegistry()
+	cfg := Config{Enable: true, BECgroupDir: root, Interval: time.Hour}
+	l, err := New(cfg, Deps{Kick: kick, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+
+	// The first sweep runs at start.
+	waitPolicy(ctx, t, first, sched.Idle)
+	// A BE container started: with an hour between sweeps, only the kick can move it.
+	second := bePod(t, root, "pod2")
+	kick <- struct{}{}
+	waitPolicy(ctx, t, second, sched.Idle)
+	if got := testutil.ToFloat64(l.moved.WithLabelValues("SCHED_IDLE")); got != 2 {
+		t.Errorf("threads_moved_total{policy=SCHED_IDLE} = %v, want 2", got)
+	}
+	// Switching it off gives every BE thread SCHED_OTHER back at once.
+	off := cfg
+	off.Enable = false
+	if err := l.Reconfigure(off); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicy(ctx, t, first, sched.Other)
+	waitPolicy(ctx, t, second, sched.Other)
+	// While off, a kick moves nothing.
+	third := bePod(t, root, "pod3")
+	kick <- struct{}{}
+	time.Sleep(50 * time.Millisecond)
+	if p, _ := sched.Of(third); p != sched.Other {
+		t.Errorf("thread started while the loop is off runs under %s, want SCHED_OTHER", p)
+	}
+}
+
+// TestStartDisabledUndoes: a loop that starts switched off moves back what an earlier run left idle.
+func TestStartDisabledUndoes(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	root := t.TempDir()
+	tid := bePod(t, root, "pod1")
+	if _, err := sched.Set(tid, sched.Idle); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Config{Enable: false, BECgroupDir: root, Interval: time.Hour}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	waitPolicy(ctx, t, tid, sched.Other)
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"default with a directory", Config{Enable: true, BECgroupDir: "/sys/fs/cgroup/cpu/kubepods/besteffort", Interval: time.Second}, true},
+		{"no directory", Config{Enable: true, Interval: time.Second}, false},
+		{"no interval", Config{Enable: true, BECgroupDir: "/x"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.cfg.Validate(); (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
