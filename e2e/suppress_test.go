@@ -22,6 +22,7 @@ import (
 	"github.com/tandemkit/tandem/e2e/framework"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
+	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
@@ -206,7 +207,7 @@ func startSuppressHarness(t *testing.T, ctx context.Context, flavor string) *sup
 	}
 	pol := policy.DefaultConfig()
 	pol.Enabled = []string{"qos", "cpuset"}
-	d, err := hooks.NewDispatcher(ctx, policy.Builtin(pol, policy.Deps{Cgroups: cgroups, CPUs: cpus, PoolsChanged: poolsChanged}), nil)
+	d, err := hooks.NewDispatcher(ctx, policy.Builtin(pol, policy.Deps{Cgroups: cgroups, CPUSet: cpuset.NewState(cpus), PoolsChanged: poolsChanged}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

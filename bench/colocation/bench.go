@@ -204,6 +204,9 @@ func sloConfig(setting string, threshold int) string {
 	if policy != "" {
 		s += fmt.Sprintf("resource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": %d, \"cpuSuppressPolicy\": %q}}'\n", threshold, policy)
 	}
+	if setting == settingNoYield {
+		s += "resource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"taskSchedIdle\": false}}}}'\n"
+	}
 	return s
 }
 

@@ -156,7 +156,7 @@ func TestConsumersFollowSLO(t *testing.T) {
 }
 
 // TestSchedIdleFollowsSLO: beClass.cpuQOS.taskSchedIdle, on by default, switches BE threads between
-// SCHED_IDLE and SCHED_OTHER at run time.
+// the BE scheduling (metrics/schedidle) and SCHED_OTHER at run time.
 func TestSchedIdleFollowsSLO(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -193,17 +193,18 @@ func TestSchedIdleFollowsSLO(t *testing.T) {
 		t.Helper()
 		var last sched.Policy
 		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			last, _ = sched.Of(be.Process.Pid)
+			a, _ := sched.Of(be.Process.Pid)
+			last = a.Policy
 			return last == want, nil
 		})
 		if err != nil {
 			t.Fatalf("BE thread runs under %s, want %s", last, want)
 		}
 	}
-	waitFor(sched.Idle)
+	waitFor(base.Want.Policy)
 	cons.apply(ctx, source.Update{Origin: "test", Resolved: resolve(t, map[string]string{
 		slo.ResourceQOSConfigKey: `{"clusterStrategy": {"beClass": {"cpuQOS": {"taskSchedIdle": false}}}}`})})
 	waitFor(sched.Other)
 	cons.apply(ctx, source.Update{Origin: "test", Resolved: defaults})
-	waitFor(sched.Idle)
+	waitFor(base.Want.Policy)
 }

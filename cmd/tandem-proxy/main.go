@@ -260,7 +260,7 @@ func run(ctx context.Context, args []string) error {
 		// One state for every cpuset hook a configuration change rebuilds.
 		cpusetState = cpuset.NewState(cpus)
 	}
-	// A BE container started: the SCHED_IDLE loop sweeps at once; one pending notice is enough.
+	// A BE container started: the BE thread scheduling loop sweeps at once; one pending notice is enough.
 	beStarted := make(chan struct{}, 1)
 	policyDeps := policy.Deps{
 		Cgroups:     cgroups,

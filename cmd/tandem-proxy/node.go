@@ -143,13 +143,13 @@ func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *c
 	return nil
 }
 
-// startSchedIdle starts the loop that runs BE threads SCHED_IDLE, switched by resource-qos-config's
+// startSchedIdle starts the loop that makes BE threads yield to every other thread (metrics/schedidle), switched by resource-qos-config's
 // beClass.cpuQOS.taskSchedIdle and reconfigured by cons on every change of it. A node without a cgroup
 // hierarchy has no BE cgroup to sweep.
 func startSchedIdle(ctx context.Context, wg *sync.WaitGroup, st settings, cgroups cgroup.Writer, kick <-chan struct{},
 	reg prometheus.Registerer, cons *consumers) error {
 	if cgroups == nil {
-		klog.FromContext(ctx).Info("BE threads keep their scheduling policy: no cgroup hierarchy to find them in", "cgroupRoot", st.cgroupRoot)
+		klog.FromContext(ctx).Info("BE threads keep the default scheduling: no cgroup hierarchy to find them in", "cgroupRoot", st.cgroupRoot)
 		return nil
 	}
 	base := schedidle.DefaultConfig()
@@ -163,11 +163,11 @@ func startSchedIdle(ctx context.Context, wg *sync.WaitGroup, st settings, cgroup
 	cfg.Enable = st.colocation.Load().ResourceQOS.BE.CPUQOS.TaskSchedIdle
 	l, err := schedidle.New(cfg, schedidle.Deps{Kick: kick, Registerer: reg})
 	if err != nil {
-		return fmt.Errorf("BE SCHED_IDLE loop: %w", err)
+		return fmt.Errorf("BE thread scheduling loop: %w", err)
 	}
 	wg.Go(func() {
 		if err := l.Run(ctx); err != nil {
-			klog.FromContext(ctx).Error(err, "BE SCHED_IDLE loop stopped")
+			klog.FromContext(ctx).Error(err, "BE thread scheduling loop stopped")
 		}
 	})
 	cons.setSchedIdle(ctx, l, base)

@@ -140,12 +140,12 @@ func (c *consumers) reconfigureLoops(ctx context.Context) {
 		cfg := c.siBase
 		cfg.Enable = c.resolved.ResourceQOS.BE.CPUQOS.TaskSchedIdle
 		if err := c.si.Reconfigure(cfg); err != nil {
-			logger.Error(err, "BE SCHED_IDLE settings refused; the ones in force stay")
+			logger.Error(err, "BE thread scheduling settings refused; the ones in force stay")
 		}
 	}
 }
 
-// setSchedIdle registers the SCHED_IDLE loop and gives it the configuration in force.
+// setSchedIdle registers the BE thread scheduling loop and gives it the configuration in force.
 func (c *consumers) setSchedIdle(ctx context.Context, l *schedidle.Loop, base schedidle.Config) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -255,9 +255,10 @@ type CPUQOSConfig struct {
 	GroupIdentity *int64 `json:"groupIdentity,omitempty"`
 	SchedIdle     *int64 `json:"schedIdle,omitempty"`
 	CoreExpeller  *bool  `json:"coreExpeller,omitempty"`
-	// TaskSchedIdle is Tandem's, not Koordinator's: run every thread of the class's pods under the
-	// SCHED_IDLE policy (metrics/schedidle), so that batch work yields at once to any other thread on
-	// the node, host daemons included. beClass only; on by default there.
+	// TaskSchedIdle is Tandem's, not Koordinator's: give every thread of the class's pods the
+	// scheduling that makes batch work yield at once to any other thread on the node, host daemons
+	// included (metrics/schedidle: SCHED_BATCH with a 100 ms slice on Linux 6.12+, SCHED_IDLE before).
+	// beClass only; on by default there.
 	TaskSchedIdle *bool `json:"taskSchedIdle,omitempty"`
 }
 

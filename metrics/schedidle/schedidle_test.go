@@ -41,9 +41,9 @@ func waitPolicy(ctx context.Context, t *testing.T, tid int, want sched.Policy) {
 	t.Helper()
 	var last sched.Policy
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		p, err := sched.Of(tid)
-		last = p
-		return err == nil && p == want, nil
+		a, err := sched.Of(tid)
+		last = a.Policy
+		return err == nil && last == want, nil
 	})
 	if err != nil {
 		t.Fatalf("thread %d runs under %s, want %s", tid, last, want)
@@ -57,7 +57,9 @@ func TestLoop(t *testing.T) {
 	first := bePod(t, root, "pod1")
 	kick := make(chan struct{}, 1)
 	reg := prometheus.NewRegistry()
-	cfg := Config{Enable: true, BECgroupDir: root, Interval: time.Hour}
+	cfg := DefaultConfig()
+	cfg.BECgroupDir, cfg.Interval = root, time.Hour
+	be := cfg.Want.Policy
 	l, err := New(cfg, Deps{Kick: kick, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -67,13 +69,13 @@ func TestLoop(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 
 	// The first sweep runs at start.
-	waitPolicy(ctx, t, first, sched.Idle)
+	waitPolicy(ctx, t, first, be)
 	// A BE container started: with an hour between sweeps, only the kick can move it.
 	second := bePod(t, root, "pod2")
 	kick <- struct{}{}
-	waitPolicy(ctx, t, second, sched.Idle)
-	if got := testutil.ToFloat64(l.moved.WithLabelValues("SCHED_IDLE")); got != 2 {
-		t.Errorf("threads_moved_total{policy=SCHED_IDLE} = %v, want 2", got)
+	waitPolicy(ctx, t, second, be)
+	if got := testutil.ToFloat64(l.moved.WithLabelValues(be.String())); got != 2 {
+		t.Errorf("threads_moved_total{policy=%s} = %v, want 2", be, got)
 	}
 	// Switching it off gives every BE thread SCHED_OTHER back at once.
 	off := cfg
@@ -87,8 +89,8 @@ func TestLoop(t *testing.T) {
 	third := bePod(t, root, "pod3")
 	kick <- struct{}{}
 	time.Sleep(50 * time.Millisecond)
-	if p, _ := sched.Of(third); p != sched.Other {
-		t.Errorf("thread started while the loop is off runs under %s, want SCHED_OTHER", p)
+	if a, _ := sched.Of(third); a.Policy != sched.Other {
+		t.Errorf("thread started while the loop is off runs under %s, want SCHED_OTHER", a.Policy)
 	}
 }
 
@@ -98,10 +100,12 @@ func TestStartDisabledUndoes(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	root := t.TempDir()
 	tid := bePod(t, root, "pod1")
-	if _, err := sched.Set(tid, sched.Idle); err != nil {
+	cfg := DefaultConfig()
+	cfg.Enable, cfg.BECgroupDir, cfg.Interval = false, root, time.Hour
+	if _, err := sched.Set(tid, cfg.Want); err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(Config{Enable: false, BECgroupDir: root, Interval: time.Hour}, Deps{})
+	l, err := New(cfg, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,9 +121,10 @@ func TestValidate(t *testing.T) {
 		cfg  Config
 		ok   bool
 	}{
-		{"default with a directory", Config{Enable: true, BECgroupDir: "/sys/fs/cgroup/cpu/kubepods/besteffort", Interval: time.Second}, true},
-		{"no directory", Config{Enable: true, Interval: time.Second}, false},
-		{"no interval", Config{Enable: true, BECgroupDir: "/x"}, false},
+		{"default with a directory", Config{Enable: true, Want: Mechanism(), BECgroupDir: "/sys/fs/cgroup/cpu/kubepods/besteffort", Interval: time.Second}, true},
+		{"no directory", Config{Enable: true, Want: Mechanism(), Interval: time.Second}, false},
+		{"no interval", Config{Enable: true, Want: Mechanism(), BECgroupDir: "/x"}, false},
+		{"the kernel's default", Config{Enable: true, Want: sched.Default, BECgroupDir: "/x", Interval: time.Second}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); (err == nil) != tc.ok {

@@ -1,16 +1,11 @@
-// Package sched moves the threads of a cgroup subtree between the kernel's SCHED_OTHER and SCHED_IDLE
-// scheduling policies.
+// Package sched sets the scheduling attributes of the threads of a cgroup subtree: a policy of the fair
+// class (SCHED_OTHER, SCHED_BATCH, SCHED_IDLE) and the slice the thread asks EEVDF for
+// (sched_attr.sched_runtime, honoured since Linux 6.12).
 //
-// A SCHED_IDLE thread is preempted at once by any waking thread that is not SCHED_IDLE, whatever cgroup
-// either lives in (kernel/sched/fair.c: "Idle tasks are by definition preempted by non-idle tasks"),
-// and a CPU that runs only SCHED_IDLE threads counts as idle when the kernel places a waking thread
-// (sched_idle_cpu). cpu.idle on a cgroup gives the first only against the cgroup's siblings: BE pods
-// marked idle still compete at full weight, through kubepods, with kubelet, containerd and every other
-// process outside kubepods. The per-thread policy is what makes batch work yield to all of them.
-//
-// The policy is inherited across fork and clone, so once a container's threads are idle, what they
-// start is idle too. Threads that enter the cgroup from outside (an exec into the container) or were
-// forked while a sweep ran are caught by the next sweep.
+// metrics/schedidle uses it to make batch work yield to every other thread on the node; its package doc
+// says which attributes and why. The attributes are inherited across fork and clone, so once a
+// container's threads have them, what they start has them too; threads that enter the cgroup from
+// outside (an exec into the container) or were forked while a sweep ran are caught by the next sweep.
 package sched
 
 import (
@@ -21,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,9 +24,10 @@ import (
 // Policy is a Linux scheduling policy for normal (non-realtime) threads.
 type Policy uint32
 
-// The policies a sweep moves threads between.
+// The policies of the fair scheduling class.
 const (
 	Other Policy = unix.SCHED_NORMAL
+	Batch Policy = unix.SCHED_BATCH
 	Idle  Policy = unix.SCHED_IDLE
 )
 
@@ -38,28 +35,64 @@ func (p Policy) String() string {
 	switch p {
 	case Other:
 		return "SCHED_OTHER"
+	case Batch:
+		return "SCHED_BATCH"
 	case Idle:
 		return "SCHED_IDLE"
 	}
 	return "policy " + strconv.FormatUint(uint64(p), 10)
 }
 
+func (p Policy) fair() bool { return p == Other || p == Batch || p == Idle }
+
+// Attr is what a sweep gives a thread: a policy of the fair class and the slice the thread asks EEVDF
+// for (sched_attr.sched_runtime, Linux 6.12+); Slice 0 is the kernel's default.
+type Attr struct {
+	Policy Policy
+	Slice  time.Duration
+}
+
+func (a Attr) String() string {
+	if a.Slice == 0 {
+		return a.Policy.String()
+	}
+	return a.Policy.String() + " slice " + a.Slice.String()
+}
+
+// Default is what the kernel gives a thread nobody configured.
+var Default = Attr{Policy: Other}
+
+// MaxSlice is the longest slice the kernel accepts; it clamps longer requests to it.
+const MaxSlice = 100 * time.Millisecond
+
+// CustomSlices reports whether the kernel honours a thread's slice request: Linux 6.12 and later report
+// the slice of every fair thread (the default one too) through sched_getattr, older kernels report 0 and
+// ignore the request.
+func CustomSlices() (bool, error) {
+	attr, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return false, fmt.Errorf("sched_getattr: %w", err)
+	}
+	return !Policy(attr.Policy).fair() || attr.Runtime != 0, nil
+}
+
 // Result counts what one sweep saw.
 type Result struct {
 	// Threads is how many threads the subtree held.
 	Threads int
-	// Moved is how many of them the sweep moved to the wanted policy.
+	// Moved is how many of them the sweep changed.
 	Moved int
 	// Skipped is how many it left alone: realtime and deadline threads (an operator chose those on
 	// purpose) and threads that exited while it ran.
 	Skipped int
 }
 
-// Sweep moves every thread in the cgroup directory root and below it to policy want, and leaves
-// threads already there alone. A missing root is an empty subtree, not an error: on a node without BE
-// pods the BE cgroup may not exist yet. Errors on single threads are joined into the returned error;
-// the sweep goes on with the others.
-func Sweep(root string, want Policy) (Result, error) {
+// Sweep gives every thread in the cgroup directory root and below it the attributes want, and leaves
+// threads that already have them alone. With from set, only threads that have exactly from are changed:
+// that is how a sweep is undone without touching a thread its owner configured. A missing root is an
+// empty subtree, not an error: on a node without BE pods the BE cgroup may not exist yet. Errors on
+// single threads are joined into the returned error; the sweep goes on with the others.
+func Sweep(root string, want Attr, from *Attr) (Result, error) {
 	var res Result
 	var errs []error
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -83,7 +116,7 @@ func Sweep(root string, want Policy) (Result, error) {
 		}
 		for _, tid := range tids {
 			res.Threads++
-			moved, err := Set(tid, want)
+			moved, err := set(tid, want, from)
 			switch {
 			case errors.Is(err, unix.ESRCH), errors.Is(err, errSkip):
 				res.Skipped++
@@ -124,38 +157,40 @@ func Threads(dir string) ([]int, error) {
 
 var errSkip = errors.New("realtime or deadline thread left alone")
 
-// Set moves thread tid to policy want, keeping its nice value, and reports whether it moved. Moving to
-// Idle takes SCHED_OTHER and SCHED_BATCH threads; moving to Other takes only SCHED_IDLE ones, so that
-// undoing a sweep leaves a thread its owner made SCHED_BATCH as it was. Realtime and deadline threads are
-// never touched (an error wrapping errSkip).
-func Set(tid int, want Policy) (bool, error) {
+// Of returns thread tid's attributes. Slice is 0 where the kernel does not report slices (before 6.12).
+func Of(tid int) (Attr, error) {
+	attr, err := unix.SchedGetAttr(tid, 0)
+	if err != nil {
+		return Attr{}, fmt.Errorf("sched_getattr of thread %d: %w", tid, err)
+	}
+	return Attr{Policy: Policy(attr.Policy), Slice: time.Duration(attr.Runtime)}, nil
+}
+
+// Set gives thread tid the attributes want, keeping its nice value, and reports whether it changed.
+// Realtime and deadline threads are left alone (an error wrapping errSkip).
+func Set(tid int, want Attr) (bool, error) { return set(tid, want, nil) }
+
+func set(tid int, want Attr, from *Attr) (bool, error) {
 	attr, err := unix.SchedGetAttr(tid, 0)
 	if err != nil {
 		return false, fmt.Errorf("sched_getattr: %w", err)
 	}
-	have := Policy(attr.Policy)
-	switch {
-	case have == want:
-		return false, nil
-	case have != Other && have != Idle && have != unix.SCHED_BATCH:
-		return false, fmt.Errorf("thread %d runs under %s: %w", tid, have, errSkip)
-	case want == Other && have != Idle:
+	have := Attr{Policy: Policy(attr.Policy), Slice: time.Duration(attr.Runtime)}
+	if !have.Policy.fair() {
+		return false, fmt.Errorf("thread %d runs under %s: %w", tid, have.Policy, errSkip)
+	}
+	if from != nil {
+		if have != *from {
+			return false, nil
+		}
+	} else if have.Policy == want.Policy && (want.Slice == 0 || have.Slice == want.Slice) {
 		return false, nil
 	}
-	// Only the policy changes: the nice value (which SCHED_OTHER weighs by) stays for when the thread
-	// goes back.
-	next := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: uint32(want), Nice: attr.Nice}
+	// Only the policy and the slice change: the nice value (which SCHED_OTHER and SCHED_BATCH weigh
+	// by) stays.
+	next := unix.SchedAttr{Policy: uint32(want.Policy), Nice: attr.Nice, Runtime: uint64(want.Slice)}
 	if err := unix.SchedSetAttr(tid, &next, 0); err != nil {
 		return false, fmt.Errorf("sched_setattr %s: %w", want, err)
 	}
 	return true, nil
-}
-
-// Of returns the policy thread tid runs under.
-func Of(tid int) (Policy, error) {
-	attr, err := unix.SchedGetAttr(tid, 0)
-	if err != nil {
-		return 0, fmt.Errorf("sched_getattr of thread %d: %w", tid, err)
-	}
-	return Policy(attr.Policy), nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,11 +40,24 @@ func writeTasks(t *testing.T, dir, file string, tids ...int) {
 
 func policyOf(t *testing.T, tid int) Policy {
 	t.Helper()
-	p, err := Of(tid)
+	a, err := Of(tid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return a.Policy
+}
+
+// mechanism is what BE threads get on this kernel (metrics/schedidle.Mechanism without the import).
+func mechanism(t *testing.T) Attr {
+	t.Helper()
+	ok, err := CustomSlices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		return Attr{Policy: Batch, Slice: MaxSlice}
+	}
+	return Attr{Policy: Idle}
 }
 
 func TestSweep(t *testing.T) {
@@ -57,30 +71,55 @@ func TestSweep(t *testing.T) {
 	writeTasks(t, filepath.Join(root, "pod1", "ctr1"), "tasks", a, gone)
 	writeTasks(t, filepath.Join(root, "pod2", "ctr2"), "cgroup.threads", b, batch)
 
-	res, err := Sweep(root, Idle)
+	want := mechanism(t)
+	res, err := Sweep(root, want, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Result{Threads: 4, Moved: 3, Skipped: 1}); res != want {
-		t.Errorf("first sweep: %+v, want %+v", res, want)
+	if wantRes := (Result{Threads: 4, Moved: 3, Skipped: 1}); res != wantRes {
+		t.Errorf("first sweep: %+v, want %+v", res, wantRes)
 	}
 	for _, tid := range []int{a, b, batch} {
-		if p := policyOf(t, tid); p != Idle {
-			t.Errorf("thread %d runs under %s after the sweep, want SCHED_IDLE", tid, p)
+		if got, err := Of(tid); err != nil || got != want {
+			t.Errorf("thread %d has %v (%v) after the sweep, want %s", tid, got, err, want)
 		}
 	}
-	// Idle threads are left alone: a second sweep moves nothing.
-	if res, err := Sweep(root, Idle); err != nil || res.Moved != 0 {
+	// Threads that have it are left alone: a second sweep changes nothing.
+	if res, err := Sweep(root, want, nil); err != nil || res.Moved != 0 {
 		t.Errorf("second sweep: %+v, %v; want nothing moved", res, err)
 	}
-	// Undoing brings every idle thread back to SCHED_OTHER.
-	if res, err := Sweep(root, Other); err != nil || res.Moved != 3 {
-		t.Errorf("undo: %+v, %v; want 3 moved", res, err)
+	// A thread its owner configured otherwise in between is not touched by the undo.
+	if _, err := Set(b, Attr{Policy: Idle}); err != nil {
+		t.Fatal(err)
 	}
-	for _, tid := range []int{a, b, batch} {
+	if res, err := Sweep(root, Default, &want); err != nil || res.Moved != 2 {
+		t.Errorf("undo: %+v, %v; want 2 moved", res, err)
+	}
+	for _, tid := range []int{a, batch} {
 		if p := policyOf(t, tid); p != Other {
 			t.Errorf("thread %d runs under %s after the undo, want SCHED_OTHER", tid, p)
 		}
+	}
+	if p := policyOf(t, b); p != Idle {
+		t.Errorf("thread made SCHED_IDLE by its owner runs under %s after the undo, want it left SCHED_IDLE", p)
+	}
+}
+
+// TestCustomSlices: a slice request sticks where the kernel reports slices, so the long BE slice is real.
+func TestCustomSlices(t *testing.T) {
+	ok, err := CustomSlices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("kernel before 6.12: no slice requests (the loop uses SCHED_IDLE there)")
+	}
+	tid := child(t)
+	if _, err := Set(tid, Attr{Policy: Batch, Slice: MaxSlice}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := Of(tid); got != (Attr{Policy: Batch, Slice: MaxSlice}) {
+		t.Fatalf("thread has %s, want SCHED_BATCH slice 100ms", got)
 	}
 }
 
@@ -100,10 +139,11 @@ func TestSweepKeepsNiceAndRealtime(t *testing.T) {
 		tids = append(tids, rt)
 	}
 	writeTasks(t, root, "tasks", tids...)
-	if _, err := Sweep(root, Idle); err != nil {
+	want := mechanism(t)
+	if _, err := Sweep(root, want, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Sweep(root, Other); err != nil {
+	if _, err := Sweep(root, Default, &want); err != nil {
 		t.Fatal(err)
 	}
 	attr, err := unix.SchedGetAttr(nice, 0)
@@ -111,7 +151,12 @@ func TestSweepKeepsNiceAndRealtime(t *testing.T) {
 		t.Fatal(err)
 	}
 	if attr.Nice != 5 || Policy(attr.Policy) != Other {
-		t.Errorf("niced thread after idle and back: %s nice %d, want SCHED_OTHER nice 5", Policy(attr.Policy), attr.Nice)
+		t.Errorf("niced thread after %s and back: %s nice %d, want SCHED_OTHER nice 5", want, Policy(attr.Policy), attr.Nice)
+	}
+	if ok, _ := CustomSlices(); ok {
+		if def, _ := Of(os.Getpid()); time.Duration(attr.Runtime) != def.Slice {
+			t.Errorf("slice after the undo %v, want the kernel's default %v", time.Duration(attr.Runtime), def.Slice)
+		}
 	}
 	if rt != 0 {
 		if p := policyOf(t, rt); p != unix.SCHED_FIFO {
@@ -121,7 +166,7 @@ func TestSweepKeepsNiceAndRealtime(t *testing.T) {
 }
 
 func TestSweepMissingRoot(t *testing.T) {
-	res, err := Sweep(filepath.Join(t.TempDir(), "besteffort"), Idle)
+	res, err := Sweep(filepath.Join(t.TempDir(), "besteffort"), Attr{Policy: Idle}, nil)
 	if err != nil || res != (Result{}) {
 		t.Fatalf("sweep of a missing cgroup: %+v, %v; want nothing and no error", res, err)
 	}

@@ -2,7 +2,7 @@
 // SCHED_IDLE for cgroups, which lets the pod's siblings preempt batch work at once. It is the
 // vanilla-kernel answer to Alibaba's group identity; where the kernel is Anolis and offers
 // cpu.bvt_warp_ns, the hook sets group identity by class too. When a BE container has started it tells
-// the node loop that runs BE threads SCHED_IDLE (metrics/schedidle), so the container's threads yield to
+// the node loop that makes BE threads yield (metrics/schedidle), so the container's threads yield to
 // every other thread on the node from their first milliseconds, not from the loop's next sweep.
 package cpuidle
 
@@ -60,7 +60,7 @@ func New(cfg Config, p Prober, beStarted func()) (*CPUIdle, error) {
 	return c, nil
 }
 
-// PostStartContainer tells the SCHED_IDLE loop that a BE container runs.
+// PostStartContainer tells the BE thread scheduling loop that a BE container runs.
 func (c *CPUIdle) PostStartContainer(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
 	if c.beStarted != nil && qos.Class(pod, ctr) == resqos.BE {
 		c.beStarted()
