@@ -98,11 +98,13 @@ bench: bench-unit
 	-$(GO) run ./bench/cpuset
 	-$(GO) run ./bench/extender
 
-## bench-colocation: LS latency and BE throughput, solo and colocated, with and without Tandem (root;
-## about 12 minutes at the defaults). COLOCATION_FLAGS passes flags, e.g. "-duration 5s -rounds 1".
+## bench-colocation: LS latency and BE throughput, solo and colocated, with and without Tandem, then a
+## node daemon's wakeup delay next to BE placed and scheduled each way (root; about 17 minutes at the
+## defaults; docs/colocation.md). COLOCATION_FLAGS passes flags, e.g. "-duration 5s -rounds 1".
 .PHONY: bench-colocation
 bench-colocation:
 	$(GO) run ./bench/colocation $(COLOCATION_FLAGS)
+	$(GO) run ./bench/wakeup
 
 bench-unit:
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/... ./hooks/... ./resource/... ./scheduler-extender/...

@@ -25,6 +25,8 @@ import (
 
 	"github.com/tandemkit/tandem/e2e/cluster"
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/metrics/schedidle"
+	"github.com/tandemkit/tandem/resource/sched"
 )
 
 // seedDeployments are seed 000's Deployments, in testdata/seed-000.yaml,
@@ -414,6 +416,16 @@ func TestSeed000(t *testing.T) {
 		checkBatchCgroups(t, pods["nginx-be"], 100)
 	})
 
+	t.Run("BE threads yield to every other thread, LS threads keep the default", func(t *testing.T) {
+		// metrics/schedidle gives BE threads SCHED_BATCH with a long slice (SCHED_IDLE before Linux
+		// 6.12) within a second of their start (at once when the cpuidle policy reports the start).
+		want := schedidle.Mechanism()
+		checkThreads(ctx, t, pods["nginx-be"], func(a sched.Attr) bool { return a == want }, want.String())
+		for _, name := range []string{"nginx-lse", "nginx-lsr", "nginx-ls"} {
+			checkThreads(ctx, t, pods[name], func(a sched.Attr) bool { return a.Policy == sched.Other }, "SCHED_OTHER")
+		}
+	})
+
 	t.Run("kubectl logs, exec and port-forward", func(t *testing.T) {
 		for _, d := range seedDeployments {
 			p := pods[d.name]
@@ -614,4 +626,34 @@ func tandemctl(ctx context.Context, t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// checkThreads waits up to five seconds for every thread of the pod's container (its cpu cgroup's
+// tasks, read on the node) to have the scheduling ok accepts, and fails naming the first that has not.
+func checkThreads(ctx context.Context, t *testing.T, p *corev1.Pod, ok func(sched.Attr) bool, want string) {
+	t.Helper()
+	dir := containerCgroup(t, p, "cpu")
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		tids, err := sched.Threads(dir)
+		if err != nil || len(tids) == 0 {
+			last = fmt.Sprintf("no threads listed (%v)", err)
+			return false, nil
+		}
+		for _, tid := range tids {
+			a, err := sched.Of(tid)
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			if !ok(a) {
+				last = fmt.Sprintf("thread %d has %s", tid, a)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("pod %s on %s: %s, want %s", p.Name, p.Spec.NodeName, last, want)
+	}
 }

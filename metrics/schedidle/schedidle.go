@@ -6,23 +6,20 @@
 //
 // kubelet puts every pod under kubepods, whose weight (cpu.shares, cpu.weight) is the node's
 // allocatable CPU: 2048 on a 2-CPU node against 1024 for a daemon in the root cgroup. The kernel picks
-// between the daemon and kubepods as a whole, whatever BE's weight or cpu.idle below kubepods; on EEVDF
-// (Linux 6.6+) kubepods running BE then often has the earlier virtual deadline, and a waking daemon
-// waits for the next tick (4 ms at HZ=250) instead of running at once. cpu.idle on BE cgroups ranks BE
-// only below its siblings, and SCHED_IDLE on its threads makes the daemon's wakeup preempt BE but does
-// not change which entity the kernel then picks at the top: both measured no better than nothing
+// between the daemon and kubepods as a whole, whatever BE weighs below kubepods; on EEVDF (Linux 6.6+) a
+// waking daemon that is not picked at once waits for the next tick. cpu.idle on BE pod cgroups (the
+// cpuidle policy) ranks BE below its siblings only. In bench/colocation, a host daemon's p99 next to BE
+// was 7-11x its solo value with cpu.idle alone and 2-3x with this loop on, in the same rounds
 // (docs/colocation.md).
 //
-// What moves it is the slice. A group's slice is the shortest slice among what it runs, and its
-// virtual deadline is its vruntime plus that slice over its weight. BE threads that ask for a long
-// slice make kubepods, while it runs only BE, carry a deadline behind a waking thread's, so the waking
-// thread is picked at once: a daemon's wakeup latency at p99.9 went from 3.5 ms to 0.13-0.7 ms (100 ms
-// slice) and 2.0 ms (20 ms slice) with three spinning BE threads on this 2-CPU machine. The slice also
-// bounds how long a thread that arrives without a wakeup preemption waits behind BE, so BESlice is a
-// trade; docs/colocation.md has the figures. SCHED_BATCH keeps BE threads from preempting anything when
-// they wake. Where the kernel does not honour slice requests (before 6.12) the loop uses SCHED_IDLE,
-// which is what such kernels' wakeup preemption respects. Whatever the CPU leaves idle, BE still uses in
-// full: neither attribute caps it.
+// The slice is the lever EEVDF offers: a group's slice is the shortest among what it runs, and its
+// virtual deadline its vruntime plus that slice over its weight, so BE threads asking for a long slice
+// put kubepods' deadline, while it runs only BE, behind a waking thread's. The slice also bounds how long
+// a thread that arrives without a wakeup preemption (migrated, or not yet eligible) may wait behind BE,
+// which is why BESlice is 20 ms and not the kernel's 100 ms maximum. SCHED_BATCH keeps BE threads from
+// preempting anything when they wake. Where the kernel does not honour slice requests (before 6.12) the
+// loop uses SCHED_IDLE, which such kernels' wakeup preemption respects. Whatever the CPU leaves idle, BE
+// still uses in full: neither attribute caps it.
 //
 // # The loop
 //
@@ -68,9 +65,9 @@ func DefaultConfig() Config {
 }
 
 // BESlice is the slice BE threads ask for. Longer pushes a busy BE subtree's deadline further behind a
-// waking thread's, but bounds how long a thread that arrives without a wakeup preemption (migrated,
-// or not yet eligible) can wait behind BE: with the kernel's maximum, 100 ms, host daemons saw stalls
-// of 84-100 ms in bench/colocation; 20 ms kept them under 20 ms.
+// waking thread's, but is also how long a thread that arrives without a wakeup preemption (migrated,
+// or not yet eligible) can wait behind BE. bench/wakeup measures 20 ms and 100 ms alike; a
+// bench/colocation run with 100 ms had host-daemon stalls of 84-100 ms in both rounds, so the shorter.
 const BESlice = 20 * time.Millisecond
 
 // Mechanism is what BE threads get on this kernel: SCHED_BATCH with BESlice where EEVDF honours slice
