@@ -35,6 +35,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"sync"
 	"time"
 
@@ -111,6 +113,8 @@ type Loop struct {
 	errors prometheus.Counter
 	// lastErr keeps a failure that repeats every sweep (a thread the proxy may not touch) to one log line.
 	lastErr string
+	// missing is set while the BE cgroup does not exist, so that is said once.
+	missing bool
 }
 
 // New returns the loop; Run starts it.
@@ -204,6 +208,18 @@ func target(cfg Config) (sched.Attr, *sched.Attr) {
 // sweep applies cfg to the BE subtree once and returns what it did; only Run calls it.
 func (l *Loop) sweep(ctx context.Context, cfg Config) sched.Result {
 	w, from := target(cfg)
+	// kubelet creates its QoS cgroups at start, so a BE cgroup that does not exist is a wrong
+	// --kubelet-cgroup-root (or kubelet's systemd driver, whose layout differs) more often than a node
+	// without BE pods: say it once rather than sweep nothing in silence.
+	if _, err := os.Stat(cfg.BECgroupDir); errors.Is(err, fs.ErrNotExist) {
+		if !l.missing {
+			klog.FromContext(ctx).Info("BE cgroup not found; BE threads keep their scheduling until it appears: check --kubelet-cgroup-root",
+				"beCgroup", cfg.BECgroupDir)
+		}
+		l.missing = true
+		return sched.Result{}
+	}
+	l.missing = false
 	res, err := sched.Sweep(cfg.BECgroupDir, w, from)
 	p := w.Policy
 	if res.Moved > 0 {

@@ -133,3 +133,22 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestBECgroupAppears: a BE cgroup that does not exist yet is swept once it does.
+func TestBECgroupAppears(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	root := filepath.Join(t.TempDir(), "besteffort")
+	cfg := DefaultConfig()
+	cfg.BECgroupDir, cfg.Interval = root, 20*time.Millisecond
+	l, err := New(cfg, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(60 * time.Millisecond) // a few sweeps of a missing cgroup
+	tid := bePod(t, root, "pod1")
+	waitPolicy(ctx, t, tid, cfg.Want.Policy)
+}
