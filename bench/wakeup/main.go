@@ -25,7 +25,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,8 +56,11 @@ func variants() []variant {
 		{name: "kubepods/besteffort/pod (kubelet)", spin: true},
 		{name: "  + pod cpu.idle 1", spin: true, podIdle: true},
 		{name: "  + SCHED_IDLE threads", spin: true, attr: &idle},
-		{name: "  + SCHED_BATCH 20 ms slice", spin: true, podIdle: true, attr: &batch20},
-		{name: "  + SCHED_BATCH 100 ms slice", spin: true, podIdle: true, attr: &batch100},
+		// What Tandem does: the cpuidle policy's pod cpu.idle, and metrics/schedidle's threads (SCHED_IDLE
+		// before Linux 6.12, SCHED_BATCH with a 20 ms slice from then on).
+		{name: "  + pod cpu.idle 1, SCHED_IDLE threads", spin: true, podIdle: true, attr: &idle},
+		{name: "  + pod cpu.idle 1, SCHED_BATCH 20 ms", spin: true, podIdle: true, attr: &batch20},
+		{name: "  + pod cpu.idle 1, SCHED_BATCH 100 ms", spin: true, podIdle: true, attr: &batch100},
 		{name: "top level, cpu.idle 1", spin: true, topLevel: true, podIdle: true},
 	}
 }
@@ -77,6 +82,7 @@ func run() error {
 	rounds := flag.Int("rounds", 2, "rounds; the ratio is to solo in the same round")
 	spinners := flag.Int("spinners", 3, "BE processes, each spinning one thread")
 	root := flag.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount")
+	inPod := flag.Bool("ls-pod", false, "measure from an LS pod's cgroup (kubepods/burstable/pod, 512 shares) instead of the bench's own")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return errors.New("needs root: it creates cgroups and moves processes into them")
@@ -88,6 +94,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	h.inPod = *inPod
 	defer h.cleanup()
 	if ok, _ := sched.CustomSlices(); !ok {
 		fmt.Println("note: this kernel ignores slice requests (before Linux 6.12): the slice variants measure SCHED_BATCH alone")
@@ -95,7 +102,11 @@ func run() error {
 	self, _ := os.ReadFile("/proc/self/cgroup")
 	fmt.Printf("wakeup bench: %d CPUs, %s, %d BE spinners, %s per variant; kubepods stand-in weighs %d shares\n",
 		runtime.NumCPU(), h.kind(), *spinners, *d, runtime.NumCPU()*1024)
-	fmt.Printf("measuring thread's cgroup: %s", self)
+	if *inPod {
+		fmt.Println("measuring thread's cgroup: an LS pod's, kubepods/burstable/pod (512 shares), beside BE in the kubelet variants")
+	} else {
+		fmt.Printf("measuring thread's cgroup: %s", self)
+	}
 	for r := 1; r <= *rounds; r++ {
 		fmt.Printf("\nround %d\n%-36s %8s %8s %8s %8s %8s %11s %12s\n", r, "BE threads", "wakeups", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "p99.9/solo", ">1ms late/s")
 		var solo time.Duration
@@ -117,7 +128,7 @@ func run() error {
 					late++
 				}
 			}
-			fmt.Printf("%-36s %8d %8.3f %8.3f %8.3f %8.3f %11s %12.1f\n", v.name, len(lat), ms(quantile.Nearest(lat, 0.5)),
+			fmt.Printf("%-40s %8d %8.3f %8.3f %8.3f %8.3f %11s %12.1f\n", v.name, len(lat), ms(quantile.Nearest(lat, 0.5)),
 				ms(quantile.Nearest(lat, 0.99)), ms(p999), ms(quantile.Nearest(lat, 1)), ratio, float64(late)/d.Seconds())
 		}
 	}
@@ -130,6 +141,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type hierarchy struct {
 	cpu     string // the cpu controller's mount: <root>/cpu on v1, <root> on v2
 	v2      bool
+	inPod   bool // the bench measures from an LS pod's cgroup below the kubepods stand-in
+	home    string
 	created []string
 }
 
@@ -165,6 +178,13 @@ func (h *hierarchy) mkdir(rel string, shares int) (string, error) {
 }
 
 func (h *hierarchy) cleanup() {
+	if h.home != "" {
+		// Back where it came from before its cgroup goes.
+		if err := os.WriteFile(filepath.Join(h.home, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "wakeup bench: move back to %s: %v\n", h.home, err)
+		}
+		h.home = ""
+	}
 	for i := len(h.created) - 1; i >= 0; i-- {
 		_ = os.WriteFile(filepath.Join(h.created[i], "cpu.idle"), []byte("0"), 0o644)
 		if err := os.Remove(h.created[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -177,13 +197,24 @@ func (h *hierarchy) cleanup() {
 // measure builds v's cgroups, starts the spinners in them, and samples wakeups for d.
 func (h *hierarchy) measure(ctx context.Context, v variant, spinners int, d time.Duration) ([]time.Duration, error) {
 	defer h.cleanup()
+	base := fmt.Sprintf("tdm-wakeup-%d", os.Getpid())
+	if h.inPod {
+		// kubepods, with an LS pod below burstable, whatever BE does.
+		if err := h.enterPod(base); err != nil {
+			return nil, err
+		}
+	}
 	var be string
 	if v.spin {
-		base := fmt.Sprintf("tdm-wakeup-%d", os.Getpid())
 		var err error
-		if v.topLevel {
-			be, err = h.mkdir(base, 2)
-		} else {
+		switch {
+		case v.topLevel:
+			be, err = h.mkdir(base+"-be", 2)
+		case h.inPod:
+			if _, err = h.mkdir(filepath.Join(base, "besteffort"), 2); err == nil {
+				be, err = h.mkdir(filepath.Join(base, "besteffort", "pod"), 2)
+			}
+		default:
 			if _, err = h.mkdir(base, runtime.NumCPU()*1024); err == nil {
 				if _, err = h.mkdir(filepath.Join(base, "besteffort"), 2); err == nil {
 					be, err = h.mkdir(filepath.Join(base, "besteffort", "pod"), 2)
@@ -220,6 +251,44 @@ func (h *hierarchy) measure(ctx context.Context, v variant, spinners int, d time
 		time.Sleep(300 * time.Millisecond) // let the spinners settle on the CPUs
 	}
 	return sample(ctx, d)
+}
+
+// enterPod creates the kubepods stand-in with an LS pod below burstable and moves the bench into it.
+func (h *hierarchy) enterPod(base string) error {
+	home, err := selfCgroup(h)
+	if err != nil {
+		return err
+	}
+	if _, err := h.mkdir(base, runtime.NumCPU()*1024); err != nil {
+		return err
+	}
+	if _, err := h.mkdir(filepath.Join(base, "burstable"), 512); err != nil {
+		return err
+	}
+	pod, err := h.mkdir(filepath.Join(base, "burstable", "pod"), 512)
+	if err != nil {
+		return err
+	}
+	h.home = home
+	return os.WriteFile(filepath.Join(pod, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+}
+
+// selfCgroup is the bench's cgroup directory in the cpu controller's hierarchy.
+func selfCgroup(h *hierarchy) (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if (h.v2 && parts[0] == "0") || (!h.v2 && slices.Contains(strings.Split(parts[1], ","), "cpu")) {
+			return filepath.Join(h.cpu, parts[2]), nil
+		}
+	}
+	return "", fmt.Errorf("no cpu cgroup in /proc/self/cgroup: %s", b)
 }
 
 // sample sleeps 1 ms at a time on one OS thread for d and returns how late each wakeup came.

@@ -152,6 +152,10 @@ func startSchedIdle(ctx context.Context, wg *sync.WaitGroup, st settings, cgroup
 		klog.FromContext(ctx).Info("BE threads keep the default scheduling: no cgroup hierarchy to find them in", "cgroupRoot", st.cgroupRoot)
 		return nil
 	}
+	if _, ok := schedidle.Mechanism(); !ok {
+		klog.FromContext(ctx).Info("BE threads keep the default scheduling: the kernel does not honour slice requests (Linux 6.12+); BE pods still get cpu.idle (docs/colocation.md)")
+		return nil
+	}
 	base := schedidle.DefaultConfig()
 	// The pods' cpu cgroups: the cpu controller's hierarchy on v1, the unified one on v2.
 	if cgroups.Version() == 2 {

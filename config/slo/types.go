@@ -257,7 +257,7 @@ type CPUQOSConfig struct {
 	CoreExpeller  *bool  `json:"coreExpeller,omitempty"`
 	// TaskSchedIdle is Tandem's, not Koordinator's: give every thread of the class's pods the
 	// scheduling that makes batch work yield at once to any other thread on the node, host daemons
-	// included (metrics/schedidle: SCHED_BATCH with a 100 ms slice on Linux 6.12+, SCHED_IDLE before).
+	// included (metrics/schedidle: SCHED_BATCH with a 20 ms slice; Linux 6.12+, nothing on older kernels).
 	// beClass only; on by default there.
 	TaskSchedIdle *bool `json:"taskSchedIdle,omitempty"`
 }

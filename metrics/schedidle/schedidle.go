@@ -18,8 +18,9 @@
 // a thread that arrives without a wakeup preemption (migrated, or not yet eligible) may wait behind BE,
 // which is why BESlice is 20 ms and not the kernel's 100 ms maximum. SCHED_BATCH keeps BE threads from
 // preempting anything when they wake. Where the kernel does not honour slice requests (before 6.12) the
-// loop uses SCHED_IDLE, which such kernels' wakeup preemption respects. Whatever the CPU leaves idle, BE
-// still uses in full: neither attribute caps it.
+// loop does not run: the other candidate, SCHED_IDLE on BE threads, made an LS pod's thread wake late
+// 7-12 times a second instead of under once in bench/wakeup. Whatever the CPU leaves idle, BE still uses
+// in full: neither attribute caps it.
 //
 // # The loop
 //
@@ -51,8 +52,7 @@ type Config struct {
 	// Enable gives BE threads Want; switching it off gives the threads that have Want the kernel's
 	// default back.
 	Enable bool `json:"enable"`
-	// Want is what BE threads get: Batch with BESlice where the kernel honours slices, Idle elsewhere
-	// (Mechanism).
+	// Want is what BE threads get (Mechanism).
 	Want sched.Attr `json:"want"`
 	// BECgroupDir is the BE pods' parent cgroup directory in the cpu hierarchy (v1:
 	// /sys/fs/cgroup/cpu/kubepods/besteffort; v2: /sys/fs/cgroup/kubepods/besteffort).
@@ -61,9 +61,10 @@ type Config struct {
 	Interval time.Duration `json:"interval"`
 }
 
-// DefaultConfig is on, sweeping every second, with the mechanism this kernel supports.
+// DefaultConfig is on, sweeping every second.
 func DefaultConfig() Config {
-	return Config{Enable: true, Want: Mechanism(), Interval: time.Second}
+	want, _ := Mechanism()
+	return Config{Enable: true, Want: want, Interval: time.Second}
 }
 
 // BESlice is the slice BE threads ask for. Longer pushes a busy BE subtree's deadline further behind a
@@ -72,13 +73,12 @@ func DefaultConfig() Config {
 // bench/colocation run with 100 ms had host-daemon stalls of 84-100 ms in both rounds, so the shorter.
 const BESlice = 20 * time.Millisecond
 
-// Mechanism is what BE threads get on this kernel: SCHED_BATCH with BESlice where EEVDF honours slice
-// requests (Linux 6.12+), SCHED_IDLE before that. The package doc says why.
-func Mechanism() sched.Attr {
-	if ok, err := sched.CustomSlices(); err == nil && ok {
-		return sched.Attr{Policy: sched.Batch, Slice: BESlice}
-	}
-	return sched.Attr{Policy: sched.Idle}
+// Mechanism is what BE threads get, SCHED_BATCH with BESlice, and whether this kernel honours slice
+// requests (Linux 6.12+). Where it does not, the loop must not run: SCHED_BATCH alone is unmeasured and
+// SCHED_IDLE measured worse than nothing for LS pods (the package doc).
+func Mechanism() (sched.Attr, bool) {
+	ok, err := sched.CustomSlices()
+	return sched.Attr{Policy: sched.Batch, Slice: BESlice}, err == nil && ok
 }
 
 // Validate checks the configuration on its own.

@@ -121,9 +121,9 @@ func TestValidate(t *testing.T) {
 		cfg  Config
 		ok   bool
 	}{
-		{"default with a directory", Config{Enable: true, Want: Mechanism(), BECgroupDir: "/sys/fs/cgroup/cpu/kubepods/besteffort", Interval: time.Second}, true},
-		{"no directory", Config{Enable: true, Want: Mechanism(), Interval: time.Second}, false},
-		{"no interval", Config{Enable: true, Want: Mechanism(), BECgroupDir: "/x"}, false},
+		{"default with a directory", Config{Enable: true, Want: DefaultConfig().Want, BECgroupDir: "/sys/fs/cgroup/cpu/kubepods/besteffort", Interval: time.Second}, true},
+		{"no directory", Config{Enable: true, Want: DefaultConfig().Want, Interval: time.Second}, false},
+		{"no interval", Config{Enable: true, Want: DefaultConfig().Want, BECgroupDir: "/x"}, false},
 		{"the kernel's default", Config{Enable: true, Want: sched.Default, BECgroupDir: "/x", Interval: time.Second}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

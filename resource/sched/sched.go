@@ -183,7 +183,8 @@ func set(tid int, want Attr, from *Attr) (bool, error) {
 		if have != *from {
 			return false, nil
 		}
-	} else if have.Policy == want.Policy && (want.Slice == 0 || have.Slice == want.Slice) {
+	} else if have.Policy == want.Policy && (want.Slice == 0 || have.Slice == want.Slice || have.Slice == 0) {
+		// A kernel that reports no slice (before 6.12) ignores the request: asking again changes nothing.
 		return false, nil
 	}
 	// Only the policy and the slice change: the nice value (which SCHED_OTHER and SCHED_BATCH weigh

@@ -112,7 +112,7 @@ func TestCustomSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !ok {
-		t.Skip("kernel before 6.12: no slice requests (the loop uses SCHED_IDLE there)")
+		t.Skip("kernel before 6.12: no slice requests (metrics/schedidle does not run there)")
 	}
 	tid := child(t)
 	if _, err := Set(tid, Attr{Policy: Batch, Slice: MaxSlice}); err != nil {
