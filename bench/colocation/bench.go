@@ -205,7 +205,7 @@ func sloConfig(setting string, threshold int) string {
 		s += fmt.Sprintf("resource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": %d, \"cpuSuppressPolicy\": %q}}'\n", threshold, policy)
 	}
 	if setting == settingNoYield {
-		s += "resource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"taskSchedIdle\": false}}}}'\n"
+		s += "resource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": false}}}}'\n"
 	}
 	return s
 }

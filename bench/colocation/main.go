@@ -11,8 +11,8 @@
 //	solo            the LS pods alone (the baseline of every ratio, measured in the same round)
 //	plain           BE pods created on containerd directly, as kubelet makes BestEffort pods without Tandem
 //	tandem          through tandem-proxy with its default policies
-//	tandem-noyield  the same with beClass.cpuQOS.taskSchedIdle off: BE threads keep the kernel's default
-//	                scheduling, so the BE thread scheduling loop (metrics/schedidle) is measured against it
+//	tandem-noyield  the same with beClass.cpuQOS.yieldThreads off: BE threads keep the kernel's default
+//	                scheduling, so the BE thread scheduling loop (metrics/yield) is measured against it
 //	tandem-cpuset   through tandem-proxy, cpuset suppression at -suppress-threshold percent
 //	tandem-cfsquota through tandem-proxy, cfsQuota suppression at -suppress-threshold percent
 //

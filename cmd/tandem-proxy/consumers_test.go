@@ -19,8 +19,8 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
-	"github.com/tandemkit/tandem/metrics/schedidle"
 	"github.com/tandemkit/tandem/metrics/suppress"
+	"github.com/tandemkit/tandem/metrics/yield"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/sched"
 	"github.com/tandemkit/tandem/resource/topology"
@@ -155,9 +155,9 @@ func TestConsumersFollowSLO(t *testing.T) {
 	}
 }
 
-// TestSchedIdleFollowsSLO: beClass.cpuQOS.taskSchedIdle, on by default, switches BE threads between
-// the BE scheduling (metrics/schedidle) and SCHED_OTHER at run time.
-func TestSchedIdleFollowsSLO(t *testing.T) {
+// TestYieldFollowsSLO: beClass.cpuQOS.yieldThreads, on by default, switches BE threads between
+// the BE scheduling (metrics/yield) and SCHED_OTHER at run time.
+func TestYieldFollowsSLO(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	// A real thread, listed in a directory laid out as the BE pods' cgroups.
@@ -178,16 +178,16 @@ func TestSchedIdleFollowsSLO(t *testing.T) {
 	colocation := &atomic.Pointer[slo.Resolved]{}
 	colocation.Store(&defaults)
 	cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults}
-	base := schedidle.DefaultConfig()
+	base := yield.DefaultConfig()
 	base.BECgroupDir = root
-	l, err := schedidle.New(base, schedidle.Deps{})
+	l, err := yield.New(base, yield.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = l.Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
-	cons.setSchedIdle(ctx, l, base)
+	cons.setYield(ctx, l, base)
 
 	waitFor := func(want sched.Policy) {
 		t.Helper()
@@ -203,7 +203,7 @@ func TestSchedIdleFollowsSLO(t *testing.T) {
 	}
 	waitFor(base.Want.Policy)
 	cons.apply(ctx, source.Update{Origin: "test", Resolved: resolve(t, map[string]string{
-		slo.ResourceQOSConfigKey: `{"clusterStrategy": {"beClass": {"cpuQOS": {"taskSchedIdle": false}}}}`})})
+		slo.ResourceQOSConfigKey: `{"clusterStrategy": {"beClass": {"cpuQOS": {"yieldThreads": false}}}}`})})
 	waitFor(sched.Other)
 	cons.apply(ctx, source.Update{Origin: "test", Resolved: defaults})
 	waitFor(base.Want.Policy)

@@ -373,7 +373,7 @@ func run(ctx context.Context, args []string) error {
 		_ = lis.Close()
 		return err
 	}
-	if err := startSchedIdle(ctx, &wg, st, cgroups, beStarted, reg, cons); err != nil {
+	if err := startYield(ctx, &wg, st, cgroups, beStarted, reg, cons); err != nil {
 		_ = lis.Close()
 		return err
 	}

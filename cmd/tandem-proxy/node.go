@@ -16,8 +16,8 @@ import (
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
-	"github.com/tandemkit/tandem/metrics/schedidle"
 	"github.com/tandemkit/tandem/metrics/suppress"
+	"github.com/tandemkit/tandem/metrics/yield"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -143,20 +143,20 @@ func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *c
 	return nil
 }
 
-// startSchedIdle starts the loop that makes BE threads yield to every other thread (metrics/schedidle), switched by resource-qos-config's
-// beClass.cpuQOS.taskSchedIdle and reconfigured by cons on every change of it. A node without a cgroup
+// startYield starts the loop that makes BE threads yield to every other thread (metrics/yield), switched by resource-qos-config's
+// beClass.cpuQOS.yieldThreads and reconfigured by cons on every change of it. A node without a cgroup
 // hierarchy has no BE cgroup to sweep.
-func startSchedIdle(ctx context.Context, wg *sync.WaitGroup, st settings, cgroups cgroup.Writer, kick <-chan struct{},
+func startYield(ctx context.Context, wg *sync.WaitGroup, st settings, cgroups cgroup.Writer, kick <-chan struct{},
 	reg prometheus.Registerer, cons *consumers) error {
 	if cgroups == nil {
 		klog.FromContext(ctx).Info("BE threads keep the default scheduling: no cgroup hierarchy to find them in", "cgroupRoot", st.cgroupRoot)
 		return nil
 	}
-	if _, ok := schedidle.Mechanism(); !ok {
+	if _, ok := yield.Mechanism(); !ok {
 		klog.FromContext(ctx).Info("BE threads keep the default scheduling: the kernel does not honour slice requests (Linux 6.12+); BE pods still get cpu.idle (docs/colocation.md)")
 		return nil
 	}
-	base := schedidle.DefaultConfig()
+	base := yield.DefaultConfig()
 	// The pods' cpu cgroups: the cpu controller's hierarchy on v1, the unified one on v2.
 	if cgroups.Version() == 2 {
 		base.BECgroupDir = filepath.Join(st.cgroupRoot, cgroup.Path(st.beParent))
@@ -164,8 +164,8 @@ func startSchedIdle(ctx context.Context, wg *sync.WaitGroup, st settings, cgroup
 		base.BECgroupDir = filepath.Join(st.cgroupRoot, "cpu", cgroup.Path(st.beParent))
 	}
 	cfg := base
-	cfg.Enable = st.colocation.Load().ResourceQOS.BE.CPUQOS.TaskSchedIdle
-	l, err := schedidle.New(cfg, schedidle.Deps{Kick: kick, Registerer: reg})
+	cfg.Enable = st.colocation.Load().ResourceQOS.BE.CPUQOS.YieldThreads
+	l, err := yield.New(cfg, yield.Deps{Kick: kick, Registerer: reg})
 	if err != nil {
 		return fmt.Errorf("BE thread scheduling loop: %w", err)
 	}
@@ -174,7 +174,7 @@ func startSchedIdle(ctx context.Context, wg *sync.WaitGroup, st settings, cgroup
 			klog.FromContext(ctx).Error(err, "BE thread scheduling loop stopped")
 		}
 	})
-	cons.setSchedIdle(ctx, l, base)
+	cons.setYield(ctx, l, base)
 	return nil
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
-	"github.com/tandemkit/tandem/metrics/schedidle"
 	"github.com/tandemkit/tandem/metrics/suppress"
+	"github.com/tandemkit/tandem/metrics/yield"
 	"github.com/tandemkit/tandem/proxy/store"
 )
 
@@ -50,8 +50,8 @@ type consumers struct {
 	supBase suppress.Config
 	el      *evict.Loop
 	evBase  evict.Config
-	si      *schedidle.Loop
-	siBase  schedidle.Config
+	yl      *yield.Loop
+	ylBase  yield.Config
 }
 
 // builtin returns the built-in policies for the configuration in force; the caller holds mu, or owns c.
@@ -136,20 +136,20 @@ func (c *consumers) reconfigureLoops(ctx context.Context) {
 			logger.Error(err, "Eviction settings refused; the ones in force stay")
 		}
 	}
-	if c.si != nil {
-		cfg := c.siBase
-		cfg.Enable = c.resolved.ResourceQOS.BE.CPUQOS.TaskSchedIdle
-		if err := c.si.Reconfigure(cfg); err != nil {
+	if c.yl != nil {
+		cfg := c.ylBase
+		cfg.Enable = c.resolved.ResourceQOS.BE.CPUQOS.YieldThreads
+		if err := c.yl.Reconfigure(cfg); err != nil {
 			logger.Error(err, "BE thread scheduling settings refused; the ones in force stay")
 		}
 	}
 }
 
-// setSchedIdle registers the BE thread scheduling loop and gives it the configuration in force.
-func (c *consumers) setSchedIdle(ctx context.Context, l *schedidle.Loop, base schedidle.Config) {
+// setYield registers the BE thread scheduling loop and gives it the configuration in force.
+func (c *consumers) setYield(ctx context.Context, l *yield.Loop, base yield.Config) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.si, c.siBase = l, base
+	c.yl, c.ylBase = l, base
 	c.reconfigureLoops(ctx)
 }
 

@@ -71,8 +71,8 @@ func defaultCPUQOS(groupIdentity int64, coreExpeller bool) *CPUQOSConfig {
 	return &CPUQOSConfig{Enable: ptr(false), GroupIdentity: ptr(groupIdentity), SchedIdle: ptr[int64](0), CoreExpeller: ptr(coreExpeller)}
 }
 
-func withTaskSchedIdle(c *CPUQOSConfig) *CPUQOSConfig {
-	c.TaskSchedIdle = ptr(true)
+func withYieldThreads(c *CPUQOSConfig) *CPUQOSConfig {
+	c.YieldThreads = ptr(true)
 	return c
 }
 
@@ -110,7 +110,7 @@ func defaultResourceQOSStrategy() *ResourceQOSStrategy {
 		},
 		BEClass: &ResourceQOS{
 			// Tandem's default for BE, which Koordinator does not have: measured in docs/colocation.md.
-			CPUQOS:     withTaskSchedIdle(defaultCPUQOS(-1, false)),
+			CPUQOS:     withYieldThreads(defaultCPUQOS(-1, false)),
 			MemoryQOS:  defaultMemoryQOS(95, 20, 50),
 			ResctrlQOS: defaultResctrlQOS(30),
 		},

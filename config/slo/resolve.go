@@ -112,7 +112,7 @@ type CPUQOSSettings struct {
 	GroupIdentity int64
 	SchedIdle     int64
 	CoreExpeller  bool
-	TaskSchedIdle bool
+	YieldThreads  bool
 }
 
 // MemoryQOSSettings is memoryQOS resolved.
@@ -503,7 +503,7 @@ func classSettings(q *ResourceQOS) ClassSettings {
 		return out
 	}
 	if c := q.CPUQOS; c != nil {
-		out.CPUQOS = CPUQOSSettings{Enable: val(c.Enable), GroupIdentity: val(c.GroupIdentity), SchedIdle: val(c.SchedIdle), CoreExpeller: val(c.CoreExpeller), TaskSchedIdle: val(c.TaskSchedIdle)}
+		out.CPUQOS = CPUQOSSettings{Enable: val(c.Enable), GroupIdentity: val(c.GroupIdentity), SchedIdle: val(c.SchedIdle), CoreExpeller: val(c.CoreExpeller), YieldThreads: val(c.YieldThreads)}
 	}
 	if m := q.MemoryQOS; m != nil {
 		out.MemoryQOS = MemoryQOSSettings{

@@ -255,11 +255,11 @@ type CPUQOSConfig struct {
 	GroupIdentity *int64 `json:"groupIdentity,omitempty"`
 	SchedIdle     *int64 `json:"schedIdle,omitempty"`
 	CoreExpeller  *bool  `json:"coreExpeller,omitempty"`
-	// TaskSchedIdle is Tandem's, not Koordinator's: give every thread of the class's pods the
+	// YieldThreads is Tandem's, not Koordinator's: give every thread of the class's pods the
 	// scheduling that makes batch work yield at once to any other thread on the node, host daemons
-	// included (metrics/schedidle: SCHED_BATCH with a 20 ms slice; Linux 6.12+, nothing on older kernels).
+	// included (metrics/yield: SCHED_BATCH with a 20 ms slice; Linux 6.12+, nothing on older kernels).
 	// beClass only; on by default there.
-	TaskSchedIdle *bool `json:"taskSchedIdle,omitempty"`
+	YieldThreads *bool `json:"yieldThreads,omitempty"`
 }
 
 // MemoryQOSConfig is memoryQOS: memory.min/low/high percentages and Anolis watermark knobs.

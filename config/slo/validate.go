@@ -298,8 +298,8 @@ func (v *validator) resourceQOS(prefix string, q *ResourceQOS) {
 		p := prefix + ".cpuQOS"
 		v.between(p+".groupIdentity", c.GroupIdentity, -1, 2)
 		v.flag(p+".schedIdle", c.SchedIdle)
-		if c.TaskSchedIdle != nil && *c.TaskSchedIdle && !strings.HasSuffix(prefix, ".beClass") {
-			v.fail(p+".taskSchedIdle", "true is for beClass only: a latency-sensitive thread under SCHED_IDLE would wait behind every other thread on the node; remove it")
+		if c.YieldThreads != nil && *c.YieldThreads && !strings.HasSuffix(prefix, ".beClass") {
+			v.fail(p+".yieldThreads", "true is for beClass only: it makes the class's threads yield to every other thread on the node; remove it")
 		}
 	}
 	if m := q.MemoryQOS; m != nil {

@@ -44,9 +44,9 @@ func TestValidate(t *testing.T) {
 			want: []string{"resource-threshold-config.clusterStrategy.cpuSuppressThresholdPercent: 120 is not a percentage; use 0 to 100"},
 		},
 		{
-			name: "SCHED_IDLE threads for a latency-sensitive class",
-			data: map[string]string{ResourceQOSConfigKey: `{"clusterStrategy": {"lsClass": {"cpuQOS": {"taskSchedIdle": true}}, "beClass": {"cpuQOS": {"taskSchedIdle": false}}}}`},
-			want: []string{"resource-qos-config.clusterStrategy.lsClass.cpuQOS.taskSchedIdle: true is for beClass only: a latency-sensitive thread under SCHED_IDLE would wait behind every other thread on the node; remove it"},
+			name: "yielding threads for a latency-sensitive class",
+			data: map[string]string{ResourceQOSConfigKey: `{"clusterStrategy": {"lsClass": {"cpuQOS": {"yieldThreads": true}}, "beClass": {"cpuQOS": {"yieldThreads": false}}}}`},
+			want: []string{"resource-qos-config.clusterStrategy.lsClass.cpuQOS.yieldThreads: true is for beClass only: it makes the class's threads yield to every other thread on the node; remove it"},
 		},
 		{
 			name: "negative percentage in a node strategy",

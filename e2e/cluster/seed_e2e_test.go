@@ -25,7 +25,7 @@ import (
 
 	"github.com/tandemkit/tandem/e2e/cluster"
 	"github.com/tandemkit/tandem/e2e/framework"
-	"github.com/tandemkit/tandem/metrics/schedidle"
+	"github.com/tandemkit/tandem/metrics/yield"
 	"github.com/tandemkit/tandem/resource/sched"
 )
 
@@ -417,9 +417,9 @@ func TestSeed000(t *testing.T) {
 	})
 
 	t.Run("BE threads yield to every other thread, LS threads keep the default", func(t *testing.T) {
-		// metrics/schedidle gives BE threads SCHED_BATCH with a long slice within a second of their start
+		// metrics/yield gives BE threads SCHED_BATCH with a long slice within a second of their start
 		// (at once when the cpuidle policy reports the start); on a kernel before 6.12 it does not run.
-		want, ok := schedidle.Mechanism()
+		want, ok := yield.Mechanism()
 		if !ok {
 			want = sched.Default
 		}

@@ -65,7 +65,7 @@ func TestPreRunPodSandbox(t *testing.T) {
 	}
 }
 
-// TestPostStartContainer: a started BE container, and only a BE one, wakes the SCHED_IDLE loop; on an
+// TestPostStartContainer: a started BE container, and only a BE one, wakes the yield loop; on an
 // old kernel the hook still runs for that alone.
 func TestPostStartContainer(t *testing.T) {
 	t.Parallel()

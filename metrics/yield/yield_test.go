@@ -1,4 +1,4 @@
-package schedidle
+package yield
 
 import (
 	"context"

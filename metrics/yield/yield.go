@@ -1,4 +1,4 @@
-// Package schedidle is the node loop that makes best-effort (BE) threads yield to every other thread
+// Package yield is the node loop that makes best-effort (BE) threads yield to every other thread
 // on the node, kubelet, containerd and the node's other daemons included: every thread in the BE pods'
 // parent cgroup and below it, whichever runtime or tool started it.
 //
@@ -30,7 +30,7 @@
 // threads it changed the kernel's default back at once. Stopping tandem-proxy leaves BE threads as they
 // are, as it leaves the cpu.idle it wrote into BE pod cgroups: that is the state BE pods were admitted
 // to run in, and a restart must not let them compete at full weight meanwhile.
-package schedidle
+package yield
 
 import (
 	"context"
@@ -84,13 +84,13 @@ func Mechanism() (sched.Attr, bool) {
 // Validate checks the configuration on its own.
 func (c Config) Validate() error {
 	if c.BECgroupDir == "" {
-		return errors.New("schedidle: the BE cgroup directory is empty; set --kubelet-cgroup-root")
+		return errors.New("yield: the BE cgroup directory is empty; set --kubelet-cgroup-root")
 	}
 	if c.Want == sched.Default {
-		return fmt.Errorf("schedidle: BE threads would get %s, the default; want SCHED_BATCH or SCHED_IDLE", c.Want)
+		return fmt.Errorf("yield: BE threads would get %s, the default; want SCHED_BATCH or SCHED_IDLE", c.Want)
 	}
 	if c.Interval <= 0 {
-		return fmt.Errorf("schedidle: interval %s, want a positive duration", c.Interval)
+		return fmt.Errorf("yield: interval %s, want a positive duration", c.Interval)
 	}
 	return nil
 }
@@ -123,15 +123,15 @@ func New(cfg Config, deps Deps) (*Loop, error) {
 		return nil, err
 	}
 	l := &Loop{deps: deps, cfg: cfg, wake: make(chan struct{}, 1),
-		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tandem", Subsystem: "schedidle", Name: "threads_moved_total",
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tandem", Subsystem: "yield", Name: "threads_moved_total",
 			Help: "BE threads the loop moved to a scheduling policy, by policy."}, []string{"policy"}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tandem", Subsystem: "schedidle", Name: "sweep_errors_total",
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tandem", Subsystem: "yield", Name: "sweep_errors_total",
 			Help: "Sweeps of the BE cgroup that failed for at least one thread."}),
 	}
 	if deps.Registerer != nil {
 		for _, c := range []prometheus.Collector{l.moved, l.errors} {
 			if err := deps.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("schedidle metrics: %w", err)
+				return nil, fmt.Errorf("yield metrics: %w", err)
 			}
 		}
 	}
