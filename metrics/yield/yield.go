@@ -8,9 +8,9 @@
 // allocatable CPU: 2048 on a 2-CPU node against 1024 for a daemon in the root cgroup. The kernel picks
 // between the daemon and kubepods as a whole, whatever BE weighs below kubepods; on EEVDF (Linux 6.6+) a
 // waking daemon that is not picked at once waits for the next tick. cpu.idle on BE pod cgroups (the
-// cpuidle policy) ranks BE below its siblings only. In bench/colocation, a host daemon's p99 next to BE
-// was 7-11x its solo value with cpu.idle alone and 2-3x with this loop on, in the same rounds
-// (docs/colocation.md).
+// cpuidle policy) ranks BE below its siblings only. In one bench/colocation run, a host daemon's p99
+// next to BE was 7-11x its solo value with cpu.idle alone and 2-3x with this loop on, in the same
+// rounds; a second, noisier run did not separate them (docs/colocation.md).
 //
 // The slice is the lever EEVDF offers: a group's slice is the shortest among what it runs, and its
 // virtual deadline its vruntime plus that slice over its weight, so BE threads asking for a long slice
