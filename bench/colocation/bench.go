@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
 
@@ -298,7 +299,7 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 				return err
 			}
 		}
-		if err := sleepCtx(ctx, b.o.settle); err != nil {
+		if err := runctx.Sleep(ctx, b.o.settle); err != nil {
 			return err
 		}
 	}
@@ -526,7 +527,7 @@ func waitExited(ctx context.Context, rs internalapi.RuntimeService, id string, t
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the load client still runs after %v", timeout)
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -546,19 +547,8 @@ func waitServing(ctx context.Context, url string, timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the LS service at %s does not answer after %v (last: %v)", url, timeout, err)
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

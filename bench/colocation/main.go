@@ -47,6 +47,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
 
@@ -119,18 +120,7 @@ func main() {
 	o.settings = strings.Split(*settings, ",")
 	ctx = klog.NewContext(ctx, klog.Background())
 
-	err = runBench(ctx, o)
-	klog.Flush()
-	if err != nil && ctx.Err() != nil {
-		klog.InfoS("Benchmark interrupted; everything it started is removed", "err", err)
-		klog.Flush()
-		os.Exit(130)
-	}
-	if err != nil {
-		klog.ErrorS(err, "Benchmark failed")
-		klog.Flush()
-		os.Exit(1)
-	}
+	runctx.Exit(ctx, runBench(ctx, o))
 }
 
 func (o *options) validate() error {

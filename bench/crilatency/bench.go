@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
 
@@ -76,18 +77,6 @@ func checkInventory(ctx context.Context, t target, pods, containers int) error {
 			t.name, len(ps.GetItems()), len(cs.GetContainers()), pods, containers)
 	}
 	return nil
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func runBenchmark(ctx context.Context, o options) (retErr error) {
@@ -318,7 +307,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 
 	if tandem != nil && o.idleSeconds > 0 {
 		logger.Info("Measuring idle cost", "settle", o.idleSettle, "seconds", o.idleSeconds)
-		if err := sleepCtx(ctx, o.idleSettle); err != nil {
+		if err := runctx.Sleep(ctx, o.idleSettle); err != nil {
 			return err
 		}
 		idle, err := measureIdleAll(ctx, tandem.PID(), floor, time.Duration(o.idleSeconds)*time.Second)

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
 
@@ -93,17 +94,7 @@ func main() {
 	} else {
 		err = runBenchmark(ctx, o)
 	}
-	klog.Flush()
-	if err != nil && ctx.Err() != nil {
-		klog.InfoS("Benchmark interrupted; everything it started is stopped", "err", err)
-		klog.Flush()
-		os.Exit(130)
-	}
-	if err != nil {
-		klog.ErrorS(err, "Benchmark failed")
-		klog.Flush()
-		os.Exit(1)
-	}
+	runctx.Exit(ctx, err)
 }
 
 func (o options) validate() error {

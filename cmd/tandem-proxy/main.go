@@ -447,6 +447,15 @@ func collectorConfig(st settings) collector.Config {
 	return c
 }
 
+// restoreExclusive gives the recovered containers their exclusive CPUs back; nil state (no topology)
+// restores nothing.
+func restoreExclusive(ctx context.Context, state *cpuset.State, snap *store.Snapshot) int {
+	if state == nil {
+		return 0
+	}
+	return state.Restore(ctx, recordedCPUs(snap))
+}
+
 // recordedCPUs lists the exclusive cpusets live containers hold, from the store the proxy rebuilt.
 func recordedCPUs(snap *store.Snapshot) []cpuset.Recorded {
 	pods := map[string]*store.Pod{}

@@ -15,13 +15,11 @@ import (
 	"github.com/tandemkit/tandem/config/slo/source"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
-	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/metrics/yield"
-	"github.com/tandemkit/tandem/proxy/store"
 )
 
 // consumers hands each new slo-config, and the API access when it comes, to everything that reads them:
@@ -228,13 +226,4 @@ func connectAPI(ctx context.Context, kubeconfig, nodeName string, interval time.
 			return nil
 		}
 	}
-}
-
-// restoreExclusive gives the recovered containers their exclusive CPUs back; nil state (no topology)
-// restores nothing.
-func restoreExclusive(ctx context.Context, state *cpuset.State, snap *store.Snapshot) int {
-	if state == nil {
-		return 0
-	}
-	return state.Restore(ctx, recordedCPUs(snap))
 }

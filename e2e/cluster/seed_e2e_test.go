@@ -26,6 +26,7 @@ import (
 	"github.com/tandemkit/tandem/e2e/cluster"
 	"github.com/tandemkit/tandem/e2e/framework"
 	"github.com/tandemkit/tandem/metrics/yield"
+	"github.com/tandemkit/tandem/resource/cgroup"
 	"github.com/tandemkit/tandem/resource/sched"
 )
 
@@ -638,7 +639,7 @@ func checkThreads(ctx context.Context, t *testing.T, p *corev1.Pod, ok func(sche
 	dir := containerCgroup(t, p, "cpu")
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		tids, err := sched.Threads(dir)
+		tids, err := cgroup.Threads(dir)
 		if err != nil || len(tids) == 0 {
 			last = fmt.Sprintf("no threads listed (%v)", err)
 			return false, nil

@@ -37,6 +37,21 @@ func bePod(t *testing.T, root, pod string) int {
 	return cmd.Process.Pid
 }
 
+// start runs a loop with cfg and deps until the test ends.
+func start(t *testing.T, cfg Config, deps Deps) (context.Context, *Loop) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	l, err := New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = l.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return ctx, l
+}
+
 func waitPolicy(ctx context.Context, t *testing.T, tid int, want sched.Policy) {
 	t.Helper()
 	var last sched.Policy
@@ -51,8 +66,6 @@ func waitPolicy(ctx context.Context, t *testing.T, tid int, want sched.Policy) {
 }
 
 func TestLoop(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
 	root := t.TempDir()
 	first := bePod(t, root, "pod1")
 	kick := make(chan struct{}, 1)
@@ -60,13 +73,7 @@ func TestLoop(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.BECgroupDir, cfg.Interval = root, time.Hour
 	be := cfg.Want.Policy
-	l, err := New(cfg, Deps{Kick: kick, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = l.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	ctx, l := start(t, cfg, Deps{Kick: kick, Registerer: reg})
 
 	// The first sweep runs at start.
 	waitPolicy(ctx, t, first, be)
@@ -96,8 +103,6 @@ func TestLoop(t *testing.T) {
 
 // TestStartDisabledUndoes: a loop that starts switched off moves back what an earlier run left idle.
 func TestStartDisabledUndoes(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
 	root := t.TempDir()
 	tid := bePod(t, root, "pod1")
 	cfg := DefaultConfig()
@@ -105,13 +110,7 @@ func TestStartDisabledUndoes(t *testing.T) {
 	if _, err := sched.Set(tid, cfg.Want); err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(cfg, Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = l.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	ctx, _ := start(t, cfg, Deps{})
 	waitPolicy(ctx, t, tid, sched.Other)
 }
 
@@ -136,18 +135,10 @@ func TestValidate(t *testing.T) {
 
 // TestBECgroupAppears: a BE cgroup that does not exist yet is swept once it does.
 func TestBECgroupAppears(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
 	root := filepath.Join(t.TempDir(), "besteffort")
 	cfg := DefaultConfig()
 	cfg.BECgroupDir, cfg.Interval = root, 20*time.Millisecond
-	l, err := New(cfg, Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = l.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	ctx, _ := start(t, cfg, Deps{})
 	time.Sleep(60 * time.Millisecond) // a few sweeps of a missing cgroup
 	tid := bePod(t, root, "pod1")
 	waitPolicy(ctx, t, tid, cfg.Want.Policy)

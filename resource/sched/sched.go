@@ -12,13 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 // Policy is a Linux scheduling policy for normal (non-realtime) threads.
@@ -106,7 +106,7 @@ func Sweep(root string, want Attr, from *Attr) (Result, error) {
 		if !d.IsDir() {
 			return nil
 		}
-		tids, err := Threads(path)
+		tids, err := cgroup.Threads(path)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -132,27 +132,6 @@ func Sweep(root string, want Attr, from *Attr) (Result, error) {
 		errs = append(errs, fmt.Errorf("walk %s: %w", root, err))
 	}
 	return res, errors.Join(errs...)
-}
-
-// Threads lists the thread IDs in one cgroup directory (not below it): "cgroup.threads" on cgroup v2,
-// "tasks" on v1.
-func Threads(dir string) ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.threads"))
-	if errors.Is(err, fs.ErrNotExist) {
-		b, err = os.ReadFile(filepath.Join(dir, "tasks"))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list the threads of cgroup %s: %w", dir, err)
-	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		tid, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("cgroup %s: thread id %q: %w", dir, f, err)
-		}
-		out = append(out, tid)
-	}
-	return out, nil
 }
 
 var errSkip = errors.New("realtime or deadline thread left alone")

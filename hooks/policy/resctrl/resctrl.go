@@ -13,16 +13,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/containerd/errdefs"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/resource/cgroup"
 	rdt "github.com/tandemkit/tandem/resource/resctrl"
 )
 
@@ -155,21 +153,9 @@ type CgroupTasks struct {
 
 // PIDs implements PIDLister.
 func (c CgroupTasks) PIDs(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) ([]int, error) {
-	p := filepath.Join(c.Root, "cpu", c.ContainerCgroup(pod, ctr), "tasks")
+	dir := filepath.Join(c.Root, "cpu", c.ContainerCgroup(pod, ctr))
 	if c.Version == 2 {
-		p = filepath.Join(c.Root, c.ContainerCgroup(pod, ctr), "cgroup.threads")
+		dir = filepath.Join(c.Root, c.ContainerCgroup(pod, ctr))
 	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("read the container's tasks: %w", err)
-	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		v, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q is not a task ID", p, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return cgroup.Threads(dir)
 }
