@@ -98,11 +98,14 @@ bench: bench-unit
 	-$(GO) run ./bench/cpuset
 	-$(GO) run ./bench/extender
 
-## bench-colocation: LS latency and BE throughput, solo and colocated, with and without Tandem, then a
-## node daemon's wakeup delay next to BE placed and scheduled each way (root; about 17 minutes at the
-## defaults; docs/colocation.md). COLOCATION_FLAGS passes flags, e.g. "-duration 5s -rounds 1".
+## bench-colocation: first whether the machine itself stalls busy CPUs (hypervisor steal), then LS
+## latency and BE throughput, solo and colocated, with and without Tandem, then a node daemon's wakeup
+## delay next to BE placed and scheduled each way (root; about 20 minutes at the defaults, longer when
+## cells are measured again for steal; docs/colocation.md). COLOCATION_FLAGS passes flags, e.g.
+## "-duration 5s -rounds 1".
 .PHONY: bench-colocation
 bench-colocation:
+	$(GO) run ./bench/stalls
 	$(GO) run ./bench/colocation $(COLOCATION_FLAGS)
 	$(GO) run ./bench/wakeup
 

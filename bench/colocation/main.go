@@ -73,6 +73,8 @@ type options struct {
 	work              time.Duration
 	suppressThreshold int
 	podStarts         int
+	maxSteal          time.Duration
+	stealRetries      int
 	settings          []string
 	jsonPath          string
 	proxyBinary       string
@@ -111,6 +113,8 @@ func main() {
 	fs.DurationVar(&o.work, "work", 200*time.Microsecond, "CPU time the LS service burns per request (measured on the serving thread's own clock)")
 	fs.IntVar(&o.suppressThreshold, "suppress-threshold", 65, "cpuSuppressThresholdPercent of the suppression settings")
 	fs.IntVar(&o.podStarts, "pod-starts", 5, "pod starts timed per setting and round (0 skips them)")
+	fs.DurationVar(&o.maxSteal, "max-steal", 20*time.Millisecond, "a cell during which the hypervisor took more CPU time than this from the machine (steal in /proc/stat) is measured again")
+	fs.IntVar(&o.stealRetries, "steal-retries", 2, "how many times a cell is measured again for steal; the last attempt is kept whatever its steal")
 	settings := fs.String("settings", strings.Join(allSettings, ","), "comma-separated settings to measure (solo is always measured: it is the baseline)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&o.proxyBinary, "proxy-binary", "", "use this tandem-proxy binary instead of building ./cmd/tandem-proxy")

@@ -54,6 +54,11 @@ type cell struct {
 	// IdleFilled is BECores / (capacity − LSCores of the same round's solo cell): how much of the
 	// CPU the LS side leaves idle when alone went to BE. 1 = all of it.
 	IdleFilled float64 `json:"idleFilled"`
+
+	// StealMs is the CPU time the hypervisor took from the machine during the window (all CPUs
+	// together); Attempts is how many times the cell was measured because of it.
+	StealMs  float64 `json:"stealMs"`
+	Attempts int     `json:"attempts"`
 }
 
 // podStarts is the kubelet-like work of one setting in one round: RunPodSandbox + CreateContainer +
@@ -172,7 +177,7 @@ func writeTables(w io.Writer, rep report) {
 	for r := 1; r <= rep.Rounds; r++ {
 		fmt.Fprintf(w, "round %d\n", r)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "view\tload rps\tsetting\tp50 ms\tp99 ms\tp99.9 ms\tp99/solo\tp99.9/solo\tLS cores\tBE cores\tidle filled\tfailed\tmax lag ms\t")
+		fmt.Fprintln(tw, "view\tload rps\tsetting\tp50 ms\tp99 ms\tp99.9 ms\tp99/solo\tp99.9/solo\tLS cores\tBE cores\tidle filled\tfailed\tmax lag ms\tsteal ms\ttries\t")
 		for _, c := range rep.Cells {
 			if c.Round != r {
 				continue
@@ -181,9 +186,9 @@ func writeTables(w io.Writer, rep report) {
 			if c.Setting != settingSolo {
 				filled = fmt.Sprintf("%.0f%%", c.IdleFilled*100)
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.2f\t%s\t%d/%d\t%.1f\t\n",
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.2f\t%s\t%d/%d\t%.1f\t%.0f\t%d\t\n",
 				c.View, c.Rate, c.Setting, c.P50Ms, c.P99Ms, c.P999Ms, fmtRatio(c.P99Ratio), fmtRatio(c.P999Ratio),
-				c.LSCores, c.BECores, filled, c.Failed, c.Sent, c.MaxLagMs)
+				c.LSCores, c.BECores, filled, c.Failed, c.Sent, c.MaxLagMs, c.StealMs, c.Attempts)
 		}
 		_ = tw.Flush()
 		if slices.ContainsFunc(rep.PodStarts, func(p podStarts) bool { return p.Round == r }) {

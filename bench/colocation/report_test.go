@@ -83,8 +83,8 @@ func TestFillCell(t *testing.T) {
 func TestWriteTables(t *testing.T) {
 	rep := report{Flavor: "1.6", Capacity: 2, Duration: "20s", Rounds: 2, WorkUs: 200, HostCgroup: "/",
 		Cells: []cell{
-			{Round: 1, View: viewPod, Rate: 400, Setting: settingSolo, P50Ms: 1, P99Ms: 2, P999Ms: 3, LSCores: 0.2, Sent: 8000},
-			{Round: 1, View: viewPod, Rate: 400, Setting: settingCFSQuota, P50Ms: 2, P99Ms: 6.2, P999Ms: 9, P99Ratio: 3.1, P999Ratio: 3, BECores: 1.16, IdleFilled: 0.644, Sent: 8000},
+			{Round: 1, View: viewPod, Rate: 400, Setting: settingSolo, P50Ms: 1, P99Ms: 2, P999Ms: 3, LSCores: 0.2, Sent: 8000, Attempts: 1},
+			{Round: 1, View: viewPod, Rate: 400, Setting: settingCFSQuota, P50Ms: 2, P99Ms: 6.2, P999Ms: 9, P99Ratio: 3.1, P999Ratio: 3, BECores: 1.16, IdleFilled: 0.644, Sent: 8000, StealMs: 30, Attempts: 3},
 			{Round: 2, View: viewPod, Rate: 400, Setting: settingCFSQuota, P99Ratio: 4.0, P999Ratio: 3.5, BECores: 1.2, IdleFilled: 0.66},
 		},
 		PodStarts: []podStarts{{Round: 1, Setting: settingPlain, P50Ms: 150, MaxMs: 180, Ratio: 1.38}},
@@ -104,8 +104,8 @@ func TestWriteTables(t *testing.T) {
 	}
 	// One row per cell, its figures in order.
 	for _, want := range [][]string{
-		{"pod", "400", "tandem-cfsquota", "2.00", "6.20", "9.00", "3.10", "3.00", "0.00", "1.16", "64%", "0/8000", "0.0"},
-		{"pod", "400", "solo", "1.00", "2.00", "3.00", "-", "-", "0.20", "0.00", "-", "0/8000", "0.0"},
+		{"pod", "400", "tandem-cfsquota", "2.00", "6.20", "9.00", "3.10", "3.00", "0.00", "1.16", "64%", "0/8000", "0.0", "30", "3"},
+		{"pod", "400", "solo", "1.00", "2.00", "3.00", "-", "-", "0.20", "0.00", "-", "0/8000", "0.0", "0", "1"},
 		{"plain", "150", "180", "1.38"},
 		// The summary: ranges over the rounds, like the table.
 		{"pod", "400", "tandem-cfsquota", "3.10-4.00", "3.00-3.50", "1.16-1.20", "64-66%"},
