@@ -20,6 +20,7 @@ import (
 
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 // Resources is an amount of CPU (milli-cores) and memory (bytes); it is the node-metric
@@ -169,24 +170,22 @@ func percentOf(v, p int64) int64 {
 	return v/100*p + v%100*p/100
 }
 
-// CPU shares for one core, and the minimum, as kubelet converts requests to cgroup values.
-const (
-	sharesPerCPU = 1024
-	minShares    = 2
-)
+// sharesPerCPU is the CPU shares of one core, as kubelet converts requests to cgroup values.
+const sharesPerCPU = 1024
 
 // RequestFromLinux estimates a container's request from the resources applied to it, for pods
 // whose spec is not at hand. kubelet turns the CPU request into cpu.shares (request × 1024 / 1000),
 // so shares give it back; a container with only the minimum shares requested nothing, unless a
 // CFS quota says more. The memory request never reaches the runtime, so the memory limit stands
 // in for it: that over-counts pods whose limit exceeds their request, which errs towards less
-// batch capacity, the safe side.
+// batch capacity, the safe side. Values beyond what kubelet sends saturate: a wrapped, negative
+// request would hand the pod's CPU to batch work.
 func RequestFromLinux(cpuShares, cpuQuota, cpuPeriod, memoryLimitBytes int64) Resources {
 	var r Resources
-	if cpuShares > minShares {
-		r.CPUMilli = cpuShares * 1000 / sharesPerCPU
+	if cpuShares > cgroup.MinShares {
+		r.CPUMilli = cgroup.Scale(cpuShares, 1000, sharesPerCPU)
 	} else if cpuQuota > 0 && cpuPeriod > 0 {
-		r.CPUMilli = cpuQuota * 1000 / cpuPeriod
+		r.CPUMilli = cgroup.Scale(cpuQuota, 1000, cpuPeriod)
 	}
 	if memoryLimitBytes > 0 {
 		r.MemoryBytes = memoryLimitBytes

@@ -1,6 +1,7 @@
 package reclaim
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -212,10 +213,49 @@ func TestRequestFromLinux(t *testing.T) {
 		{name: "250m as kubelet rounds it", shares: 256, want: Resources{CPUMilli: 250}},
 		{name: "minimum shares with a quota: the quota", shares: 2, quota: 50000, period: 100000, want: Resources{CPUMilli: 500}},
 		{name: "nothing requested", shares: 2},
+		// Values no kubelet sends, but a CRI client may: they count as huge, never as negative (which
+		// would hand the pod's share of the node to batch work).
+		{name: "shares past int64 arithmetic", shares: 1 << 60, want: Resources{CPUMilli: 1 << 60 / 1024 * 1000}},
+		{name: "the largest shares", shares: math.MaxInt64, want: Resources{CPUMilli: 9007199254740991999}},
+		{name: "a quota past int64 arithmetic", shares: 2, quota: 1 << 62, period: 100000, want: Resources{CPUMilli: 46116860184273879}},
+		{name: "the largest quota at the shortest period", shares: 2, quota: math.MaxInt64, period: 1, want: Resources{CPUMilli: math.MaxInt64}},
 	}
 	for _, tt := range tests {
 		if got := RequestFromLinux(tt.shares, tt.quota, tt.period, tt.limit); got != tt.want {
 			t.Errorf("%s: RequestFromLinux() = %+v, want %+v", tt.name, got, tt.want)
 		}
 	}
+}
+
+// FuzzRequestFromLinux: the estimate is never negative and never falls as shares, quota or the memory
+// limit rise.
+func FuzzRequestFromLinux(f *testing.F) {
+	f.Add(int64(2048), int64(400000), int64(100000), 4*gi, int64(4096))
+	f.Add(int64(1<<60), int64(1<<62), int64(100000), int64(math.MaxInt64), int64(math.MaxInt64))
+	f.Add(int64(2), int64(math.MaxInt64), int64(1), int64(-1), int64(3))
+	f.Fuzz(func(t *testing.T, shares, quota, period, limit, more int64) {
+		lo := RequestFromLinux(shares, quota, period, limit)
+		if lo.CPUMilli < 0 || lo.MemoryBytes < 0 {
+			t.Fatalf("RequestFromLinux(%d, %d, %d, %d) = %+v: negative", shares, quota, period, limit, lo)
+		}
+		grow := func(v int64) int64 { return max(v, more) }
+		checks := []struct {
+			what string
+			hi   Resources
+		}{
+			{"quota", RequestFromLinux(shares, grow(quota), period, limit)},
+			{"memory limit", RequestFromLinux(shares, quota, period, grow(limit))},
+		}
+		if shares > 2 {
+			checks = append(checks, struct {
+				what string
+				hi   Resources
+			}{"shares", RequestFromLinux(grow(shares), quota, period, limit)})
+		}
+		for _, c := range checks {
+			if c.hi.CPUMilli < lo.CPUMilli || c.hi.MemoryBytes < lo.MemoryBytes {
+				t.Fatalf("RequestFromLinux(%d, %d, %d, %d) = %+v falls to %+v as the %s rises to %d", shares, quota, period, limit, lo, c.hi, c.what, more)
+			}
+		}
+	})
 }

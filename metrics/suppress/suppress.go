@@ -501,17 +501,20 @@ func (l *Loop) narrowedCPUSets(cfg Config) int {
 }
 
 // Want is the formula for one snapshot, in milli-cores, floored at the minimum BE keeps and capped at
-// the node's capacity. Exported for the benchmark and for tests that check the formula alone.
+// the node's capacity. Exported for the benchmark and for tests that check the formula alone. The
+// arithmetic saturates and a usage below zero (a counter glitch) counts as none: a sum that wrapped
+// would hand BE the whole node while LS is busiest.
 func (c Config) Want(snap *collector.Snapshot) int64 {
 	capacity := snap.Capacity.CPUMilli
 	var hp int64
 	for _, ctr := range snap.Containers {
 		if ctr.QoS != "BE" {
-			hp += ctr.CPUMilli
+			hp = cgroup.Add(hp, max(ctr.CPUMilli, 0))
 		}
 	}
-	want := capacity*c.CPUSuppressThresholdPercent/100 - hp - max(snap.System.CPUMilli, c.ReservedMilli)
-	floor := max(capacity*c.CPUSuppressMinPercent/100, 1000)
+	used := cgroup.Add(hp, max(snap.System.CPUMilli, c.ReservedMilli, 0))
+	want := cgroup.Add(cgroup.Scale(capacity, c.CPUSuppressThresholdPercent, 100), -used)
+	floor := max(cgroup.Scale(capacity, c.CPUSuppressMinPercent, 100), 1000)
 	return min(max(want, floor), max(capacity, 1000))
 }
 
@@ -535,7 +538,7 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, er
 	if cpuset {
 		level, unit = (want+999)/1000, 1000
 	}
-	step := max(snap.Capacity.CPUMilli*cfg.WidenStepPercent/100, 1000) / unit
+	step := max(cgroup.Scale(snap.Capacity.CPUMilli, cfg.WidenStepPercent, 100), 1000) / unit
 	next := l.current
 	switch {
 	case l.current == 0 || level < l.current:
@@ -600,7 +603,7 @@ func (l *Loop) apply(ctx context.Context, cfg Config, level int64) (bool, error)
 		return false, nil
 	}
 	period := cfg.CFSPeriodMicros
-	target := cgroup.CPUMax{Quota: level * period / 1000, Period: period}
+	target := cgroup.CPUMax{Quota: cgroup.MilliCPUToQuota(level, period), Period: period}
 	shrink := l.current == 0 || level < l.current
 	capped := 0
 	if shrink && l.capping() {

@@ -1,8 +1,10 @@
 package suppress_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +80,65 @@ func TestWant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWantDoesNotWrap: usage figures beyond int64 arithmetic (a counter glitch, a node far larger than
+// any) keep BE at the floor when LS is busy, never hand it the node because a sum wrapped.
+func TestWantDoesNotWrap(t *testing.T) {
+	t.Parallel()
+	c := suppress.DefaultConfig() // 65%
+	ls := func(milli ...int64) *collector.Snapshot {
+		s := snap(time.Unix(0, 0), 16, 0, 0, 400)
+		s.Containers = nil
+		for _, m := range milli {
+			s.Containers = append(s.Containers, collector.ContainerUsage{Target: collector.Target{QoS: "LS"}, Usage: collector.Usage{CPUMilli: m}})
+		}
+		return s
+	}
+	huge := snap(time.Unix(0, 0), 0, 0, 0, 0)
+	huge.Capacity.CPUMilli = math.MaxInt64
+	tests := []struct {
+		name string
+		snap *collector.Snapshot
+		want int64
+	}{
+		{name: "two LS containers whose usage adds up past int64", snap: ls(math.MaxInt64, math.MaxInt64), want: 1000},
+		{name: "LS usage at the int64 edge with the system's", snap: ls(math.MaxInt64 - 100), want: 1000},
+		{name: "a negative usage glitch counts as none", snap: ls(4000, math.MinInt64), want: 6000},
+		{name: "a node of math.MaxInt64 milli-cores", snap: huge, want: 5995191823955604274}, // ⌊(2^63−1) × 65 / 100⌋
+	}
+	for _, tt := range tests {
+		if got := c.Want(tt.snap); got != tt.want {
+			t.Errorf("%s: Want = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// FuzzWant: BE is allowed at least the floor and at most the node, and never more when LS uses more.
+func FuzzWant(f *testing.F) {
+	f.Add(int64(16000), int64(4000), int64(0), int64(400), int64(0), int64(65), int64(0), int64(100))
+	f.Add(int64(16000), int64(math.MaxInt64), int64(math.MaxInt64), int64(400), int64(1000), int64(65), int64(25), int64(1))
+	f.Add(int64(math.MaxInt64), int64(math.MinInt64), int64(-1), int64(math.MaxInt64), int64(math.MaxInt64), int64(100), int64(100), int64(math.MaxInt64))
+	f.Fuzz(func(t *testing.T, capacity, ls1, ls2, sys, reserved, threshold, minPercent, more int64) {
+		c := suppress.DefaultConfig()
+		c.CPUSuppressThresholdPercent, c.CPUSuppressMinPercent, c.ReservedMilli = threshold, minPercent, reserved
+		s := func(ls1 int64) *collector.Snapshot {
+			return &collector.Snapshot{
+				Capacity: collector.Usage{CPUMilli: capacity}, System: collector.Usage{CPUMilli: sys},
+				Containers: []collector.ContainerUsage{
+					{Target: collector.Target{QoS: "LS"}, Usage: collector.Usage{CPUMilli: ls1}},
+					{Target: collector.Target{QoS: "LSR"}, Usage: collector.Usage{CPUMilli: ls2}},
+				},
+			}
+		}
+		got := c.Want(s(ls1))
+		if got < 1000 || got > max(capacity, 1000) {
+			t.Fatalf("Want = %d, outside [1000, %d]", got, max(capacity, 1000))
+		}
+		if busier := c.Want(s(max(ls1, more))); busier > got {
+			t.Fatalf("Want rises from %d to %d as LS usage rises from %d to %d", got, busier, ls1, max(ls1, more))
+		}
+	})
 }
 
 // TestCPUSetHysteresis feeds a sequence of LS loads and checks the BE pool after each sample: it shrinks
@@ -393,5 +454,25 @@ func TestFromSLO(t *testing.T) {
 	}
 	if err := got.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestCFSQuotaOfAHugeNode: the BE quota of a node whose allowance is beyond what the kernel's CFS
+// quota expresses is the kernel's largest quota, not a value it refuses or a wrapped one.
+func TestCFSQuotaOfAHugeNode(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	for _, cpus := range []int64{1e11, 1e15} {
+		b := newBETree(t, "-1")
+		l, err := suppress.New(b.config(true), suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: b.w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Step(ctx, snap(time.Unix(0, 0), cpus, 0, 0, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.quota(t, ""), strconv.FormatInt(cgroup.MaxQuota, 10); got != want {
+			t.Errorf("%g CPUs: cpu.cfs_quota_us = %s, want %s", float64(cpus), got, want)
+		}
 	}
 }

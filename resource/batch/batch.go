@@ -12,6 +12,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 // Resource names and the annotation that carries them.
@@ -21,12 +23,12 @@ const (
 	AnnotationExtendedResourceSpec = "node.koordinator.sh/extended-resource-spec"
 )
 
-// Limits of cpu.shares, as the kernel enforces them.
+// Limits of cpu.shares, as the kernel enforces them, and the CFS period used when the container has
+// none (µs).
 const (
-	MinShares = 2
-	MaxShares = 262144
-	// DefaultPeriod is the CFS period (µs) used when the container has none.
-	DefaultPeriod = 100000
+	MinShares     = cgroup.MinShares
+	MaxShares     = cgroup.MaxShares
+	DefaultPeriod = cgroup.DefaultPeriod
 )
 
 // Container is one container's batch resources. Zero limits mean unlimited.
@@ -90,20 +92,17 @@ func quantity(s string) (int64, error) {
 	return v, nil
 }
 
-// CPUShares is request × 1024 / 1000, clamped to what the kernel accepts.
+// CPUShares is request × 1024 / 1000 within what the kernel accepts, as kubelet converts requests: a
+// batch-cpu far beyond the machine is the most shares, never a wrapped few.
 func CPUShares(requestMilli int64) int64 {
-	return min(max(requestMilli*1024/1000, MinShares), MaxShares)
+	return cgroup.MilliCPUToShares(requestMilli)
 }
 
-// CFSQuota is limit × period / 1000 µs, or -1 (unlimited) when there is no limit.
+// CFSQuota is limit × period / 1000 µs within what the kernel accepts, as kubelet converts limits: at
+// least 1 ms (runc could not create a container limited to a few milli-cores otherwise), at most the
+// kernel's largest quota. No limit is -1 (unlimited). A period of 0 or less is DefaultPeriod.
 func CFSQuota(limitMilli, period int64) int64 {
-	if limitMilli <= 0 {
-		return -1
-	}
-	if period <= 0 {
-		period = DefaultPeriod
-	}
-	return limitMilli * period / 1000
+	return cgroup.MilliCPUToQuota(limitMilli, period)
 }
 
 // Sum adds containers up for the pod-level cgroup. Any container without a limit makes the pod unlimited.
@@ -111,10 +110,11 @@ func Sum(cs map[string]Container) Container {
 	var s Container
 	cpuUnlimited, memUnlimited := false, false
 	for _, c := range cs {
-		s.CPURequestMilli += c.CPURequestMilli
-		s.MemoryRequest += c.MemoryRequest
-		s.CPULimitMilli += c.CPULimitMilli
-		s.MemoryLimit += c.MemoryLimit
+		// Saturating: a sum that wrapped negative would read as no limit at all.
+		s.CPURequestMilli = cgroup.Add(s.CPURequestMilli, c.CPURequestMilli)
+		s.MemoryRequest = cgroup.Add(s.MemoryRequest, c.MemoryRequest)
+		s.CPULimitMilli = cgroup.Add(s.CPULimitMilli, c.CPULimitMilli)
+		s.MemoryLimit = cgroup.Add(s.MemoryLimit, c.MemoryLimit)
 		cpuUnlimited = cpuUnlimited || c.CPULimitMilli == 0
 		memUnlimited = memUnlimited || c.MemoryLimit == 0
 	}

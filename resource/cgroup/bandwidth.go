@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,17 +31,20 @@ func (m CPUMax) Above(limit CPUMax) bool {
 	if m.Unlimited() || limit.Unlimited() || m.Period <= 0 || limit.Period <= 0 {
 		return false
 	}
-	// Cross-multiplied: the kernel's fixed-point ratios agree whenever the exact ones do.
-	return m.Quota*limit.Period > limit.Quota*m.Period
+	// Cross-multiplied, on 128 bits: quotas up to the kernel's 2^44 µs times periods up to 10^6 µs do not
+	// fit 64. The kernel's fixed-point ratios agree whenever the exact ones do.
+	lh, ll := bits.Mul64(uint64(m.Quota), uint64(limit.Period))
+	rh, rl := bits.Mul64(uint64(limit.Quota), uint64(m.Period))
+	return lh > rh || lh == rh && ll > rl
 }
 
 // Under returns the quota, at period, that allows no more CPU than limit (rounded down, so it is never
-// Above it); -1 when limit is unlimited.
+// Above it), and no more than the kernel's MaxQuota; -1 when limit is unlimited.
 func (limit CPUMax) Under(period int64) int64 {
 	if limit.Unlimited() || limit.Period <= 0 {
 		return -1
 	}
-	return limit.Quota * period / limit.Period
+	return min(Scale(limit.Quota, period, limit.Period), MaxQuota)
 }
 
 // Tree reads the cgroups below a parent: what the suppress loop needs to keep cgroup v1's rule that no

@@ -156,13 +156,8 @@ func (w *v2) Write(parent string, s Settings) error {
 // SharesToWeight converts cgroup v1 cpu.shares [2, 262144] to cgroup v2 cpu.weight [1, 10000], as the
 // runtimes do, so that a v1 value means the same on v2.
 func SharesToWeight(shares int64) int64 {
-	if shares < 2 {
-		shares = 2
-	}
-	if shares > 262144 {
-		shares = 262144
-	}
-	return 1 + ((shares-2)*9999)/262142
+	shares = min(max(shares, MinShares), MaxShares)
+	return MinWeight + (shares-MinShares)*(MaxWeight-MinWeight)/(MaxShares-MinShares)
 }
 
 func setInt(m map[string]string, k string, v *int64) {

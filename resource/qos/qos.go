@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 // Class is a Koordinator QoS class.
@@ -136,18 +138,22 @@ func (c Class) Exclusive() bool { return c == LSE || c == LSR }
 
 // ExclusiveCPUs checks what kubelet sent for a container of an exclusive class (LSE, LSR) and returns the
 // number of CPUs it holds. Kubelet encodes the limit as quota/period and the request as shares
-// (request × 1024 / 1000), so request == limit and whole CPUs read: quota is a multiple of period and the
-// shares match the limit.
+// (request × 1024 / 1000, capped at the kernel's 262144), so request == limit and whole CPUs read: quota
+// is a multiple of period and the shares are those of the limit. Past 256 CPUs the capped shares cannot
+// tell the request from the limit, and kubelet's conversion is trusted.
 func ExclusiveCPUs(quota, period, shares int64) (int, error) {
 	if quota <= 0 || period <= 0 {
 		return 0, fmt.Errorf("needs a CPU limit equal to its request in whole CPUs, and has no CPU limit: %w", errdefs.ErrInvalidArgument)
 	}
-	limitMilli := quota * 1000 / period
+	if quota > cgroup.MaxQuota {
+		return 0, fmt.Errorf("needs a CPU limit the kernel can enforce, and has a CFS quota of %d µs (at most %d): %w", quota, int64(cgroup.MaxQuota), errdefs.ErrInvalidArgument)
+	}
+	limitMilli := cgroup.Scale(quota, 1000, period)
 	if quota%period != 0 {
 		return 0, fmt.Errorf("needs whole CPUs with request == limit, and has a limit of %dm: %w", limitMilli, errdefs.ErrInvalidArgument)
 	}
-	if want := limitMilli * 1024 / 1000; shares != want {
-		return 0, fmt.Errorf("needs request == limit in whole CPUs, and has request %dm, limit %dm: %w", shares*1000/1024, limitMilli, errdefs.ErrInvalidArgument)
+	if want := cgroup.MilliCPUToShares(limitMilli); shares != want {
+		return 0, fmt.Errorf("needs request == limit in whole CPUs, and has request %dm, limit %dm: %w", cgroup.Scale(shares, 1000, 1024), limitMilli, errdefs.ErrInvalidArgument)
 	}
 	return int(quota / period), nil
 }

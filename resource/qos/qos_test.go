@@ -1,9 +1,12 @@
 package qos
 
 import (
+	"math"
 	"testing"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 func TestResolve(t *testing.T) {
@@ -77,6 +80,13 @@ func TestExclusiveCPUs(t *testing.T) {
 		{name: "fractional", quota: 150000, period: 100000, shares: 1536, wantErr: true},
 		{name: "request below limit", quota: 200000, period: 100000, shares: 1024, wantErr: true},
 		{name: "no limit", quota: -1, period: 100000, shares: 2048, wantErr: true},
+		// Kubelet caps cpu.shares at the kernel's 262144 (256 CPUs), so a larger pod's shares say less
+		// than its limit and still mean request == limit.
+		{name: "300 CPUs, shares capped by kubelet", quota: 30000000, period: 100000, shares: cgroup.MaxShares, want: 300},
+		{name: "256 CPUs, at the cap", quota: 25600000, period: 100000, shares: cgroup.MaxShares, want: 256},
+		{name: "255 CPUs with capped shares asked for more than its limit", quota: 25500000, period: 100000, shares: cgroup.MaxShares, wantErr: true},
+		{name: "a limit beyond the kernel's largest quota", quota: 1e16, period: 100000, shares: cgroup.MaxShares, wantErr: true},
+		{name: "a limit where quota × 1000 wraps", quota: 1e17, period: 1e12, shares: 102400, wantErr: true},
 	}
 	for _, tt := range tests {
 		got, err := ExclusiveCPUs(tt.quota, tt.period, tt.shares)
@@ -90,4 +100,29 @@ func TestExclusiveCPUs(t *testing.T) {
 			t.Errorf("%s: ExclusiveCPUs = %d, %v; want %d", tt.name, got, err, tt.want)
 		}
 	}
+}
+
+// FuzzExclusiveCPUs: what is accepted is a whole number of CPUs that the kernel can enforce and whose
+// shares kubelet would have sent; everything else is InvalidArgument, whatever the numbers.
+func FuzzExclusiveCPUs(f *testing.F) {
+	f.Add(int64(200000), int64(100000), int64(2048))
+	f.Add(int64(30000000), int64(100000), int64(cgroup.MaxShares))
+	f.Add(int64(1e16), int64(100000), int64(cgroup.MaxShares))
+	f.Add(int64(1e17), int64(1e12), int64(102400))
+	f.Add(int64(math.MaxInt64), int64(1), int64(math.MaxInt64))
+	f.Fuzz(func(t *testing.T, quota, period, shares int64) {
+		n, err := ExclusiveCPUs(quota, period, shares)
+		if err != nil {
+			if !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("ExclusiveCPUs(%d, %d, %d): %v, want InvalidArgument", quota, period, shares, err)
+			}
+			return
+		}
+		if n < 1 || int64(n)*period != quota || quota > cgroup.MaxQuota {
+			t.Fatalf("ExclusiveCPUs(%d, %d, %d) = %d CPUs", quota, period, shares, n)
+		}
+		if want := cgroup.MilliCPUToShares(int64(n) * 1000); shares != want {
+			t.Fatalf("ExclusiveCPUs(%d, %d, %d) = %d CPUs, whose shares are %d", quota, period, shares, n, want)
+		}
+	})
 }

@@ -3,6 +3,8 @@ package batchresource
 import (
 	"context"
 	"errors"
+	"math"
+	"strconv"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -221,4 +223,130 @@ func TestQuotaCeiling(t *testing.T) {
 	if got := *adj.PodResources.CPUQuota; got != 100000 {
 		t.Errorf("pod quota on update under one CPU = %d, want 100000", got)
 	}
+}
+
+// TestQuantitiesClamped: batch resources far beyond any machine, or below what the kernel takes, give
+// the kernel's bounds, as kubelet's conversion would; nothing wraps to few shares or to no limit.
+func TestQuantitiesClamped(t *testing.T) {
+	t.Parallel()
+	const spec = `{"containers":{` +
+		`"huge":{"requests":{"kubernetes.io/batch-cpu":"1e16"},"limits":{"kubernetes.io/batch-cpu":"1e14","kubernetes.io/batch-memory":"5e18"}},` +
+		`"more":{"requests":{"kubernetes.io/batch-cpu":"1e16"},"limits":{"kubernetes.io/batch-cpu":"1e14","kubernetes.io/batch-memory":"5e18"}},` +
+		`"tiny":{"requests":{"kubernetes.io/batch-cpu":"1"},"limits":{"kubernetes.io/batch-cpu":"5","kubernetes.io/batch-memory":"1"}}}}`
+	oneCPU := cgroup.CPUMax{Quota: 100000, Period: 100000}
+	tests := []struct {
+		name                           string
+		ctr                            string
+		ceiling                        *cgroup.CPUMax
+		wantShares, wantQuota, wantMem int64
+		wantPodShares, wantPodQuotaUpd int64
+	}{
+		{name: "batch-cpu 1e16 and a limit of 1e14: the most shares and the largest quota", ctr: "huge",
+			wantShares: cgroup.MaxShares, wantQuota: cgroup.MaxQuota, wantMem: 5e18, wantPodQuotaUpd: cgroup.MaxQuota},
+		{name: "a limit of 1e14 under a one-CPU clamp is one CPU, not unlimited", ctr: "huge", ceiling: &oneCPU,
+			wantShares: cgroup.MaxShares, wantQuota: 100000, wantMem: 5e18, wantPodQuotaUpd: 100000},
+		{name: "a limit of 5m is raised to the kernel's 1 ms, as kubelet does", ctr: "tiny",
+			wantShares: cgroup.MinShares, wantQuota: cgroup.MinQuota, wantMem: 1, wantPodQuotaUpd: cgroup.MaxQuota},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			b, _ := New(DefaultConfig(), Deps{QuotaCeiling: func() (cgroup.CPUMax, bool) {
+				if tt.ceiling == nil {
+					return cgroup.CPUMax{}, false
+				}
+				return *tt.ceiling, true
+			}})
+			for _, stage := range []hooks.Stage{hooks.PreCreateContainer, hooks.PreUpdateContainerResources} {
+				f := b.PreCreateContainer
+				if stage == hooks.PreUpdateContainerResources {
+					f = b.PreUpdateContainerResources
+				}
+				adj, err := f(ctx, bePod(spec), &hooks.ContainerInfo{Name: tt.ctr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := adj.Resources
+				if *r.CPUShares != tt.wantShares || *r.CPUQuota != tt.wantQuota || *r.MemoryLimitInBytes != tt.wantMem {
+					t.Errorf("%s: shares %d quota %d memory %d; want %d, %d, %d", stage, *r.CPUShares, *r.CPUQuota, *r.MemoryLimitInBytes,
+						tt.wantShares, tt.wantQuota, tt.wantMem)
+				}
+				if stage == hooks.PreUpdateContainerResources && *adj.PodResources.CPUQuota != tt.wantPodQuotaUpd {
+					t.Errorf("%s: pod quota %d, want %d", stage, *adj.PodResources.CPUQuota, tt.wantPodQuotaUpd)
+				}
+			}
+		})
+	}
+	// The pod cgroup adds the containers up: 2e16 milli-cores requested, 2e14 limited, 1e19 bytes of memory,
+	// each past what int64 arithmetic on the raw values holds.
+	_, ctx := ktesting.NewTestContext(t)
+	b, _ := New(DefaultConfig(), Deps{})
+	adj, err := b.PreRunPodSandbox(ctx, bePod(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := adj.PodResources
+	if *r.CPUShares != cgroup.MaxShares || *r.CPUQuota != cgroup.MaxQuota || *r.MemoryLimitInBytes != math.MaxInt64 {
+		t.Errorf("pod: shares %d quota %d memory %d; want %d, %d, %d (the largest, not wrapped)", *r.CPUShares, *r.CPUQuota, *r.MemoryLimitInBytes,
+			cgroup.MaxShares, cgroup.MaxQuota, int64(math.MaxInt64))
+	}
+}
+
+// FuzzQuantities: whatever batch resources a BE pod's annotation names, the hook asks for cgroup values
+// the kernel takes: shares within its range, a quota of -1 (none) or within its range and under the
+// clamp in force, and a memory limit that is positive or -1 (none) for the pod.
+func FuzzQuantities(f *testing.F) {
+	f.Add(int64(2000), int64(2000), int64(1<<30), int64(500), int64(0))
+	f.Add(int64(1e16), int64(1e14), int64(5e18), int64(1e16), int64(1e14))
+	f.Add(int64(1), int64(5), int64(1), int64(0), int64(9))
+	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64))
+	oneCPU := cgroup.CPUMax{Quota: 100000, Period: 100000}
+	f.Fuzz(func(t *testing.T, req, limit, mem, req2, limit2 int64) {
+		_, ctx := ktesting.NewTestContext(t)
+		q := func(v int64) string { return strconv.Quote(strconv.FormatInt(v, 10)) }
+		spec := `{"containers":{"a":{"requests":{"kubernetes.io/batch-cpu":` + q(req) + `},"limits":{"kubernetes.io/batch-cpu":` + q(limit) +
+			`,"kubernetes.io/batch-memory":` + q(mem) + `}},"b":{"requests":{"kubernetes.io/batch-cpu":` + q(req2) +
+			`},"limits":{"kubernetes.io/batch-cpu":` + q(limit2) + `,"kubernetes.io/batch-memory":` + q(mem) + `}}}}`
+		checkQuota := func(what string, v int64, ceiling bool) {
+			t.Helper()
+			if v != -1 && (v < cgroup.MinQuota || v > cgroup.MaxQuota) {
+				t.Fatalf("%s: quota %d, want -1 or within [%d, %d] (spec %s)", what, v, cgroup.MinQuota, cgroup.MaxQuota, spec)
+			}
+			if ceiling && v != -1 && (cgroup.CPUMax{Quota: v, Period: batch.DefaultPeriod}).Above(oneCPU) {
+				t.Fatalf("%s: quota %d above the one-CPU clamp (spec %s)", what, v, spec)
+			}
+		}
+		checkShares := func(what string, v int64) {
+			t.Helper()
+			if v < cgroup.MinShares || v > cgroup.MaxShares {
+				t.Fatalf("%s: shares %d, outside [%d, %d] (spec %s)", what, v, cgroup.MinShares, cgroup.MaxShares, spec)
+			}
+		}
+		for _, ceiling := range []bool{false, true} {
+			b, _ := New(DefaultConfig(), Deps{QuotaCeiling: func() (cgroup.CPUMax, bool) { return oneCPU, ceiling }})
+			pod, err := b.PreRunPodSandbox(ctx, bePod(spec))
+			if err != nil {
+				if !errdefs.IsInvalidArgument(err) {
+					t.Fatalf("PreRunPodSandbox: %v, want InvalidArgument", err)
+				}
+				return // a negative quantity
+			}
+			r := pod.PodResources
+			checkShares("pod", *r.CPUShares)
+			checkQuota("pod", *r.CPUQuota, ceiling)
+			if m := *r.MemoryLimitInBytes; m != -1 && m <= 0 {
+				t.Fatalf("pod memory limit %d, want -1 or positive (spec %s)", m, spec)
+			}
+			adj, err := b.PreCreateContainer(ctx, bePod(spec), &hooks.ContainerInfo{Name: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkShares("container", *adj.Resources.CPUShares)
+			checkQuota("container", *adj.Resources.CPUQuota, ceiling)
+			if m := adj.Resources.MemoryLimitInBytes; m != nil && *m <= 0 {
+				t.Fatalf("container memory limit %d, want none or positive (spec %s)", *m, spec)
+			}
+		}
+	})
 }

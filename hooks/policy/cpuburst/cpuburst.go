@@ -35,7 +35,7 @@ const (
 )
 
 // maxCFSRuntimeUs is the kernel's bound on quota + burst (max_cfs_runtime, 2^44-1 µs).
-const maxCFSRuntimeUs = 1<<44 - 1
+const maxCFSRuntimeUs = cgroup.MaxQuota
 
 // Cgroups is what the hook needs of the node's cgroups; resource/cgroup's Writer is one.
 type Cgroups interface {
@@ -104,14 +104,13 @@ func New(cfg Config, d Deps) (*CPUBurst, error) {
 func (b *CPUBurst) Name() string { return Name }
 
 // Burst returns the CFS burst for a quota: percent of it, at most the quota itself (the kernel refuses
-// more with EINVAL) and at most what keeps quota + burst within the kernel's bound. No quota, no burst.
+// more with EINVAL) and at most what keeps quota + burst within the kernel's bound. No quota, no burst;
+// nor for a quota beyond the kernel's bound, which the kernel refuses anyway.
 func Burst(quota, percent int64) int64 {
-	if quota <= 0 || percent <= 0 {
+	if quota <= 0 || percent <= 0 || quota >= maxCFSRuntimeUs {
 		return 0
 	}
-	// Split the product so that it cannot overflow for any quota the kernel accepts.
-	burst := quota/100*percent + quota%100*percent/100
-	return min(burst, quota, maxCFSRuntimeUs-quota)
+	return min(cgroup.Scale(quota, percent, 100), quota, maxCFSRuntimeUs-quota)
 }
 
 // burst returns the burst file's value for a container's resources, or "" when it should not be touched.

@@ -2,6 +2,7 @@ package cpuburst
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -138,6 +139,11 @@ func TestBurst(t *testing.T) {
 		{name: "no limit", quota: -1, percent: 100, want: 0},
 		{name: "zero percent", quota: 100000, percent: 0, want: 0},
 		{name: "quota near the kernel bound", quota: maxCFSRuntimeUs - 10, percent: maxPercent, want: 10},
+		{name: "the kernel's largest quota leaves no room", quota: cgroup.MaxQuota, percent: 50, want: 0},
+		{name: "half the kernel's bound bursts whole", quota: cgroup.MaxQuota / 2, percent: 100, want: cgroup.MaxQuota / 2},
+		{name: "a quota past the kernel's bound bursts nothing, not a negative burst", quota: 1 << 62, percent: 50, want: 0},
+		{name: "the largest quota", quota: math.MaxInt64, percent: maxPercent, want: 0},
+		{name: "a percentage past int64 arithmetic is capped at the quota", quota: 100000, percent: math.MaxInt64, want: 100000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -327,4 +333,26 @@ func TestRealKernel(t *testing.T) {
 	if got := read(t, filepath.Join(dir, FileV1)); got != "100000" {
 		t.Fatalf("burst after resize = %s, want 100000", got)
 	}
+}
+
+// FuzzBurst: the burst is never negative, never above the quota, keeps quota + burst within the
+// kernel's bound, and never falls as the percentage rises.
+func FuzzBurst(f *testing.F) {
+	f.Add(int64(50000), int64(50), int64(1000))
+	f.Add(int64(cgroup.MaxQuota), int64(50), int64(maxPercent))
+	f.Add(int64(1<<62), int64(50), int64(100))
+	f.Add(int64(100000), int64(math.MaxInt64), int64(math.MaxInt64/100+1))
+	f.Fuzz(func(t *testing.T, quota, p1, p2 int64) {
+		lo, hi := min(p1, p2), max(p1, p2)
+		b := Burst(quota, lo)
+		if b < 0 || b > max(quota, 0) {
+			t.Fatalf("Burst(%d, %d) = %d, outside [0, quota]", quota, lo, b)
+		}
+		if quota > 0 && quota+b > cgroup.MaxQuota && b != 0 {
+			t.Fatalf("Burst(%d, %d) = %d: quota + burst beyond the kernel's %d", quota, lo, b, int64(cgroup.MaxQuota))
+		}
+		if b2 := Burst(quota, hi); b2 < b {
+			t.Fatalf("Burst(%d, %d) = %d < Burst(%d, %d) = %d", quota, hi, b2, quota, lo, b)
+		}
+	})
 }

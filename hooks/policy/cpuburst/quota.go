@@ -1,6 +1,10 @@
 package cpuburst
 
-import "time"
+import (
+	"time"
+
+	"github.com/tandemkit/tandem/resource/cgroup"
+)
 
 // QuotaInput is what the CFS quota burst decision looks at.
 type QuotaInput struct {
@@ -29,6 +33,6 @@ func QuotaBurst(cfg Config, in QuotaInput) int64 {
 	if cfg.CFSQuotaBurstPeriodSeconds >= 0 && in.BurstingFor >= time.Duration(cfg.CFSQuotaBurstPeriodSeconds)*time.Second {
 		return in.Base
 	}
-	raised := in.Base/100*cfg.CFSQuotaBurstPercent + in.Base%100*cfg.CFSQuotaBurstPercent/100
+	raised := cgroup.Scale(in.Base, cfg.CFSQuotaBurstPercent, 100)
 	return min(max(raised, in.Base), maxCFSRuntimeUs)
 }

@@ -127,8 +127,9 @@ func Files(cc ClassConfig, request, limit int64) map[string]string {
 	return out
 }
 
-// percent computes v × p / 100 without overflowing for p ≤ 100.
-func percent(v, p int64) int64 { return v/100*p + v%100*p/100 }
+// percent computes v × p / 100 without wrapping for any v and p: a negative memory.min would fail the
+// container in runc.
+func percent(v, p int64) int64 { return cgroup.Scale(v, p, 100) }
 
 // files returns the files for a pod (ctr nil) or container that the kernel offers, or nil.
 func (m *MemoryQoS) settings(pod *hooks.PodInfo, ctr *hooks.ContainerInfo, request int64, r *hooks.Resources) map[string]string {

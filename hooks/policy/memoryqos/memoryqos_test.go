@@ -3,8 +3,10 @@ package memoryqos
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -148,6 +150,11 @@ func TestFiles(t *testing.T) {
 		{name: "no request: limit-based only", cc: koordExample, limit: 2 * gi, want: map[string]string{FileHigh: "1717986918"}},
 		{name: "no limit: high is max", cc: koordExample, request: gi, want: map[string]string{FileMin: "1073741824", FileHigh: "max"}},
 		{name: "zero percentages leave files alone", cc: ClassConfig{Enable: true}, request: gi, limit: 2 * gi, want: map[string]string{}},
+		{name: "the largest request and limit", cc: ClassConfig{MinLimitPercent: 100, LowLimitPercent: 99, ThrottlingPercent: 1}, request: math.MaxInt64, limit: math.MaxInt64,
+			want: map[string]string{FileMin: "9223372036854775807", FileLow: "9131138316486228048", FileHigh: "92233720368547758"}},
+		// Validate refuses percentages above 100; Files, called without it, saturates rather than wraps.
+		{name: "a percentage past int64 arithmetic saturates", cc: ClassConfig{MinLimitPercent: math.MaxInt64, ThrottlingPercent: 1 << 40}, request: 64 * gi, limit: 64 * gi,
+			want: map[string]string{FileMin: "9223372036854775807", FileHigh: "9223372036854775807"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,6 +165,41 @@ func TestFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzFiles: every file is "max" or a byte count that is not negative, not above its base (request or
+// limit) for percentages up to 100, and never falls as the base or the percentage rises.
+func FuzzFiles(f *testing.F) {
+	f.Add(gi, 2*gi, int64(80), int64(100))
+	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(100), int64(1))
+	f.Add(64*gi, 64*gi, int64(math.MaxInt64), int64(1<<40))
+	f.Add(int64(1), int64(-1), int64(-5), int64(0))
+	f.Fuzz(func(t *testing.T, base, base2, p, p2 int64) {
+		files := func(b, p int64) map[string]string {
+			return Files(ClassConfig{MinLimitPercent: p, LowLimitPercent: p, ThrottlingPercent: p}, b, b)
+		}
+		value := func(m map[string]string, file string) int64 {
+			v, ok := m[file]
+			if !ok || v == "max" {
+				return -1
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				t.Fatalf("%s = %q, want \"max\" or a byte count", file, v)
+			}
+			return n
+		}
+		lo, hi := files(min(base, base2), min(p, p2)), files(max(base, base2), max(p, p2))
+		for _, file := range []string{FileMin, FileLow, FileHigh} {
+			l, h := value(lo, file), value(hi, file)
+			if min(p, p2) <= 100 && l > max(min(base, base2), 0) {
+				t.Fatalf("%s = %d, above its base %d at %d%%", file, l, min(base, base2), min(p, p2))
+			}
+			if l >= 0 && h >= 0 && h < l {
+				t.Fatalf("%s falls from %d to %d as its base and percentage rise", file, l, h)
+			}
+		}
+	})
 }
 
 func equal(a, b map[string]string) bool {
