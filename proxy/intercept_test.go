@@ -231,6 +231,8 @@ func TestStatusMapping(t *testing.T) {
 		{fmt.Errorf("x: %w", errdefs.ErrUnavailable), codes.Unavailable},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{status.Error(codes.Aborted, "from the runtime"), codes.Aborted},
+		// A hook server's answer that is not gRPC: Internal, as the log line says, not Unknown.
+		{fmt.Errorf("x: %w", errdefs.ErrInternal), codes.Internal},
 		{errors.New("plain"), codes.Unknown},
 	}
 	for _, tt := range tests {

@@ -51,6 +51,8 @@ func codeOf(err error) codes.Code {
 		return codes.Aborted
 	case errdefs.IsDataLoss(err):
 		return codes.DataLoss
+	case errdefs.IsInternal(err):
+		return codes.Internal
 	default:
 		return codes.Unknown
 	}

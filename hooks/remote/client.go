@@ -2,7 +2,7 @@ package remote
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
 
 	"github.com/containerd/errdefs"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/hooks/remote/unary"
 	"github.com/tandemkit/tandem/hooks/remote/v1alpha1"
 )
 
@@ -133,6 +134,13 @@ func (c *Client) callError(ctx context.Context, rpc string, err error) error {
 	// The dispatcher counts a call that ran out of time by its context error.
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
+	}
+	// An answer that is not the protocol is Internal, as grpc-go makes an answer it cannot decode: the
+	// server is there and broken, which the operator must tell from one that is down (Unavailable).
+	var pe *unary.ProtocolError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("hook server %s answered %s with something that is not gRPC (protocol error: the hook server is broken, not down; check that this socket is the hook server its hooks.d file names, serving runtime.v1alpha1.RuntimeHookService): %s: %w",
+			c.conn.endpoint, rpc, pe.Detail(), errdefs.ErrInternal)
 	}
 	st := status.Convert(err)
 	switch st.Code() {

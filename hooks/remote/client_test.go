@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -563,5 +568,142 @@ func TestConflict(t *testing.T) {
 				t.Errorf("adjustment = %s, want cpuShares %d", dump(adj), tt.wantShares)
 			}
 		})
+	}
+}
+
+// garbageServer listens on path and answers every connection with what answer does to it.
+func garbageServer(t *testing.T, path string, answer func(net.Conn)) {
+	t.Helper()
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = lis.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				answer(c)
+			})
+		}
+	})
+}
+
+// TestHookAnswersGarbage: a socket that answers something that is not gRPC is a broken hook server,
+// not an unreachable one: the error says so, names the socket, and has the class (Internal) that
+// kubelet, the logs and tandem_proxy_requests_total{code} then show, apart from Unavailable (down).
+func TestHookAnswersGarbage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		listen func(t *testing.T, path string)
+	}{
+		{name: "writes a line and closes", listen: func(t *testing.T, path string) {
+			garbageServer(t, path, func(c net.Conn) { _, _ = c.Write([]byte("hello\n")) })
+		}},
+		{name: "writes a line and stays", listen: func(t *testing.T, path string) {
+			garbageServer(t, path, func(c net.Conn) {
+				_, _ = c.Write([]byte("this is not HTTP/2\n"))
+				_, _ = io.Copy(io.Discard, c) // until the client gives up
+			})
+		}},
+		{name: "an HTTP/1.1 server", listen: func(t *testing.T, path string) {
+			lis, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: time.Second}
+			go func() { _ = srv.Serve(lis) }()
+			t.Cleanup(func() { _ = srv.Close() })
+		}},
+		{name: "a valid frame header that is not the server's SETTINGS", listen: func(t *testing.T, path string) {
+			garbageServer(t, path, func(c net.Conn) {
+				// A PING on stream 0, well formed, where HTTP/2 requires the server's SETTINGS first.
+				_, _ = c.Write([]byte{0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8})
+				_, _ = io.Copy(io.Discard, c)
+			})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			path := socketPath(t, "g.sock")
+			tt.listen(t, path)
+			d := newDispatcher(t, ctx, nil, []hooks.Registration{remoteReg(t, "garbled", path, 1000, hooks.Fail, 2*time.Second)})
+			for i := range 3 { // a new connection each time: the first call and the ones after fail alike
+				start := time.Now()
+				_, err := d.Run(ctx, hooks.PreCreateContainer, testPod(), testContainer())
+				if elapsed := time.Since(start); elapsed > time.Second {
+					t.Errorf("call %d took %v; a server that answers garbage must fail fast, not at its timeout", i, elapsed)
+				}
+				if !errdefs.IsInternal(err) || errdefs.IsUnavailable(err) {
+					t.Fatalf("call %d: err = %v; want Internal (the hook server is broken), not Unavailable (down)", i, err)
+				}
+				for _, m := range []string{"garbled", path, "not gRPC", "protocol error"} {
+					if !strings.Contains(err.Error(), m) {
+						t.Errorf("call %d: err = %q, want it to mention %q", i, err, m)
+					}
+				}
+				if strings.Contains(err.Error(), "unreachable") {
+					t.Errorf("call %d: err = %q calls a server that answered unreachable", i, err)
+				}
+			}
+		})
+	}
+}
+
+// garbledCodec sends, for every answer, bytes that are a valid gRPC frame whose message decodes as no
+// protocol buffer: a field tag cut short.
+type garbledCodec struct{}
+
+func (garbledCodec) Marshal(any) ([]byte, error) { return []byte{0xff}, nil }
+
+func (garbledCodec) Unmarshal(data []byte, v any) error {
+	return proto.Unmarshal(data, v.(proto.Message))
+}
+
+func (garbledCodec) Name() string { return "proto" }
+
+// TestUndecodableAnswer: a gRPC answer whose message does not decode as the hook's response is the
+// client's Internal error, as grpc-go makes it, and the message says what happened; it does not claim
+// the server answered Internal, which it did not.
+func TestUndecodableAnswer(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	path := socketPath(t, "u.sock")
+	srv := &testServer{}
+	serve(t, path, srv, grpc.ForceServerCodec(garbledCodec{}))
+	for _, policy := range []hooks.FailurePolicy{hooks.Fail, hooks.Ignore} {
+		d := newDispatcher(t, ctx, nil, []hooks.Registration{remoteReg(t, "garbled", path, 1000, policy, 2*time.Second)})
+		adj, err := d.Run(ctx, hooks.PreCreateContainer, testPod(), testContainer())
+		if rpcs, _ := srv.calls(); len(rpcs) == 0 {
+			t.Fatal("the hook server was not called")
+		}
+		if policy == hooks.Ignore {
+			if err != nil || adj != nil {
+				t.Errorf("Ignore: got %s, %v; want no adjustment and no error", dump(adj), err)
+			}
+			continue
+		}
+		if !errdefs.IsInternal(err) {
+			t.Fatalf("err = %v, want Internal", err)
+		}
+		for _, m := range []string{"garbled", path, "protocol error", "does not decode", "ContainerResourceHookResponse"} {
+			if !strings.Contains(err.Error(), m) {
+				t.Errorf("err = %q, want it to mention %q", err, m)
+			}
+		}
+		if strings.Contains(err.Error(), "answered Internal") {
+			t.Errorf("err = %q says the server answered Internal; it answered a message that does not decode", err)
+		}
 	}
 }

@@ -84,15 +84,15 @@ func (s *testServer) PreUpdateContainerResourcesHook(ctx context.Context, r *v1a
 	return s.onContainer(ctx, "PreUpdateContainerResourcesHook", r)
 }
 
-// serve starts s on the socket path and returns a function that kills the server: open connections
-// are cut, calls in flight fail. The server is also killed when the test ends.
-func serve(t testing.TB, path string, s *testServer) (kill func()) {
+// serve starts s on the socket path, with opts, and returns a function that kills the server: open
+// connections are cut, calls in flight fail. The server is also killed when the test ends.
+func serve(t testing.TB, path string, s *testServer, opts ...grpc.ServerOption) (kill func()) {
 	t.Helper()
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatalf("listen on %s: %v", path, err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	v1alpha1.RegisterRuntimeHookServiceServer(srv, s)
 	done := make(chan struct{})
 	go func() {

@@ -57,8 +57,9 @@ func New(path string) *Client {
 }
 
 // Invoke makes a unary call. Its errors are gRPC statuses, as grpc-go's: the server's own, Unavailable
-// when the server cannot be reached or drops the connection, DeadlineExceeded or Canceled when ctx ends.
-// opts are not supported and ignored.
+// when the server cannot be reached or drops the connection, DeadlineExceeded or Canceled when ctx ends,
+// and Internal, as a *ProtocolError, when what the server answered is not gRPC or does not decode as
+// reply. opts are not supported and ignored.
 func (c *Client) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
 	req, ok := args.(proto.Message)
 	if !ok {
@@ -151,6 +152,10 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 	}
 	cn, err := newConn(nc)
 	if err != nil {
+		var pe *ProtocolError
+		if errors.As(err, &pe) {
+			return nil, pe
+		}
 		return nil, status.Errorf(codes.Unavailable, "start HTTP/2 on %s: %v", c.path, err)
 	}
 	c.mu.Lock()
@@ -217,6 +222,24 @@ func (c *Client) sweep() {
 		}
 	}
 }
+
+// ProtocolError is an answer the client could not take as gRPC: bytes that are not HTTP/2, frames that
+// break it, or a message that does not decode as the call's response. It is the status grpc-go gives
+// such answers (Internal), and tells a server that answered wrongly, which is broken, from one that
+// could not be reached, which is down (Unavailable). Invoke never retries it.
+type ProtocolError struct{ st *status.Status }
+
+func protocolErrorf(format string, args ...any) *ProtocolError {
+	return &ProtocolError{st: status.Newf(codes.Internal, format, args...)}
+}
+
+func (e *ProtocolError) Error() string { return e.st.Err().Error() }
+
+// GRPCStatus makes the error a gRPC status to status.FromError and status.Code.
+func (e *ProtocolError) GRPCStatus() *status.Status { return e.st }
+
+// Detail says what was wrong with the answer.
+func (e *ProtocolError) Detail() string { return e.st.Message() }
 
 // unprocessedError is a call the server did not process; Invoke retries it once.
 type unprocessedError struct{ st *status.Status }

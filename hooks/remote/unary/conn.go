@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strconv"
@@ -45,6 +46,7 @@ const (
 type conn struct {
 	nc   net.Conn
 	raw  syscall.RawConn // for the liveness check; nil where the connection has no file descriptor
+	in   received        // nc as br reads it
 	bw   *bufio.Writer
 	br   *bufio.Reader
 	fr   *http2.Framer
@@ -64,22 +66,42 @@ type conn struct {
 	// wake-up of the server's reader less per call, while the server is busy answering.
 	pingAcks [][8]byte
 
+	// prefaced is set once the server's connection preface, a SETTINGS frame, has arrived. Until then
+	// anything the server sends that is not one is not HTTP/2: a socket of something else, or a broken
+	// server, which is not the same as one that is down.
+	prefaced  bool
 	goingAway bool
 	broken    bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// received counts the bytes read from the server, to tell a server that closed the connection
+// without a word from one that answered something else than HTTP/2.
+type received struct {
+	r io.Reader
+	n int64
+}
+
+func (r *received) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.n += int64(n)
+	return n, err
+}
+
 func newConn(nc net.Conn) (*conn, error) {
-	cn := &conn{nc: nc, nextID: 1, maxFrame: defaultMaxFrame, peerWindow: defaultWindow, sendWindow: defaultWindow}
+	cn := &conn{nc: nc, in: received{r: nc}, nextID: 1, maxFrame: defaultMaxFrame, peerWindow: defaultWindow, sendWindow: defaultWindow}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			cn.raw = raw
 		}
 	}
 	cn.bw = bufio.NewWriterSize(nc, 16<<10)
-	cn.br = bufio.NewReaderSize(nc, 16<<10)
+	cn.br = bufio.NewReaderSize(&cn.in, 16<<10)
 	cn.fr = http2.NewFramer(cn.bw, cn.br)
+	// The client never raises SETTINGS_MAX_FRAME_SIZE, so no HTTP/2 server sends more; what claims to
+	// is not HTTP/2, and is refused from its first bytes instead of waited for.
+	cn.fr.SetMaxReadFrameSize(defaultMaxFrame)
 	cn.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	cn.fr.MaxHeaderListSize = 1 << 20
 	cn.fr.SetReuseFrames()
@@ -95,6 +117,9 @@ func newConn(nc net.Conn) (*conn, error) {
 		err = cn.bw.Flush()
 	}
 	if err != nil {
+		if perr := cn.answeredBeforeClose(err); perr != nil {
+			err = perr
+		}
 		_ = nc.Close()
 		return nil, err
 	}
@@ -169,7 +194,9 @@ type stream struct {
 	// httpStatus is the :status of an answer that is not gRPC's 200.
 	httpStatus string
 	st         *status.Status
-	body       []byte
+	// protocol is set when st is the client's verdict on a malformed answer, not the server's status.
+	protocol bool
+	body     []byte
 }
 
 // call makes one call. Errors are gRPC statuses or an *unprocessedError; after a transport error the
@@ -293,9 +320,19 @@ func (cn *conn) readFrame(st *stream) error {
 		if errors.As(err, &se) && st != nil && se.StreamID == st.id {
 			cn.broken = true
 			st.done = true
-			return status.Errorf(codes.Internal, "malformed answer from the server: %v", se)
+			return protocolErrorf("malformed answer from the server: %v", se)
+		}
+		if perr := cn.protocolFailure(err); perr != nil {
+			cn.broken = true
+			return perr
 		}
 		return cn.fail(err)
+	}
+	if !cn.prefaced {
+		if err := cn.preface(f); err != nil {
+			cn.broken = true
+			return err
+		}
 	}
 	mine := st != nil && f.Header().StreamID == st.id
 	switch f := f.(type) {
@@ -380,7 +417,7 @@ func (cn *conn) data(st *stream, mine bool, f *http2.DataFrame) error {
 		}
 		if f.StreamEnded() {
 			st.done = true
-			return status.Error(codes.Internal, "the server ended the answer without a gRPC status")
+			return protocolErrorf("the server ended the answer without a gRPC status")
 		}
 	}
 	var flush bool
@@ -423,7 +460,7 @@ func (st *stream) headers(cn *conn, f *http2.MetaHeadersFrame) error {
 	} else if !f.StreamEnded() {
 		cn.broken = true
 		st.done = true
-		return status.Error(codes.Internal, "the server sent a second header block that does not end the answer")
+		return protocolErrorf("the server sent a second header block that does not end the answer")
 	}
 	if !f.StreamEnded() {
 		return nil
@@ -434,13 +471,13 @@ func (st *stream) headers(cn *conn, f *http2.MetaHeadersFrame) error {
 		if st.httpStatus != "" {
 			st.st = httpStatus(st.httpStatus)
 		} else {
-			st.st = status.New(codes.Internal, "the server's answer has no grpc-status")
+			st.st, st.protocol = status.New(codes.Internal, "the server's answer has no grpc-status"), true
 		}
 		return nil
 	}
 	c, err := strconv.ParseUint(code, 10, 32)
 	if err != nil {
-		st.st = status.Newf(codes.Internal, "the server's answer has a malformed grpc-status %q", code)
+		st.st, st.protocol = status.Newf(codes.Internal, "the server's answer has a malformed grpc-status %q", code), true
 		return nil
 	}
 	st.st = status.New(codes.Code(c), decodeMessage(header(f, "grpc-message")))
@@ -460,22 +497,25 @@ func header(f *http2.MetaHeadersFrame, name string) string {
 // result reads the answer into resp, or returns the server's error.
 func (st *stream) result(resp proto.Message) error {
 	if st.st == nil {
-		return status.Error(codes.Internal, "the answer ended without a status")
+		return protocolErrorf("the answer ended without a status")
+	}
+	if st.protocol {
+		return &ProtocolError{st: st.st}
 	}
 	if st.st.Code() != codes.OK {
 		return st.st.Err()
 	}
 	if len(st.body) < 5 {
-		return status.Error(codes.Internal, "the server's answer carries no message")
+		return protocolErrorf("the server's answer carries no message")
 	}
 	if st.body[0] != 0 {
-		return status.Error(codes.Internal, "the server compressed its answer, which the client did not ask for")
+		return protocolErrorf("the server compressed its answer, which the client did not ask for")
 	}
 	if n := binary.BigEndian.Uint32(st.body[1:5]); int(n) != len(st.body)-5 {
-		return status.Errorf(codes.Internal, "the server's answer says %d bytes and carries %d", n, len(st.body)-5)
+		return protocolErrorf("the server's answer says %d bytes and carries %d", n, len(st.body)-5)
 	}
 	if err := proto.Unmarshal(st.body[5:], resp); err != nil {
-		return status.Errorf(codes.Internal, "unmarshal the answer: %v", err)
+		return protocolErrorf("the answer does not decode as %s: %v", resp.ProtoReflect().Descriptor().FullName(), err)
 	}
 	return nil
 }
@@ -490,13 +530,54 @@ func (cn *conn) fail(err error) error {
 	return &transportError{err: err}
 }
 
-// writeFailed is fail for a write: a server that closed the connection took nothing from it.
+// writeFailed is fail for a write: a server that closed the connection took nothing from it, unless
+// what it said before closing was not HTTP/2.
 func (cn *conn) writeFailed(err error) error {
 	cn.broken = true
+	if perr := cn.answeredBeforeClose(err); perr != nil {
+		return perr
+	}
 	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		return &unprocessedError{st: status.Newf(codes.Unavailable, "the server closed the connection: %v", err)}
 	}
 	return &transportError{err: err}
+}
+
+// preface checks the server's first frame, which HTTP/2 requires to be SETTINGS.
+func (cn *conn) preface(f http2.Frame) error {
+	if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+		cn.prefaced = true
+		return nil
+	}
+	return protocolErrorf("the server's first HTTP/2 frame is %v, not SETTINGS", f.Header().Type)
+}
+
+// protocolFailure is the ProtocolError a failed read means, or nil when it means the connection is
+// gone: bytes that do not make the server's preface, or frames that break HTTP/2.
+func (cn *conn) protocolFailure(err error) error {
+	var ce http2.ConnectionError
+	switch {
+	case !cn.prefaced && cn.in.n > 0:
+		return protocolErrorf("the server's first bytes are not HTTP/2 (%v)", err)
+	case errors.Is(err, http2.ErrFrameTooLarge), errors.As(err, &ce):
+		return protocolErrorf("the server broke HTTP/2: %v", err)
+	}
+	return nil
+}
+
+// answeredBeforeClose reads, when a write failed because the server closed the connection before its
+// preface, what it had sent: a server that answers garbage and hangs up is broken, not down. It returns
+// the ProtocolError, or nil when the server sent nothing or a SETTINGS frame.
+func (cn *conn) answeredBeforeClose(err error) error {
+	if cn.prefaced || !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+		return nil
+	}
+	_ = cn.nc.SetReadDeadline(time.Now().Add(drainTimeout))
+	f, rerr := cn.fr.ReadFrame()
+	if rerr != nil {
+		return cn.protocolFailure(rerr)
+	}
+	return cn.preface(f)
 }
 
 // resetError is the status of a stream the server reset, as grpc-go maps HTTP/2 error codes.
