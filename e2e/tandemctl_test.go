@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,14 +42,19 @@ type tandemctlField struct {
 	Differs bool   `json:"differs"`
 }
 
-// buildTandemctl builds ./cmd/tandemctl as an operator would install it.
+// buildTandemctl builds ./cmd/tandemctl as an operator would install it, where any user may run it.
 func buildTandemctl(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	root, err := framework.RepoRoot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "tandemctl")
+	dir, err := framework.OpenTempDir("tandemctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "tandemctl")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tandemctl")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -72,12 +78,12 @@ func tandemctl(t *testing.T, ctx context.Context, bin string, args ...string) (s
 // TestTandemctl runs seed 000's pods, scaled to this machine, through the real tandem-proxy and real
 // containerd, and checks that `tandemctl pods` shows for each container the cpuset, shares, quota and
 // memory limit that its cgroup files hold (found independently, through /proc/<pid>/cgroup), that
-// `tandemctl pools` shows the LSE container's exclusive CPU, and that a value changed behind the proxy's
-// back is flagged as a difference.
+// `tandemctl pools` shows the LSE container's exclusive CPU, that a value changed behind the proxy's
+// back is flagged as a difference, and that a user other than root is told the proxy's store is root's.
 func TestTandemctl(t *testing.T) {
 	forEachRuntime(t, envOptions{}, func(t *testing.T, ctx context.Context, e *env) {
 		bin := buildTandemctl(t, ctx)
-		addr := "--proxy-addr=" + e.proxy.MetricsAddr
+		addr := "--proxy-debug-socket=" + e.proxy.DebugSocket
 
 		// A plain pod (no class label), an LSE pod with one whole CPU and a BE pod with batch
 		// resources in a pod cgroup of its own, as kubelet would create it.
@@ -205,12 +211,21 @@ func TestTandemctl(t *testing.T) {
 			t.Errorf("changed shares not flagged; row %q", row)
 		}
 
+		// Not root: the store holds every pod's annotations, secrets among them.
+		var stderr bytes.Buffer
+		nobody := exec.CommandContext(ctx, bin, addr, "pods")
+		nobody.Stderr = &stderr
+		nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		if err := nobody.Run(); err == nil || !strings.Contains(stderr.String(), "tandem-proxy's debug socket "+e.proxy.DebugSocket+" is root's alone: run tandemctl as root") {
+			t.Errorf("tandemctl as nobody: %v, %s; want it refused and told to run as root", err, stderr.String())
+		}
+
 		// The proxy gone: a clear error and a non-zero exit.
 		if _, err := e.proxy.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
 		_, err = tandemctl(t, ctx, bin, addr, "pods")
-		if err == nil || !strings.Contains(err.Error(), "tandem-proxy does not answer on "+e.proxy.MetricsAddr+" (is it running? set --proxy-addr)") {
+		if err == nil || !strings.Contains(err.Error(), "tandem-proxy does not answer on "+e.proxy.DebugSocket+" (is it running? set --proxy-debug-socket)") {
 			t.Errorf("tandemctl with the proxy stopped: %v, want the \"does not answer\" error", err)
 		}
 	})

@@ -9,11 +9,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +76,7 @@ func options() []option {
 		{"image-endpoint", "imageEndpoint"},
 		{"state-dir", "stateDir"},
 		{"metrics-addr", "metricsAddr"},
+		{"debug-socket", "debugSocket"},
 		{"socket-mode", "socketMode"},
 		{"socket-owner", "socketOwner"},
 		{"max-msg-size", "maxMsgSize"},
@@ -99,6 +102,8 @@ func options() []option {
 type settings struct {
 	proxy       proxy.Config
 	metricsAddr string
+	// debugSocket serves /debug/*, to root alone.
+	debugSocket string
 	configFile  string
 	hooksDir    string
 	cgroupRoot  string
@@ -127,7 +132,8 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	fs.String("runtime-endpoint", def.RuntimeEndpoint, "CRI endpoint of the container runtime")
 	fs.String("image-endpoint", "", "CRI endpoint for the ImageService (default: --runtime-endpoint)")
 	fs.String("state-dir", def.StateDir, "directory for the store checkpoint")
-	fs.String("metrics-addr", "127.0.0.1:9316", "address for /metrics, /healthz, /readyz and /debug/store; empty disables")
+	fs.String("metrics-addr", "127.0.0.1:9316", "address for /metrics, /healthz and /readyz; empty disables")
+	fs.String("debug-socket", "", "unix socket, root's alone, serving /debug/store and /debug/pools (default <state-dir>/debug.sock)")
 	fs.String("socket-mode", fmt.Sprintf("%04o", def.SocketMode), "permission bits of the listen socket, octal")
 	fs.String("socket-owner", "", "numeric uid:gid of the listen socket (default: the owner of the runtime socket)")
 	fs.Int("max-msg-size", def.MaxMsgSize, "largest gRPC message accepted or sent, in bytes (kubelet uses 16 MiB)")
@@ -200,9 +206,14 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	if !fs.Changed("node-labels") {
 		labels = v.GetStringMapString("nodeLabels")
 	}
-	st := settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), configFile: configFile,
+	st := settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), debugSocket: v.GetString("debugSocket"), configFile: configFile,
 		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot"), policy: pol,
 		sysfsRoot: v.GetString("sysfsRoot"), cpus: cpus, sloConfig: v.GetString("sloConfig"), nodeLabels: labels}
+	if st.debugSocket == "" {
+		// Beside the checkpoint, which holds the same pods: every proxy has a state dir of its own, and
+		// the proxy makes it 0700.
+		st.debugSocket = filepath.Join(cfg.StateDir, debugSocketName)
+	}
 	st.podSpec = podspec.DefaultConfig()
 	st.podSpec.Kubeconfig = v.GetString("kubeconfig")
 	st.podSpec.NodeName = v.GetString("nodeName")
@@ -349,13 +360,22 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	if st.metricsAddr != "" {
-		stopHTTP, err := serveHTTP(ctx, st.metricsAddr, srv, cpus, reg)
+		var lc net.ListenConfig
+		mlis, err := lc.Listen(ctx, "tcp", st.metricsAddr)
 		if err != nil {
 			_ = lis.Close()
-			return err
+			return fmt.Errorf("listen on --metrics-addr %s (choose a free address, or empty to disable): %w", st.metricsAddr, err)
 		}
-		defer stopHTTP()
+		logger.Info("Serving metrics and health", "addr", mlis.Addr().String())
+		defer serveHTTP(ctx, mlis, metricsMux(srv, reg))()
 	}
+	dlis, err := listenDebug(ctx, st.debugSocket)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	logger.Info("Serving the debug endpoints to root", "socket", st.debugSocket)
+	defer serveHTTP(ctx, dlis, debugMux(srv, cpus))()
 	// The node loops: measure, suppress and evict; where connected, publish what batch work may reclaim.
 	col, err := collector.New(collectorConfig(st), collector.Deps{ProcRoot: "/proc", CgroupRoot: st.cgroupRoot,
 		Targets: collectorTargets(srv.Store()), Registerer: reg})
@@ -500,9 +520,8 @@ func configFrom(v *viper.Viper) (proxy.Config, error) {
 	return cfg, nil
 }
 
-// serveHTTP serves metrics, health and the store dump; the returned func shuts it down.
-func serveHTTP(ctx context.Context, addr string, srv *proxy.Server, cpus *alloc.Allocator, reg *prometheus.Registry) (func(), error) {
-	logger := klog.FromContext(ctx)
+// metricsMux serves what any local user, or Prometheus over the network, may read.
+func metricsMux(srv *proxy.Server, reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -513,6 +532,13 @@ func serveHTTP(ctx context.Context, addr string, srv *proxy.Server, cpus *alloc.
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	return mux
+}
+
+// debugMux serves what only root may read: the store holds every pod's labels and annotations, and
+// annotations carry secrets (kubectl apply's last-applied-configuration holds a whole Secret's data).
+func debugMux(srv *proxy.Server, cpus *alloc.Allocator) *http.ServeMux {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/store", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -533,21 +559,69 @@ func serveHTTP(ctx context.Context, addr string, srv *proxy.Server, cpus *alloc.
 			"allocations": cpus.Allocations(),
 		})
 	})
-	var lc net.ListenConfig
-	lis, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on --metrics-addr %s (choose a free address, or empty to disable): %w", addr, err)
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return mux
+}
+
+// serveHTTP serves h on lis until the returned func shuts it down, which also closes lis (and removes
+// a unix socket).
+func serveHTTP(ctx context.Context, lis net.Listener, h http.Handler) func() {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "Metrics server stopped", "addr", addr)
+			klog.FromContext(ctx).Error(err, "HTTP server stopped", "addr", lis.Addr().String())
 		}
 	}()
-	logger.Info("Serving metrics and health", "addr", lis.Addr().String())
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
-	}, nil
+	}
+}
+
+// debugSocketName is the debug socket's name in the state dir, unless --debug-socket says otherwise.
+const debugSocketName = "debug.sock"
+
+// listenDebug listens on the debug socket, which only root can connect to: mode 0600, owned by the
+// proxy's user, in a directory made 0700 when the proxy creates it. That is how containerd serves its
+// debug socket and kubelet its pod-resources socket; a unix socket's permissions are the one check
+// that costs no authentication code and cannot be reached from the network. A socket left by a proxy
+// that was killed is replaced; one another process answers on is refused.
+func listenDebug(ctx context.Context, path string) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the directory of --debug-socket %s: %w", path, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("inspect the directory of --debug-socket %s: %w", path, err)
+	}
+	// Whoever can write the directory can put a socket of theirs in the proxy's place.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && ((st.Uid != 0 && int(st.Uid) != os.Geteuid()) || st.Mode&0o022 != 0) {
+		return nil, fmt.Errorf("--debug-socket %s: its directory is owned by uid %d with mode %04o, so others could serve in its place; chown root and chmod go-w %s, or choose another --debug-socket",
+			path, st.Uid, st.Mode&0o7777, dir)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&fs.ModeSocket == 0 {
+			return nil, fmt.Errorf("--debug-socket %s exists and is not a socket; move it away or choose another --debug-socket", path)
+		}
+		d := net.Dialer{Timeout: time.Second}
+		if conn, err := d.DialContext(ctx, "unix", path); err == nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("another tandem-proxy answers on --debug-socket %s; stop it, or give each proxy its own --state-dir", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove the stale --debug-socket %s: %w", path, err)
+		}
+		klog.FromContext(ctx).Info("Removed a stale debug socket", "socket", path)
+	}
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --debug-socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("make --debug-socket %s root's alone: %w", path, err)
+	}
+	return lis, nil
 }

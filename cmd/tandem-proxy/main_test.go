@@ -59,3 +59,26 @@ func TestLoadPrecedence(t *testing.T) {
 		t.Fatalf("durations and modes from the file: %v %#o", got.proxy.ShutdownTimeout, got.proxy.SocketMode)
 	}
 }
+
+// TestDebugSocketDefault: the debug socket goes beside the checkpoint unless set, so that two proxies
+// on one machine (each with a state dir of its own) never share one.
+func TestDebugSocketDefault(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{want: "/var/lib/tandem/debug.sock"},
+		{args: []string{"--state-dir", "/n/a/state"}, want: "/n/a/state/debug.sock"},
+		{args: []string{"--state-dir", "/n/a/state", "--debug-socket", "/run/tandem/debug/proxy.sock"}, want: "/run/tandem/debug/proxy.sock"},
+	}
+	for _, tt := range tests {
+		got, err := load(tt.args, func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.debugSocket != tt.want {
+			t.Errorf("load(%q).debugSocket = %q, want %q", tt.args, got.debugSocket, tt.want)
+		}
+	}
+}

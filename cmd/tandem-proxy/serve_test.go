@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,7 +23,42 @@ func TestBadSLOConfigStillServes(t *testing.T) {
 		t.Skip("runs a private containerd: needs root")
 	}
 	_, ctx := ktesting.NewTestContext(t)
-	// Short: unix socket paths stay under 108 bytes.
+	dir, runtimeEndpoint := privateContainerd(t, ctx)
+
+	sloFile := filepath.Join(dir, "slo.yaml")
+	if err := os.WriteFile(sloFile, []byte(`cpu-burst-config: '{"clusterStrategy": {"polcy": "auto"}}'
+system-config: |
+  {"clusterStrategy": {"minFreeKbytesFactor": 100}
+   "nodeStrategies": []}
+colocation-config: '{"enable": true}'
+not-a-section: '{}'
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock, stop := startRun(t, ctx, dir, runtimeEndpoint, "--metrics-addr", "", "--slo-config", sloFile)
+	rs, _, err := framework.NewCRIClients(ctx, "unix://"+sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := rs.Version(ctx, "")
+	if err != nil {
+		t.Fatalf("CRI Version through the proxy: %v", err)
+	}
+	if v.RuntimeName != "containerd" {
+		t.Fatalf("runtime %q, want containerd behind the proxy", v.RuntimeName)
+	}
+	if _, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{}); err != nil {
+		t.Fatalf("ListPodSandbox through the proxy: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("tandem-proxy stopped with %v, want a clean stop", err)
+	}
+}
+
+// privateContainerd starts containerd 1.6 in a new temporary directory, which it returns with the
+// runtime endpoint. The directory's path is short: unix socket paths stay under 108 bytes.
+func privateContainerd(t *testing.T, ctx context.Context) (string, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "tp")
 	if err != nil {
 		t.Fatal(err)
@@ -39,66 +75,53 @@ func TestBadSLOConfigStillServes(t *testing.T) {
 			t.Errorf("stop containerd: %v", err)
 		}
 	})
+	return dir, ctrd.Endpoint
+}
 
-	sloFile := filepath.Join(dir, "slo.yaml")
-	if err := os.WriteFile(sloFile, []byte(`cpu-burst-config: '{"clusterStrategy": {"polcy": "auto"}}'
-system-config: |
-  {"clusterStrategy": {"minFreeKbytesFactor": 100}
-   "nodeStrategies": []}
-colocation-config: '{"enable": true}'
-not-a-section: '{}'
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// startRun runs tandem-proxy's run in front of runtimeEndpoint with its files in dir (CRI socket
+// t.sock, state dir s, hooks.d h), a kubeconfig kubelet has not written yet, and a BE parent that does
+// not exist so that the suppress loop does not touch this host's kubepods; extra comes last, and a flag
+// given again there wins. It returns once the CRI socket exists, with it and a func that stops the
+// proxy and returns what run returned, called at the end of the test too.
+func startRun(t *testing.T, ctx context.Context, dir, runtimeEndpoint string, extra ...string) (string, func() error) {
+	t.Helper()
 	sock := filepath.Join(dir, "t.sock")
-	args := []string{
-		"--listen", sock, "--runtime-endpoint", ctrd.Endpoint, "--state-dir", filepath.Join(dir, "s"),
-		"--metrics-addr", "", "--hooks-dir", filepath.Join(dir, "h"), "--slo-config", sloFile,
-		"--kubeconfig", filepath.Join(dir, "kubelet.conf"), "--node-name", "test-node",
-		// A BE parent that does not exist: the suppress loop must not touch this host's kubepods.
-		"--kubelet-cgroup-root", "/tandem-test-absent",
+	args := append([]string{
+		"--listen", sock, "--runtime-endpoint", runtimeEndpoint, "--state-dir", filepath.Join(dir, "s"),
+		"--hooks-dir", filepath.Join(dir, "h"), "--kubeconfig", filepath.Join(dir, "kubelet.conf"),
+		"--node-name", "test-node", "--kubelet-cgroup-root", "/tandem-test-absent",
+	}, extra...)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = run(runCtx, args)
+	}()
+	stop := func() error {
+		cancel()
+		select {
+		case <-done:
+			return runErr
+		case <-time.After(time.Minute):
+			return errors.New("tandem-proxy did not stop within a minute")
+		}
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- run(runCtx, args) }()
-	t.Cleanup(stop)
+	t.Cleanup(func() { _ = stop() })
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(sock); err == nil {
-			break
+			return sock, stop
 		}
 		select {
-		case err := <-errc:
-			t.Fatalf("tandem-proxy exited before serving: %v", err)
+		case <-done:
+			t.Fatalf("tandem-proxy exited before serving: %v", runErr)
 		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("no CRI socket within 30 s")
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-	rs, _, err := framework.NewCRIClients(ctx, "unix://"+sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := rs.Version(ctx, "")
-	if err != nil {
-		t.Fatalf("CRI Version through the proxy: %v", err)
-	}
-	if v.RuntimeName != "containerd" {
-		t.Fatalf("runtime %q, want containerd behind the proxy", v.RuntimeName)
-	}
-	if _, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{}); err != nil {
-		t.Fatalf("ListPodSandbox through the proxy: %v", err)
-	}
-	stop()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("tandem-proxy stopped with %v, want a clean stop", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("tandem-proxy did not stop within a minute")
 	}
 }

@@ -2,8 +2,8 @@
 // drop-ins) and shows what Tandem's QoS policies did on a node: for every container its QoS class,
 // cpuset, CFS quota, CPU shares, the pod's cpu.idle and the memory limit, as the kernel's cgroup files
 // hold them next to what tandem-proxy last applied; and the CPU pools of the cpuset policy. It reads
-// tandem-proxy's debug endpoints (on its --metrics-addr) and /sys/fs/cgroup. See docs/tandemctl.md
-// and docs/install.md.
+// tandem-proxy's debug endpoints (on its --debug-socket, which only root may connect to) and
+// /sys/fs/cgroup. See docs/tandemctl.md and docs/install.md.
 package main
 
 import (
@@ -11,14 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/tandemkit/tandem/cmd/tandemctl/internal/node"
 	"github.com/tandemkit/tandem/cmd/tandemctl/internal/report"
 )
 
@@ -52,7 +53,8 @@ Flags:
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := pflag.NewFlagSet("tandemctl", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; --help prints below
-	proxyAddr := fs.String("proxy-addr", "127.0.0.1:9316", "tandem-proxy's --metrics-addr, where it serves /debug/store and /debug/pools")
+	socket := fs.String("proxy-debug-socket", defaultDebugSocket(), "tandem-proxy's --debug-socket (by default debug.sock in its --state-dir), where it serves /debug/store and /debug/pools to root")
+	proxyAddr := fs.String("proxy-addr", "", "only for a tandem-proxy older than --debug-socket: its --metrics-addr, where it served /debug/store and /debug/pools")
 	cgroupRoot := fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount to read the containers' settings from")
 	output := fs.StringP("output", "o", "", "output format: wide (more columns) or json; the table when unset")
 	all := fs.BoolP("all", "a", false, "pods: list exited containers too")
@@ -78,7 +80,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	client := report.NewClient(*proxyAddr, &http.Client{})
+	client := report.NewClient(*socket)
+	if *proxyAddr != "" {
+		client = report.NewAddrClient(*proxyAddr)
+	}
 	switch fs.Arg(0) {
 	case "pods":
 		snap, err := client.Store(ctx)
@@ -106,3 +111,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	return fmt.Errorf("unknown command %q: want pods or pools (see tandemctl --help)", fs.Arg(0))
 }
+
+// defaultDebugSocket is where tandem-proxy serves its debug endpoints when installed as
+// `tandemctl node install` installs it: debug.sock in its --state-dir.
+func defaultDebugSocket() string { return filepath.Join(node.DefaultOptions().StateDir, "debug.sock") }

@@ -104,9 +104,9 @@ func writeTree(t *testing.T, files map[string]string) string {
 	return root
 }
 
-// proxyServer serves recorded /debug/store and /debug/pools answers as tandem-proxy does; pools ""
-// answers 404 as a proxy whose cpuset policy is off.
-func proxyServer(t *testing.T, storeFile, poolsFile string) string {
+// proxyHandler answers /debug/store and /debug/pools with recorded answers as tandem-proxy does;
+// pools "" answers 404 as a proxy whose cpuset policy is off.
+func proxyHandler(t *testing.T, storeFile, poolsFile string) http.Handler {
 	t.Helper()
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -128,21 +128,37 @@ func proxyServer(t *testing.T, storeFile, poolsFile string) string {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(read(poolsFile))
 	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	return mux
 }
 
-// closedAddr is an address nothing listens on.
-func closedAddr(t *testing.T) string {
+// proxyServer serves proxyHandler on a unix socket, as tandem-proxy serves its debug endpoints, and
+// returns the socket's path.
+func proxyServer(t *testing.T, storeFile, poolsFile string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveSocket(t, proxyHandler(t, storeFile, poolsFile))
+}
+
+// serveSocket serves h on a unix socket in a temporary directory and returns its path.
+func serveSocket(t *testing.T, h http.Handler) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "debug.sock")
+	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return path
+}
+
+// serveTCP serves h on a loopback address, as tandem-proxy serves its --metrics-addr, and returns it.
+func serveTCP(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
 }
 
 // TestRunGolden runs tandemctl's commands against recorded proxy answers and fake cgroup trees and
@@ -157,8 +173,11 @@ func TestRunGolden(t *testing.T) {
 		tree   func() map[string]string
 		args   []string
 		golden string
+		// addr: the proxy is older than --debug-socket and read on its --metrics-addr.
+		addr bool
 	}{
 		{name: "pods cgroup v1", store: "store-cgroupfs.json", tree: v1Tree, args: []string{"pods"}, golden: "pods-v1.golden"},
+		{name: "pods from a proxy older than the debug socket", store: "store-cgroupfs.json", tree: v1Tree, args: []string{"pods"}, golden: "pods-v1.golden", addr: true},
 		{name: "pods cgroup v1 wide", store: "store-cgroupfs.json", tree: v1Tree, args: []string{"pods", "-o", "wide"}, golden: "pods-v1-wide.golden"},
 		{name: "pods with exited containers", store: "store-cgroupfs.json", tree: v1Tree, args: []string{"--all", "pods"}, golden: "pods-v1-all.golden"},
 		{name: "pods json", store: "store-cgroupfs.json", tree: v1Tree, args: []string{"-o", "json", "pods"}, golden: "pods-v1.json.golden"},
@@ -172,13 +191,16 @@ func TestRunGolden(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			addr := proxyServer(t, tc.store, tc.pools)
+			proxy := []string{"--proxy-debug-socket", proxyServer(t, tc.store, tc.pools)}
+			if tc.addr {
+				proxy = []string{"--proxy-addr", serveTCP(t, proxyHandler(t, tc.store, tc.pools))}
+			}
 			root := t.TempDir()
 			if tc.tree != nil {
 				root = writeTree(t, tc.tree())
 			}
 			var out bytes.Buffer
-			args := append([]string{"--proxy-addr", addr, "--cgroup-root", root}, tc.args...)
+			args := append(append(proxy, "--cgroup-root", root), tc.args...)
 			if err := run(context.Background(), args, &out); err != nil {
 				t.Fatalf("tandemctl %s: %v", strings.Join(tc.args, " "), err)
 			}
@@ -203,7 +225,8 @@ func TestRunGolden(t *testing.T) {
 // TestRunErrors checks that each failure says what to do and makes tandemctl exit non-zero.
 func TestRunErrors(t *testing.T) {
 	t.Parallel()
-	down := closedAddr(t)
+	down := filepath.Join(t.TempDir(), "debug.sock")
+	newer := serveTCP(t, http.NotFoundHandler())
 	tests := []struct {
 		name    string
 		args    func(t *testing.T) []string
@@ -211,49 +234,48 @@ func TestRunErrors(t *testing.T) {
 	}{
 		{
 			name:    "proxy not running",
-			args:    func(*testing.T) []string { return []string{"--proxy-addr", down, "pods"} },
-			wantErr: "tandem-proxy does not answer on " + down + " (is it running? set --proxy-addr)",
+			args:    func(*testing.T) []string { return []string{"--proxy-debug-socket", down, "pods"} },
+			wantErr: "tandem-proxy does not answer on " + down + " (is it running? set --proxy-debug-socket)",
 		},
 		{
 			name:    "proxy not running, pools",
-			args:    func(*testing.T) []string { return []string{"--proxy-addr", down, "pools"} },
-			wantErr: "tandem-proxy does not answer on " + down + " (is it running? set --proxy-addr)",
+			args:    func(*testing.T) []string { return []string{"--proxy-debug-socket", down, "pools"} },
+			wantErr: "tandem-proxy does not answer on " + down + " (is it running? set --proxy-debug-socket)",
 		},
 		{
 			name: "cpuset policy off",
 			args: func(t *testing.T) []string {
-				return []string{"--proxy-addr", proxyServer(t, "store-cgroupfs.json", ""), "pools"}
+				return []string{"--proxy-debug-socket", proxyServer(t, "store-cgroupfs.json", ""), "pools"}
 			},
 			wantErr: "tandem-proxy has no CPU pools: its cpuset policy is off (the cpuset policy is off: no CPU topology)",
 		},
 		{
 			name: "not a tandem-proxy",
 			args: func(t *testing.T) []string {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>")) }))
-				t.Cleanup(srv.Close)
-				return []string{"--proxy-addr", strings.TrimPrefix(srv.URL, "http://"), "pods"}
+				return []string{"--proxy-debug-socket", serveSocket(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>")) })), "pods"}
 			},
-			wantErr: "(is --proxy-addr the proxy's --metrics-addr?)",
+			wantErr: "(is --proxy-debug-socket tandem-proxy's?)",
 		},
 		{
 			name: "proxy older than /debug/pools",
 			args: func(t *testing.T) []string {
 				mux := http.NewServeMux()
 				mux.HandleFunc("/debug/store", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"pods":[],"containers":[]}`)) })
-				srv := httptest.NewServer(mux)
-				t.Cleanup(srv.Close)
-				return []string{"--proxy-addr", strings.TrimPrefix(srv.URL, "http://"), "pools"}
+				return []string{"--proxy-addr", serveTCP(t, mux), "pools"}
 			},
 			wantErr: "has no /debug/pools: upgrade it",
 		},
 		{
+			name:    "--proxy-addr of a proxy that serves the debug endpoints on its socket",
+			args:    func(*testing.T) []string { return []string{"--proxy-addr", newer, "pods"} },
+			wantErr: "tandem-proxy on " + newer + " has no /debug/store: it serves its debug endpoints on its --debug-socket, to root alone; set --proxy-debug-socket instead of --proxy-addr",
+		},
+		{
 			name: "proxy failing",
 			args: func(t *testing.T) []string {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				return []string{"--proxy-debug-socket", serveSocket(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 					http.Error(w, "store locked", http.StatusInternalServerError)
-				}))
-				t.Cleanup(srv.Close)
-				return []string{"--proxy-addr", strings.TrimPrefix(srv.URL, "http://"), "pods"}
+				})), "pods"}
 			},
 			wantErr: "answered 500 Internal Server Error to /debug/store: store locked",
 		},
@@ -284,7 +306,7 @@ func TestRunHelp(t *testing.T) {
 		if err := run(context.Background(), args, &out); err != nil {
 			t.Fatalf("tandemctl %v: %v", args, err)
 		}
-		for _, want := range []string{"tandemctl [flags] pods", "tandemctl [flags] pools", "--proxy-addr", "--cgroup-root", "-o, --output"} {
+		for _, want := range []string{"tandemctl [flags] pods", "tandemctl [flags] pools", "--proxy-debug-socket", `(default "/var/lib/tandem/debug.sock")`, "--cgroup-root", "-o, --output"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("tandemctl %v does not mention %q:\n%s", args, want, out.String())
 			}

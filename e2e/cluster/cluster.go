@@ -103,7 +103,7 @@ type Node struct {
 	CgroupRoot string `json:"cgroupRoot"`
 	// ProxySocket is the socket kubelet's containerRuntimeEndpoint names.
 	ProxySocket  string `json:"proxySocket"`
-	ProxyMetrics string `json:"proxyMetrics"` // host:port of /readyz, /metrics, /debug/*
+	ProxyMetrics string `json:"proxyMetrics"` // host:port of /readyz and /metrics
 	// Kubeconfig is the node's credentials, user system:node:<Name> in
 	// group system:nodes: kubelet's, and tandem-proxy's too.
 	Kubeconfig    string `json:"kubeconfig"`

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -151,15 +152,22 @@ func criClient(ctx context.Context, t *testing.T, nodeName string) internalapi.R
 	return rs
 }
 
-// proxyJSON GETs path from a node's tandem-proxy (its --metrics-addr) and
+// proxyJSON GETs path from a node's tandem-proxy (on its debug socket) and
 // decodes the JSON answer into v.
 func proxyJSON(ctx context.Context, t *testing.T, nodeName, path string, v any) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node(t, nodeName).ProxyMetrics+path, nil)
+	socket := proxyDebugSocket(t, nodeName)
+	// The host is a name only: the transport dials the node's socket.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tandem-proxy"+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s from tandem-proxy on %s: %v", path, nodeName, err)
 	}
@@ -174,6 +182,30 @@ func proxyJSON(ctx context.Context, t *testing.T, nodeName, path string, v any) 
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("decode %s from tandem-proxy on %s: %v", path, nodeName, err)
 	}
+}
+
+// proxyDebugSocket is where a node's tandem-proxy serves /debug/*, to root
+// alone: its --debug-socket, by default debug.sock in its --state-dir, as
+// the arguments it runs with (its unit's ExecStart, --flag=value) say.
+func proxyDebugSocket(t *testing.T, nodeName string) string {
+	t.Helper()
+	d := suite.c.Daemons[proxyDaemon(nodeName)]
+	if d == nil {
+		t.Fatalf("no tandem-proxy on node %s", nodeName)
+	}
+	socket, state := "", "/var/lib/tandem"
+	for _, a := range d.Args {
+		switch name, value, _ := strings.Cut(a, "="); name {
+		case "--debug-socket":
+			socket = value
+		case "--state-dir":
+			state = value
+		}
+	}
+	if socket == "" {
+		socket = filepath.Join(state, "debug.sock")
+	}
+	return socket
 }
 
 // pools is tandem-proxy's /debug/pools, what `tandemctl pools` shows.

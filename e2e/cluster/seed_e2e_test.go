@@ -476,7 +476,7 @@ func TestSeed000(t *testing.T) {
 			if fmt.Sprint(poolsAfter) != fmt.Sprint(poolsBefore) {
 				t.Errorf("%s: /debug/pools right after the restart:\n  %+v\nwant what it was before the SIGKILL:\n  %+v", nodeName, poolsAfter, poolsBefore)
 			}
-			out, err := exec.CommandContext(ctx, tandemctl(ctx, t), "--proxy-addr", node(t, nodeName).ProxyMetrics, "pools").CombinedOutput()
+			out, err := exec.CommandContext(ctx, tandemctl(ctx, t), "--proxy-debug-socket", proxyDebugSocket(t, nodeName), "pools").CombinedOutput()
 			if err != nil {
 				t.Errorf("tandemctl pools on %s after the restart: %v: %s", nodeName, err, out)
 			} else {

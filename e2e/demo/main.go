@@ -448,9 +448,10 @@ func (e *events) report(ctx context.Context, d *demo, ctrID string) {
 func (d *demo) printKept() {
 	fmt.Fprintf(d.out, "\nLeft running (--keep):\n")
 	fmt.Fprintf(d.out, "  tandem-proxy  %s  (pid %d, log %s)\n", d.proxy.Endpoint, d.proxy.PID(), d.proxy.LogPath)
-	fmt.Fprintf(d.out, "  HTTP          http://%s/metrics  /healthz  /readyz  /debug/store\n", d.proxy.MetricsAddr)
+	fmt.Fprintf(d.out, "  HTTP          http://%s/metrics  /healthz  /readyz\n", d.proxy.MetricsAddr)
+	fmt.Fprintf(d.out, "  debug (root)  %s  /debug/store  /debug/pools\n", d.proxy.DebugSocket)
 	fmt.Fprintf(d.out, "  containerd    %s  (pid %d, log %s)\n", d.containerd.Endpoint, d.containerd.PID(), d.containerd.LogPath)
-	fmt.Fprintf(d.out, "  try           curl -s http://%s/debug/store\n", d.proxy.MetricsAddr)
+	fmt.Fprintf(d.out, "  try           curl -s --unix-socket %s http://localhost/debug/store\n", d.proxy.DebugSocket)
 	fmt.Fprintf(d.out, "                crictl --runtime-endpoint %s pods   (if crictl is installed)\n", d.proxy.Endpoint)
 	fmt.Fprintf(d.out, "  stop it with  go run ./e2e/demo --stop %s\n", d.dir)
 }

@@ -111,7 +111,7 @@ func (d *demo) tandemctl(ctx context.Context, cmd string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out, err := exec.CommandContext(ctx, bin, cmd, "--proxy-addr", d.proxy.MetricsAddr).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, cmd, "--proxy-debug-socket", d.proxy.DebugSocket).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%w: %s", err, out)
 	}

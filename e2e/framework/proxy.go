@@ -28,7 +28,9 @@ type ProxyOptions struct {
 // Proxy is a running tandem-proxy process.
 type Proxy struct {
 	Socket, Endpoint, StateDir, MetricsAddr string // MetricsAddr is 127.0.0.1:<free port>
-	LogPath                                 string
+	// DebugSocket serves /debug/store and /debug/pools, to root alone.
+	DebugSocket string
+	LogPath     string
 
 	opts ProxyOptions
 	proc *process
@@ -90,6 +92,7 @@ func StartProxy(ctx context.Context, opts ProxyOptions) (*Proxy, error) {
 		Endpoint:    "unix://" + sock,
 		StateDir:    filepath.Join(opts.Dir, "state"),
 		MetricsAddr: addr,
+		DebugSocket: filepath.Join(opts.Dir, "state", "debug.sock"),
 		LogPath:     filepath.Join(opts.Dir, "proxy.log"),
 		opts:        opts,
 	}
@@ -106,6 +109,7 @@ func (p *Proxy) Args() []string {
 		"--runtime-endpoint", p.opts.RuntimeEndpoint,
 		"--state-dir", p.StateDir,
 		"--metrics-addr", p.MetricsAddr,
+		"--debug-socket", p.DebugSocket,
 		"-v", "2",
 	}
 	return append(args, p.opts.ExtraArgs...)
@@ -191,9 +195,9 @@ func (p *Proxy) Restart(ctx context.Context) error {
 	return p.start(ctx)
 }
 
-// Store returns the proxy's /debug/store.
+// Store returns the proxy's /debug/store, read on its debug socket.
 func (p *Proxy) Store(ctx context.Context) (*StoreDump, error) {
-	code, body, err := p.get(ctx, "/debug/store")
+	code, body, err := getOn(ctx, "unix", p.DebugSocket, "/debug/store")
 	if err != nil {
 		return nil, err
 	}
@@ -219,19 +223,35 @@ func (p *Proxy) Metrics(ctx context.Context) (string, error) {
 	return string(body), nil
 }
 
-// Get fetches path from the proxy's HTTP endpoint and returns status and body.
+// Get fetches path from the proxy's metrics address and returns status and body.
 func (p *Proxy) Get(ctx context.Context, path string) (int, []byte, error) {
 	return p.get(ctx, path)
 }
 
+// GetDebug fetches path from the proxy's debug socket and returns status and body.
+func (p *Proxy) GetDebug(ctx context.Context, path string) (int, []byte, error) {
+	return getOn(ctx, "unix", p.DebugSocket, path)
+}
+
 func (p *Proxy) get(ctx context.Context, path string) (int, []byte, error) {
+	return getOn(ctx, "tcp", p.MetricsAddr, path)
+}
+
+// getOn GETs path from an HTTP server on network and address (tcp host:port, or a unix socket).
+func getOn(ctx context.Context, network, address, path string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.MetricsAddr+path, nil)
+	// The host is a name only: the transport dials address.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tandem-proxy"+path, nil)
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, address)
+	}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("get %s: %w", path, err)
 	}

@@ -32,6 +32,10 @@ type LoaderConfig struct {
 // force; a file never seen valid is left out. Files whose names start with "." are not read (editors'
 // temporary files, the "..data" links of a mounted ConfigMap).
 //
+// Only root may register (trust.go): a directory or file that someone else owns or can write is
+// refused with one log line, logged again only once it changed, and registers nothing, whatever an
+// earlier version registered; so is a file whose hook server's socket others could create.
+//
 // The Loader owns one connection per endpoint. Unchanged endpoints keep their connection across loads;
 // Prune closes the others once the new registrations are in force.
 type Loader struct {
@@ -43,7 +47,9 @@ type Loader struct {
 	conns         map[string]*Conn      // by socket path
 	inUse         map[string]bool       // socket paths of the last load
 	missingLogged bool
-	last          []*spec // the specs of the last load, in order
+	// refusedDir is the directory's refusal last logged; nil while it is trusted.
+	refusedDir *refusal
+	last       []*spec // the specs of the last load, in order
 }
 
 // fileState is what the loader knows of one file.
@@ -55,6 +61,8 @@ type fileState struct {
 	parsed, accepted *spec
 	// clash is the name or order collision last logged for this file.
 	clash string
+	// refused is the file's refusal last logged; nil while it is trusted.
+	refused *refusal
 }
 
 // NewLoader returns a loader for cfg.Dir. It reads nothing until Load.
@@ -87,18 +95,9 @@ func (l *Loader) load(ctx context.Context) ([]hooks.Registration, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
-	entries, err := os.ReadDir(l.dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		// Once: a node without hook servers need not have the directory. Its removal later is logged
-		// by the Watcher.
-		if !l.missingLogged {
-			logger.Info("Hook directory does not exist; no hook servers until it is created", "dir", l.dir)
-			l.missingLogged = true
-		}
-		entries = nil
-	case err != nil:
-		return nil, false, fmt.Errorf("read hook directory %s (check its permissions): %w", l.dir, err)
+	entries, err := l.readDir(logger)
+	if err != nil {
+		return nil, false, err
 	}
 
 	seen := map[string]bool{}
@@ -118,7 +117,8 @@ func (l *Loader) load(ctx context.Context) ([]hooks.Registration, bool, error) {
 	for name, st := range l.files {
 		if !seen[name] {
 			delete(l.files, name)
-			if st.accepted != nil {
+			// A refused directory was logged once for all its files.
+			if st.accepted != nil && l.refusedDir == nil {
 				logger.Info("Hook file removed; its hook is removed", "file", filepath.Join(l.dir, name), "hook", st.accepted.name)
 			}
 		}
@@ -150,32 +150,102 @@ func (l *Loader) load(ctx context.Context) ([]hooks.Registration, bool, error) {
 	return regs, changed, nil
 }
 
-// readFile parses a file whose content changed. A rejected version is logged once, not at every load.
+// readDir lists the directory if it exists and only root could have written it; none otherwise.
+func (l *Loader) readDir(logger klog.Logger) ([]os.DirEntry, error) {
+	fi, err := os.Stat(l.dir)
+	if err == nil {
+		if l.refuseDir(logger, fi) {
+			return nil, nil
+		}
+		var entries []os.DirEntry
+		if entries, err = os.ReadDir(l.dir); err == nil {
+			return entries, nil
+		}
+	}
+	l.refusedDir = nil
+	if errors.Is(err, fs.ErrNotExist) {
+		// Once: a node without hook servers need not have the directory. Its removal later is logged
+		// by the Watcher.
+		if !l.missingLogged {
+			logger.Info("Hook directory does not exist; no hook servers until it is created", "dir", l.dir)
+			l.missingLogged = true
+		}
+		return nil, nil
+	}
+	return nil, fmt.Errorf("read hook directory %s (check its permissions): %w", l.dir, err)
+}
+
+// refuseDir reports whether someone other than root could have written the directory, and logs it
+// once until its owner or mode changes.
+func (l *Loader) refuseDir(logger klog.Logger, fi fs.FileInfo) bool {
+	problem := trustProblem(fi, readOnlyFS(l.dir))
+	if problem == "" {
+		if l.refusedDir != nil {
+			logger.Info("Hook directory trusted again; reading its files", "dir", l.dir)
+		}
+		l.refusedDir = nil
+		return false
+	}
+	r := refusalOf(fi, problem, false)
+	if l.refusedDir == nil || *l.refusedDir != r {
+		uid, mode := ownerMode(fi)
+		logger.Error(nil, "Hook directory refused: only root may register hook servers, so none is registered from it until root owns it and only root can write it (chown root, chmod go-w)",
+			"dir", l.dir, "owner", uid, "mode", mode, "problem", problem)
+	}
+	l.refusedDir = &r
+	return true
+}
+
+// readFile checks who could have written a file and parses it when its content changed. A rejected or
+// refused version is logged once, not at every load.
 func (l *Loader) readFile(logger klog.Logger, name, path string) {
 	st := l.files[name]
 	if st == nil {
 		st = &fileState{}
 		l.files[name] = st
 	}
-	data, err := os.ReadFile(path)
+	data, fi, readOnly, err := readChecked(path)
 	if err != nil {
 		logger.Error(err, "Hook file unreadable; its previous version stays in force", "file", path)
 		return
 	}
-	if st.read && bytes.Equal(st.raw, data) {
-		return
-	}
-	st.raw, st.read = data, true
-	s, err := parseFile(name, data)
-	if err != nil {
-		if st.parsed != nil {
-			logger.Error(err, "Hook file rejected; its previous version stays in force", "file", path, "hook", st.parsed.name)
-		} else {
-			logger.Error(err, "Hook file rejected; it registers no hook until it is fixed", "file", path)
+	prev := st.refused
+	if problem := trustProblem(fi, readOnly); problem != "" {
+		r := refusalOf(fi, problem, true)
+		if prev == nil || *prev != r {
+			uid, mode := ownerMode(fi)
+			logger.Error(nil, "Hook file refused: only root may register hook servers, so it registers none until root owns it and only root can write it (chown root, chmod go-w)",
+				"file", path, "owner", uid, "mode", mode, "problem", problem)
 		}
+		// Nothing of an untrusted file is kept: once trusted, it is read afresh.
+		*st = fileState{refused: &r}
 		return
 	}
-	st.parsed = s
+	st.refused = nil
+	if !st.read || !bytes.Equal(st.raw, data) {
+		st.raw, st.read = data, true
+		if s, err := parseFile(name, data); err != nil {
+			if st.parsed != nil {
+				logger.Error(err, "Hook file rejected; its previous version stays in force", "file", path, "hook", st.parsed.name)
+			} else {
+				logger.Error(err, "Hook file rejected; it registers no hook until it is fixed", "file", path)
+			}
+		} else {
+			st.parsed = s
+		}
+	}
+	if st.parsed == nil {
+		return
+	}
+	// Checked at every load: the socket's directory may change while the file does not.
+	if problem := socketDirProblem(st.parsed.path); problem != "" {
+		r := refusalOf(fi, problem, true)
+		if prev == nil || *prev != r {
+			logger.Error(nil, "Hook file refused: others could create its hook server's socket; chmod go-w that directory or move the socket to one only root can write",
+				"file", path, "endpoint", st.parsed.endpoint, "problem", problem)
+		}
+		st.refused = &r
+	}
 }
 
 // resolve picks the version of each file in force and gives Koordinator files their order. Files are
@@ -195,6 +265,11 @@ func (l *Loader) resolve(logger klog.Logger) []*spec {
 			// Each Koordinator file keeps its place whether or not the files around it are valid.
 			order = koordinatorOrderBase + koordinatorIndex
 			koordinatorIndex++
+		}
+		if st.refused != nil {
+			// Logged when it was refused; a refused file has no version in force.
+			st.accepted, st.clash = nil, ""
+			continue
 		}
 		var pick *spec
 		clash := ""

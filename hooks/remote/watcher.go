@@ -76,6 +76,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 				watchingDir = false
 				_ = fw.Remove(dir)
 				_ = fw.Add(parent)
+			case ev.Name == dir && ev.Has(fsnotify.Chmod):
+				// The directory's owner or mode changed (inotify's IN_ATTRIB): who may register
+				// may have changed with it.
 			case filepath.Dir(ev.Name) != dir:
 				continue
 			}

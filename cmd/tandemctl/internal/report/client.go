@@ -1,6 +1,7 @@
 // Package report builds what tandemctl prints: every container on the node with the QoS settings the
 // kernel's cgroup files hold beside the ones tandem-proxy last applied, and the CPU pools of the cpuset
-// policy. It reads tandem-proxy's debug endpoints and the cgroup filesystem, and renders tables or JSON.
+// policy. It reads tandem-proxy's debug endpoints (on its root-only debug socket) and the cgroup
+// filesystem, and renders tables or JSON.
 package report
 
 import (
@@ -9,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 
 	"github.com/tandemkit/tandem/proxy/store"
 )
@@ -18,18 +21,30 @@ import (
 // ErrPoolsOff is returned by Client.Pools when tandem-proxy runs without the cpuset policy.
 var ErrPoolsOff = errors.New("tandem-proxy has no CPU pools: its cpuset policy is off")
 
-// Client reads tandem-proxy's debug endpoints on its --metrics-addr.
+// Client reads tandem-proxy's debug endpoints: on its debug socket, which only root may connect to,
+// or, from a proxy older than that socket, on its --metrics-addr.
 type Client struct {
-	addr string
 	http *http.Client
+	// where names the socket or address in messages; flag is tandemctl's flag that sets it.
+	where, flag string
+	// tcp: the proxy is reached on its --metrics-addr, where newer proxies serve no debug endpoints.
+	tcp bool
 }
 
-// NewClient returns a client for the proxy listening on addr (host:port).
-func NewClient(addr string, hc *http.Client) *Client {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	return &Client{addr: addr, http: hc}
+// NewClient returns a client for the proxy's --debug-socket, a unix socket path.
+func NewClient(socket string) *Client { return newClient("unix", socket, "--proxy-debug-socket") }
+
+// NewAddrClient returns a client for a proxy older than --debug-socket, which serves its debug
+// endpoints on its --metrics-addr (host:port).
+func NewAddrClient(addr string) *Client { return newClient("tcp", addr, "--proxy-addr") }
+
+func newClient(network, address, flag string) *Client {
+	// The transport dials the socket or address whatever the URL names.
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, address)
+	}}
+	return &Client{http: &http.Client{Transport: tr}, where: address, flag: flag, tcp: network == "tcp"}
 }
 
 // Store returns the proxy's store: its pods and containers with what it last applied.
@@ -67,31 +82,35 @@ func (c *Client) Pools(ctx context.Context) (*PoolsDump, error) {
 }
 
 func (c *Client) get(ctx context.Context, path string, v any) error {
-	url := "http://" + c.addr + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tandem-proxy"+path, nil)
 	if err != nil {
-		return fmt.Errorf("proxy address %q: want host:port: %w", c.addr, err)
+		return fmt.Errorf("request %s: %w", path, err)
 	}
 	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("tandem-proxy does not answer on %s (is it running? set --proxy-addr): %w", c.addr, err)
+	switch {
+	case err != nil && !c.tcp && errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("tandem-proxy's debug socket %s is root's alone: run tandemctl as root: %w", c.where, err)
+	case err != nil:
+		return fmt.Errorf("tandem-proxy does not answer on %s (is it running? set %s): %w", c.where, c.flag, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("read %s from tandem-proxy on %s: %w", path, c.addr, err)
+		return fmt.Errorf("read %s from tandem-proxy on %s: %w", path, c.where, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound && path == "/debug/pools" && len(body) > 0 && !strings.Contains(string(body), "404 page not found"):
 		// The proxy's own 404 explains why; a mux 404 means an older proxy without the endpoint.
 		return fmt.Errorf("%w (%s); start it with a CPU topology (--sysfs-root) to get pools", ErrPoolsOff, strings.TrimSpace(string(body)))
+	case resp.StatusCode == http.StatusNotFound && c.tcp && path == "/debug/store":
+		return fmt.Errorf("tandem-proxy on %s has no %s: it serves its debug endpoints on its --debug-socket, to root alone; set --proxy-debug-socket instead of --proxy-addr", c.where, path)
 	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("tandem-proxy on %s has no %s: upgrade it to the version of this tandemctl", c.addr, path)
+		return fmt.Errorf("tandem-proxy on %s has no %s: upgrade it to the version of this tandemctl", c.where, path)
 	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("tandem-proxy on %s answered %s to %s: %s", c.addr, resp.Status, path, strings.TrimSpace(string(body)))
+		return fmt.Errorf("tandem-proxy on %s answered %s to %s: %s", c.where, resp.Status, path, strings.TrimSpace(string(body)))
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("decode %s from tandem-proxy on %s (is --proxy-addr the proxy's --metrics-addr?): %w", path, c.addr, err)
+		return fmt.Errorf("decode %s from tandem-proxy on %s (is %s tandem-proxy's?): %w", path, c.where, c.flag, err)
 	}
 	return nil
 }
