@@ -210,8 +210,8 @@ func load(args []string, getenv func(string) string) (settings, error) {
 		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot"), policy: pol,
 		sysfsRoot: v.GetString("sysfsRoot"), cpus: cpus, sloConfig: v.GetString("sloConfig"), nodeLabels: labels}
 	if st.debugSocket == "" {
-		// Beside the checkpoint, which holds the same pods: every proxy has a state dir of its own, and
-		// the proxy makes it 0700.
+		// Beside the checkpoint, which holds the same pods: every proxy has a state dir of its own, which
+		// the proxy creates 0700.
 		st.debugSocket = filepath.Join(cfg.StateDir, debugSocketName)
 	}
 	st.podSpec = podspec.DefaultConfig()
