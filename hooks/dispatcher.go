@@ -30,6 +30,7 @@ func SkipsRemote(labels map[string]string) bool {
 // flight finishes with the set it started with.
 type Dispatcher struct {
 	set       atomic.Pointer[hookSet]
+	limits    atomic.Pointer[Limits]
 	metrics   *metrics
 	deadlines deadlines
 
@@ -59,7 +60,19 @@ func NewDispatcher(ctx context.Context, builtin []Registration, reg prometheus.R
 	}
 	d := &Dispatcher{builtin: entries, metrics: m}
 	d.set.Store(hs)
+	limits := DefaultLimits()
+	d.limits.Store(&limits)
 	return d, nil
+}
+
+// SetLimits replaces the bounds on what hooks may add; calls in flight keep the limits they started
+// with. Invalid limits are refused and the previous ones stay.
+func (d *Dispatcher) SetLimits(l Limits) error {
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("hook limits: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	d.limits.Store(&l)
+	return nil
 }
 
 // SetRemote replaces the remote hooks. On error the previous set stays in force.
@@ -143,7 +156,7 @@ func (d *Dispatcher) Run(ctx context.Context, stage Stage, pod *PodInfo, ctr *Co
 	}
 	logger := klog.FromContext(ctx)
 	skipRemote := SkipsRemote(pod.Labels)
-	m := newMerger(stage, pod, ctr)
+	m := newMerger(stage, pod, ctr, *d.limits.Load())
 	// kept are the hooks whose adjustment is in the result: if the call fails later, they roll back.
 	var kept []binding
 	for _, b := range bs {
@@ -155,7 +168,11 @@ func (d *Dispatcher) Run(ctx context.Context, stage Stage, pod *PodInfo, ctr *Co
 		if err == nil && !stage.post() {
 			err = m.apply(b.name, adj)
 			if err != nil {
-				d.metrics.conflicts.WithLabelValues(b.name, string(stage)).Inc()
+				if _, ok := errors.AsType[*TooLargeError](err); ok {
+					d.metrics.tooLarge.WithLabelValues(b.name, string(stage)).Inc()
+				} else {
+					d.metrics.conflicts.WithLabelValues(b.name, string(stage)).Inc()
+				}
 			}
 		}
 		if err == nil {

@@ -439,3 +439,119 @@ func TestSetBuiltinKeepsRemoteHooks(t *testing.T) {
 		t.Fatal("a refused reload changed the hooks in force")
 	}
 }
+
+// annotations returns n bytes of annotations under one key.
+func annotations(key string, n int) map[string]string {
+	return map[string]string{key: strings.Repeat("x", n-len(key))}
+}
+
+func TestRunBoundsWhatHooksAdd(t *testing.T) {
+	t.Parallel()
+	adds := func(a *Adjustment) func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+		return func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) { return a, nil }
+	}
+	echo := func(_ context.Context, _ *PodInfo, c *ContainerInfo) (*Adjustment, error) {
+		// A hook server that answers with everything it was sent, plus one annotation of its own.
+		a := &Adjustment{Annotations: map[string]string{"example.com/seen": "1"}}
+		for k, v := range c.Annotations {
+			a.Annotations[k] = v
+		}
+		return a, nil
+	}
+	bigCtr := func() *ContainerInfo {
+		c := testCtr()
+		c.Annotations = annotations("kubelet.example/large", 300<<10)
+		return c
+	}
+	tests := []struct {
+		name        string
+		ctr         func() *ContainerInfo
+		first       func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error)
+		second      func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error)
+		policy      FailurePolicy
+		wantErr     bool
+		wantSize    string // in the error
+		wantDropped bool   // the second hook's answer is not in the result
+	}{
+		{name: "15 MB of annotations under Fail", second: adds(&Adjustment{Annotations: annotations("big.example/a", 15<<20)}),
+			policy: Fail, wantErr: true, wantSize: "15728640"},
+		{name: "15 MB of annotations under Ignore", second: adds(&Adjustment{Annotations: annotations("big.example/a", 15<<20)}),
+			policy: Ignore, wantDropped: true},
+		{name: "environment counts", second: adds(&Adjustment{Env: map[string]string{"BIG": strings.Repeat("x", 300<<10)}}),
+			policy: Ignore, wantDropped: true},
+		{name: "cgroup files count", second: adds(&Adjustment{PodResources: &ResourceAdjustment{Unified: map[string]string{"x": strings.Repeat("1", 300<<10)}}}),
+			policy: Fail, wantErr: true, wantSize: "307201"},
+		{name: "each answer fits but together they exceed the metadata bound",
+			first:  adds(&Adjustment{Annotations: annotations("first.example/a", 200<<10)}),
+			second: adds(&Adjustment{Annotations: annotations("big.example/a", 200<<10)}),
+			policy: Fail, wantErr: true, wantSize: "409600"},
+		{name: "echoing kubelet's large annotations is not adding them", ctr: bigCtr, second: echo, policy: Fail},
+		{name: "a small answer passes", second: adds(&Adjustment{Annotations: map[string]string{"example.com/x": "y"}}), policy: Fail},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			first := &fnHook{name: "first", create: shares(512)}
+			if tt.first != nil {
+				first.create = tt.first
+			}
+			second := &fnHook{name: "big", create: tt.second}
+			r := prometheus.NewRegistry()
+			d, err := NewDispatcher(ctx, []Registration{reg(first, 100, Fail, 0), reg(second, 200, tt.policy, 0)}, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctr := testCtr()
+			if tt.ctr != nil {
+				ctr = tt.ctr()
+			}
+			adj, err := d.Run(ctx, PreCreateContainer, testPod(), ctr)
+			if tt.wantErr {
+				if !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "hook big") || !strings.Contains(err.Error(), tt.wantSize) {
+					t.Fatalf("Run = %v, want ResourceExhausted naming hook big and the size %s", err, tt.wantSize)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := MetadataBytes(adj.Labels, adj.Annotations) + MetadataBytes(adj.Env)
+			if adj.PodResources != nil {
+				size += MetadataBytes(adj.PodResources.Unified)
+			}
+			if tt.wantDropped {
+				if size > 1<<10 {
+					t.Fatalf("merged adjustment carries %d bytes; the oversized answer was merged", size)
+				}
+				if n, err := testutil.GatherAndCount(r, "tandem_hook_oversized_answers_total"); err != nil || n != 1 {
+					t.Fatalf("tandem_hook_oversized_answers_total series = %d (%v), want one for hook big", n, err)
+				}
+			}
+		})
+	}
+}
+
+func TestSetLimits(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	h := &fnHook{name: "env", create: func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
+		return &Adjustment{Env: map[string]string{"TANDEM": "0123456789"}}, nil
+	}}
+	d, err := NewDispatcher(ctx, []Registration{reg(h, 100, Fail, 0)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetLimits(Limits{MaxAnswerBytes: 0, MaxMetadataBytes: 1}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("SetLimits(zero answer bound) = %v, want InvalidArgument", err)
+	}
+	if _, err := d.Run(ctx, PreCreateContainer, testPod(), testCtr()); err != nil {
+		t.Fatalf("Run with the defaults kept after a refused SetLimits = %v", err)
+	}
+	if err := d.SetLimits(Limits{MaxAnswerBytes: 8, MaxMetadataBytes: 1 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(ctx, PreCreateContainer, testPod(), testCtr()); !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("Run with an 8-byte answer bound = %v, want ResourceExhausted", err)
+	}
+}

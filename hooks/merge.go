@@ -15,9 +15,10 @@ import (
 // a different value is a conflict. Setting a field to the value it already has is no change, so a remote
 // hook that echoes the request back claims nothing.
 type merger struct {
-	stage Stage
-	pod   *PodInfo
-	ctr   *ContainerInfo
+	stage  Stage
+	pod    *PodInfo
+	ctr    *ContainerInfo
+	limits Limits
 	// The inputs are copied on the first change only: most hooks change nothing for most pods.
 	copied  bool
 	out     Adjustment
@@ -25,8 +26,8 @@ type merger struct {
 	changed []field // scratch, reused across hooks
 }
 
-func newMerger(stage Stage, pod *PodInfo, ctr *ContainerInfo) *merger {
-	return &merger{stage: stage, pod: pod, ctr: ctr}
+func newMerger(stage Stage, pod *PodInfo, ctr *ContainerInfo, limits Limits) *merger {
+	return &merger{stage: stage, pod: pod, ctr: ctr, limits: limits}
 }
 
 // Field groups. Scalars have group "" in their field key only for cgroupParent.
@@ -70,6 +71,28 @@ func (e *ConflictError) Error() string {
 
 func (e *ConflictError) Unwrap() error { return errdefs.ErrConflict }
 
+// TooLargeError says that a hook's answer adds more than Limits allow. It wraps
+// errdefs.ErrResourceExhausted: the answer is refused as the hook failing, whatever its failure policy
+// then makes of that.
+type TooLargeError struct {
+	// What is "answer" (the bytes the answer adds) or the metadata it grew ("pod" or "container").
+	What  string
+	Bytes int
+	Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	if e.What == "answer" {
+		return fmt.Sprintf("answer adds %d bytes (labels, annotations, env, cgroup files), above the %d one hook may add "+
+			"(maxHookAnswerBytes); fix the hook so it adds less", e.Bytes, e.Limit)
+	}
+	return fmt.Sprintf("answer takes the %s's labels and annotations to %d bytes, above the %d a %s may carry "+
+		"(maxMetadataBytes; the API server allows a pod 262144 bytes of annotations); fix the hook so it adds less",
+		e.What, e.Bytes, e.Limit, e.What)
+}
+
+func (e *TooLargeError) Unwrap() error { return errdefs.ErrResourceExhausted }
+
 // apply adds one hook's adjustment, all or nothing.
 func (m *merger) apply(hook string, a *Adjustment) error {
 	if a.Empty() {
@@ -78,6 +101,9 @@ func (m *merger) apply(hook string, a *Adjustment) error {
 	m.changed = m.diff(m.changed[:0], a)
 	if len(m.changed) == 0 {
 		return nil
+	}
+	if err := m.checkSize(a); err != nil {
+		return err
 	}
 	var conflicts map[string]string
 	for _, f := range m.changed {
@@ -100,6 +126,75 @@ func (m *merger) apply(hook string, a *Adjustment) error {
 		m.set(f, a)
 	}
 	return nil
+}
+
+// checkSize refuses an answer whose changes exceed the limits. Only changed fields count, so a hook server
+// that echoes a large pod back is not blamed for kubelet's bytes.
+func (m *merger) checkSize(a *Adjustment) error {
+	labels, annotations := m.target()
+	added, grown := 0, 0
+	for _, f := range m.changed {
+		n := fieldBytes(f, a)
+		added += n
+		switch f.group {
+		case groupLabels:
+			grown += n - entryBytes(*labels, f.name)
+		case groupAnnotations:
+			grown += n - entryBytes(*annotations, f.name)
+		}
+	}
+	if added > m.limits.MaxAnswerBytes {
+		return &TooLargeError{What: "answer", Bytes: added, Limit: m.limits.MaxAnswerBytes}
+	}
+	if grown <= 0 {
+		return nil
+	}
+	if total := MetadataBytes(*labels, *annotations) + grown; total > m.limits.MaxMetadataBytes {
+		what := "container"
+		if m.stage == PreRunPodSandbox || m.ctr == nil {
+			what = "pod"
+		}
+		return &TooLargeError{What: what, Bytes: total, Limit: m.limits.MaxMetadataBytes}
+	}
+	return nil
+}
+
+// entryBytes is what key takes in m now, 0 when absent.
+func entryBytes(m map[string]string, key string) int {
+	if v, ok := m[key]; ok {
+		return len(key) + len(v)
+	}
+	return 0
+}
+
+// fieldBytes is what a changed field of a takes: a map entry's key and value, a string's length, 8 bytes
+// for a number.
+func fieldBytes(f field, a *Adjustment) int {
+	switch f.group {
+	case "":
+		return len(*a.CgroupParent)
+	case groupLabels:
+		return len(f.name) + len(a.Labels[f.name])
+	case groupAnnotations:
+		return len(f.name) + len(a.Annotations[f.name])
+	case groupEnv:
+		return len(f.name) + len(a.Env[f.name])
+	}
+	r := a.Resources
+	if f.group == groupPodResources {
+		r = a.PodResources
+	}
+	switch {
+	case f.sub == "unified":
+		return len(f.name) + len(r.Unified[f.name])
+	case f.sub == "hugepageLimits":
+		return len(f.name) + 8
+	case f.name == "cpusetCpus":
+		return len(*r.CpusetCpus)
+	case f.name == "cpusetMems":
+		return len(*r.CpusetMems)
+	}
+	return 8
 }
 
 // result is the merged adjustment, or nil when nothing changed.

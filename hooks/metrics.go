@@ -3,8 +3,8 @@ package hooks
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	calls, errors, timeouts, ignored, conflicts *prometheus.CounterVec
-	duration                                    *prometheus.HistogramVec
+	calls, errors, timeouts, ignored, conflicts, tooLarge *prometheus.CounterVec
+	duration                                              *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -17,13 +17,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		timeouts:  counter("timeouts_total", "Hook calls that did not answer within their timeout."),
 		ignored:   counter("ignored_failures_total", "Failed hook calls the CRI call went on without (failure policy Ignore, or a post stage)."),
 		conflicts: counter("conflicts_total", "Hook adjustments rejected because an earlier hook had changed the same field."),
+		tooLarge:  counter("oversized_answers_total", "Hook answers refused because they added more bytes than the hook limits allow."),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "tandem", Subsystem: "hook", Name: "duration_seconds",
 			Help:    "Time a hook call took, by hook and stage.",
 			Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05, .1, .5, 1, 2, 5},
 		}, []string{"hook", "stage"}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.errors, m.timeouts, m.ignored, m.conflicts, m.duration} {
+	for _, c := range []prometheus.Collector{m.calls, m.errors, m.timeouts, m.ignored, m.conflicts, m.tooLarge, m.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -18,9 +18,6 @@ type frame struct {
 	data mem.BufferSlice
 }
 
-// bytes copies the frame's payload out, for the few calls that are decoded.
-func (f *frame) bytes() []byte { return f.data.Materialize() }
-
 // free releases the frame's buffers when it will not be sent.
 func (f *frame) free() {
 	f.data.Free()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -79,14 +80,35 @@ func TestCodecEncodesMessagesAsProto(t *testing.T) {
 func FuzzCodecFrame(f *testing.F) {
 	f.Add([]byte{}, 0)
 	f.Add([]byte("\x0a\x03abc"), 2)
+	// Lifecycle requests as large as the proxy accepts them, split where the transport may split them.
+	big, _ := proto.Marshal(&runtimeapi.CreateContainerRequest{PodSandboxId: "p", Config: &runtimeapi.ContainerConfig{
+		Envs: []*runtimeapi.KeyValue{{Key: "BIG", Value: bytes.Repeat([]byte("x"), 256<<10)}}}})
+	f.Add(big, 16<<10)
+	fat, _ := proto.Marshal(&runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Annotations: map[string]string{"example.com/blob": strings.Repeat("x", 320<<10)}}})
+	f.Add(fat, len(fat)/2)
 	f.Fuzz(func(t *testing.T, data []byte, split int) {
 		c, _ := newCodec()
-		var in mem.BufferSlice
-		if split > 0 && split < len(data) {
-			in = mem.BufferSlice{mem.SliceBuffer(data[:split]), mem.SliceBuffer(data[split:])}
-		} else {
-			in = mem.BufferSlice{mem.SliceBuffer(data)}
+		slice := func() mem.BufferSlice {
+			if split > 0 && split < len(data) {
+				return mem.BufferSlice{mem.SliceBuffer(data[:split]), mem.SliceBuffer(data[split:])}
+			}
+			return mem.BufferSlice{mem.SliceBuffer(data)}
 		}
+		// What serveIntercepted does with a lifecycle request: any bytes decode or fail, never panic.
+		var dec frame
+		if err := c.Unmarshal(slice(), &dec); err != nil {
+			t.Fatal(err)
+		}
+		buf := dec.data.MaterializeToBuffer(mem.DefaultBufferPool())
+		dec.free()
+		if !bytes.Equal(buf.ReadOnlyData(), data) {
+			t.Fatal("decoder sees other bytes than were sent")
+		}
+		_ = proto.Unmarshal(buf.ReadOnlyData(), &runtimeapi.CreateContainerRequest{})
+		buf.Free()
+
+		in := slice()
 		var fr frame
 		if err := c.Unmarshal(in, &fr); err != nil {
 			t.Fatal(err)

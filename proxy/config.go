@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tandemkit/tandem/hooks"
 )
 
 // Config is tandem-proxy's CRI server configuration. Field names are the flag names operators use.
@@ -30,6 +32,31 @@ type Config struct {
 	ResyncPeriod time.Duration `json:"resyncPeriod"`
 	// RuntimeTimeout bounds each call the proxy makes on its own behalf (recovery, resync, readiness).
 	RuntimeTimeout time.Duration `json:"runtimeTimeout"`
+	// MaxPodMetadataBytes bounds the labels and annotations (keys and values) of the pod in RunPodSandbox
+	// and of the container in CreateContainer; larger ones are refused with InvalidArgument. 0 means
+	// hooks.DefaultMaxMetadataBytes: the API server's 256 KiB bound on a pod's annotations, and 64 KiB
+	// for labels.
+	MaxPodMetadataBytes int `json:"maxPodMetadataBytes"`
+	// MaxInflightBytes bounds the bytes of lifecycle requests (the calls the proxy decodes) held at
+	// once; a call that does not fit waits, within its deadline, for earlier ones to finish. 0 means
+	// DefaultMaxInflightBytes. It must hold at least one message of MaxMsgSize.
+	MaxInflightBytes int64 `json:"maxInflightBytes"`
+}
+
+// DefaultMaxInflightBytes is twice kubelet's largest message. Lifecycle requests are a few KiB, so this
+// holds hundreds of them; only requests near the message limit wait, and the proxy's memory for them
+// stays within a few hundred MiB.
+const DefaultMaxInflightBytes = 32 << 20
+
+// withDefaults fills the limits left at 0, so a Config built field by field gets the documented ones.
+func (c Config) withDefaults() Config {
+	if c.MaxPodMetadataBytes == 0 {
+		c.MaxPodMetadataBytes = hooks.DefaultMaxMetadataBytes
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = max(DefaultMaxInflightBytes, int64(c.MaxMsgSize))
+	}
+	return c
 }
 
 // DefaultConfig returns the defaults documented in the README.
@@ -82,6 +109,12 @@ func (c Config) Validate() error {
 	}
 	if c.RuntimeTimeout <= 0 {
 		errs = append(errs, errors.New("runtime-timeout: must be positive"))
+	}
+	if c.MaxPodMetadataBytes < 0 {
+		errs = append(errs, fmt.Errorf("max-pod-metadata-bytes: %d is negative; 0 means the default %d", c.MaxPodMetadataBytes, hooks.DefaultMaxMetadataBytes))
+	}
+	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < int64(c.MaxMsgSize) {
+		errs = append(errs, fmt.Errorf("max-inflight-bytes: %d cannot hold one message of max-msg-size %d; use at least that, or 0 for the default", c.MaxInflightBytes, c.MaxMsgSize))
 	}
 	return errors.Join(errs...)
 }

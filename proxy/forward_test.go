@@ -144,8 +144,8 @@ func TestForwardOversizeMessage(t *testing.T) {
 	}
 }
 
-// Messages just under kubelet's 16 MiB limit pass both ways, although the proxy's flow-control window
-// (localWindow) is a quarter of that: the window is refilled as the message moves.
+// Messages just under kubelet's 16 MiB limit pass both ways, although the proxy's flow-control windows
+// (localWindow, requestWindow) are a fraction of that: the window is refilled as the message moves.
 func TestForwardLargeMessages(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{})
@@ -195,7 +195,7 @@ func TestRuntimeDownFailsFastWithUnavailable(t *testing.T) {
 		t.Fatal("Ready() = nil with the runtime down")
 	}
 	// The runtime returns on the same socket: calls recover without restarting the proxy.
-	h.rtServer = startRuntime(t, h.rt, h.rtSock)
+	h.rtServer = startRuntime(t, h.rt, h.rtSock, 0)
 	t.Cleanup(h.rtServer.Stop)
 	deadline := time.Now().Add(5 * time.Second)
 	for {

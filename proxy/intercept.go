@@ -6,8 +6,10 @@ import (
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
@@ -30,18 +32,39 @@ func (s *Server) interceptors() map[string]interceptFn {
 	}
 }
 
-// intercept decodes the request into its CRI type before calling fn.
+// intercept decodes the request into its CRI type, and frees it, before calling fn.
 func intercept[Req any, PReq interface {
 	*Req
 	proto.Message
 }, Resp proto.Message](fn func(context.Context, PReq, []grpc.CallOption) (Resp, error)) interceptFn {
-	return func(ctx context.Context, raw []byte, opts []grpc.CallOption) (proto.Message, error) {
+	return func(ctx context.Context, raw mem.Buffer, opts []grpc.CallOption) (proto.Message, error) {
 		req := PReq(new(Req))
-		if err := proto.Unmarshal(raw, req); err != nil {
+		// The decoded request copies what it keeps, so raw can go back to the pool at once.
+		err := proto.Unmarshal(raw.ReadOnlyData(), req)
+		raw.Free()
+		if err != nil {
 			return nil, fmt.Errorf("decode %T: %v: %w", req, err, errdefs.ErrInvalidArgument)
 		}
 		return fn(ctx, req, opts)
 	}
+}
+
+// checkMetadata refuses a pod (ctr empty) or a container whose labels and annotations exceed
+// MaxPodMetadataBytes. The runtime keeps them, sends them back in every listing kubelet and the proxy
+// make (16 MiB for the whole node), and the proxy keeps and checkpoints them: a few such pods would fail
+// ListPodSandbox for every caller.
+func (s *Server) checkMetadata(namespace, pod, ctr string, labels, annotations map[string]string) error {
+	n := hooks.MetadataBytes(labels, annotations)
+	if n <= s.cfg.MaxPodMetadataBytes {
+		return nil
+	}
+	what := "pod " + namespace + "/" + pod
+	if ctr != "" {
+		what += " container " + ctr
+	}
+	return fmt.Errorf("%s: labels and annotations take %d bytes, above the %d tandem-proxy accepts "+
+		"(max-pod-metadata-bytes; the API server allows a pod %d bytes of annotations); remove large annotations: %w",
+		what, n, s.cfg.MaxPodMetadataBytes, apivalidation.TotalAnnotationSizeLimitB, errdefs.ErrInvalidArgument)
 }
 
 // runHooks runs a stage's hooks; without a dispatcher nothing runs.
@@ -138,6 +161,9 @@ func (s *Server) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	if req.Config == nil {
 		req.Config = &runtimeapi.PodSandboxConfig{}
 	}
+	if err := s.checkMetadata(md.GetNamespace(), md.GetName(), "", req.Config.GetLabels(), req.Config.GetAnnotations()); err != nil {
+		return nil, err
+	}
 	info := sandboxInfo(req)
 	adj, err := s.runHooks(ctx, hooks.PreRunPodSandbox, info, nil)
 	if err != nil {
@@ -203,8 +229,16 @@ func (s *Server) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 }
 
 func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, opts []grpc.CallOption) (*runtimeapi.CreateContainerResponse, error) {
-	logger := klog.FromContext(ctx).WithValues("container", req.GetConfig().GetMetadata().GetName())
+	name := req.GetConfig().GetMetadata().GetName()
+	logger := klog.FromContext(ctx).WithValues("container", name)
 	pod, known := s.store.Pod(req.GetPodSandboxId())
+	ns, podName := req.GetSandboxConfig().GetMetadata().GetNamespace(), req.GetSandboxConfig().GetMetadata().GetName()
+	if known {
+		ns, podName = pod.Namespace, pod.Name
+	}
+	if err := s.checkMetadata(ns, podName, name, req.GetConfig().GetLabels(), req.GetConfig().GetAnnotations()); err != nil {
+		return nil, err
+	}
 	var adj *hooks.Adjustment
 	var pi *hooks.PodInfo
 	var ci *hooks.ContainerInfo

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
@@ -35,9 +38,36 @@ func (s *Server) Recover(ctx context.Context) error {
 	s.store.Load(snap)
 	logger.Info("Loaded checkpoint", "path", s.checkpoint.Path(), "pods", len(snap.Pods), "containers", len(snap.Containers))
 	if err := s.reconcile(ctx); err != nil {
-		logger.Error(err, "Runtime not reachable; serving with the checkpoint until it answers")
+		if !s.logListFailure(logger, err) {
+			logger.Error(err, "Runtime not reachable; serving with the checkpoint until it answers")
+		}
 	}
 	return nil
+}
+
+// logListFailure logs a reconcile that failed for another reason than an unreachable runtime, and
+// reports whether it did. A listing larger than gRPC's message limit is the common one: pods whose labels
+// and annotations grew too large (a few MB each) make containerd's ListPodSandbox answer exceed 16 MiB,
+// which fails kubelet's own listing too; saying "not reachable" there sends the operator to the wrong
+// place.
+func (s *Server) logListFailure(logger klog.Logger, err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return false
+	case codes.ResourceExhausted:
+		// grpc-go says "received" when the proxy's own receive limit refused the answer and "trying to
+		// send" when the runtime's send limit did.
+		limit := "the runtime's send limit (containerd's is 16 MiB, as is kubelet's receive limit)"
+		if strings.Contains(status.Convert(err).Message(), "received message larger than max") {
+			limit = "tandem-proxy's max-msg-size"
+		}
+		logger.Error(err, "Runtime's answer exceeds the gRPC message limit (ResourceExhausted); the store is not reconciled",
+			"limit", limit, "maxMsgSize", s.cfg.MaxMsgSize,
+			"hint", "pods or containers with large labels or annotations are the usual cause; docs/operations.md#limits says how to find them")
+	default:
+		logger.Error(err, "Runtime refused to list its pods and containers; the store is not reconciled")
+	}
+	return true
 }
 
 // reconcile makes the store agree with the runtime and releases containers that are gone.
@@ -170,7 +200,7 @@ func (s *Server) resyncLoop(ctx context.Context) {
 		case <-t.C:
 		case <-s.reconcileNow:
 		}
-		if err := s.reconcile(ctx); err != nil {
+		if err := s.reconcile(ctx); err != nil && !s.logListFailure(logger, err) {
 			logger.V(2).Info("Reconcile skipped; runtime not reachable", "err", err)
 		}
 	}

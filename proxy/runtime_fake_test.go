@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/hooks"
@@ -153,6 +155,12 @@ func (f *fakeRuntime) ListPodSandbox(context.Context, *runtimeapi.ListPodSandbox
 	return resp, nil
 }
 
+func (f *fakeRuntime) podCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pods)
+}
+
 func (f *fakeRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -273,6 +281,8 @@ func futureEcho(_ any, stream grpc.ServerStream) error {
 }
 
 type harness struct {
+	// logs holds what the proxy logged.
+	logs     ktesting.Buffer
 	rt       *fakeRuntime
 	rtServer *grpc.Server
 	rtSock   string
@@ -285,20 +295,24 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	hooks    []hooks.Registration
-	cgroups  cgroup.Writer
-	stateDir string
-	rt       *fakeRuntime
+	hooks      []hooks.Registration
+	cgroups    cgroup.Writer
+	stateDir   string
+	rt         *fakeRuntime
+	registerer prometheus.Registerer
+	// rtMaxSend raises the runtime's send limit above containerd's 16 MiB.
+	rtMaxSend int
 }
 
-func startRuntime(t testing.TB, rt *fakeRuntime, sock string) *grpc.Server {
+// startRuntime serves rt on sock. containerd accepts and sends messages up to 16 MiB, as kubelet does;
+// maxSend raises the send limit above that.
+func startRuntime(t testing.TB, rt *fakeRuntime, sock string, maxSend int) *grpc.Server {
 	t.Helper()
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// containerd accepts and sends messages up to 16 MiB, as kubelet does.
-	gs := grpc.NewServer(grpc.UnknownServiceHandler(futureEcho), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))
+	gs := grpc.NewServer(grpc.UnknownServiceHandler(futureEcho), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(max(maxSend, 16<<20)))
 	runtimeapi.RegisterRuntimeServiceServer(gs, rt)
 	runtimeapi.RegisterImageServiceServer(gs, rt)
 	go func() { _ = gs.Serve(lis) }()
@@ -323,7 +337,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if h.rt == nil {
 		h.rt = newFakeRuntime()
 	}
-	h.rtServer = startRuntime(t, h.rt, h.rtSock)
+	h.rtServer = startRuntime(t, h.rt, h.rtSock, o.rtMaxSend)
 	t.Cleanup(h.rtServer.Stop)
 
 	cfg := DefaultConfig()
@@ -334,8 +348,10 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		cfg.StateDir = filepath.Join(dir, "state")
 	}
 	cfg.ShutdownTimeout = 2 * time.Second
-	_, ctx := ktesting.NewTestContext(t)
-	d, err := hooks.NewDispatcher(ctx, o.hooks, nil)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	h.logs = logger.GetSink().(ktesting.Underlier).GetBuffer()
+	d, err := hooks.NewDispatcher(ctx, o.hooks, o.registerer)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -54,6 +55,7 @@ type Server struct {
 	checkpoint *store.Checkpoint
 	metrics    *metrics
 	grpc       *grpc.Server
+	inflight   *inflight
 
 	// draining is cancelled when the server starts to stop, ending relayed streams.
 	draining context.Context
@@ -77,9 +79,10 @@ func (s *Server) lockContainer(id string) func() {
 	return mu.Unlock
 }
 
-// interceptFn handles one decoded lifecycle call. opts carry the header and trailer capture so the
-// runtime's metadata reaches the caller.
-type interceptFn func(ctx context.Context, req []byte, opts []grpc.CallOption) (proto.Message, error)
+// interceptFn handles one lifecycle call, given its request undecoded; it frees req once decoded, so a
+// large request is not held twice while the call goes on. opts carry the header and trailer capture so
+// the runtime's metadata reaches the caller.
+type interceptFn func(ctx context.Context, req mem.Buffer, opts []grpc.CallOption) (proto.Message, error)
 
 // New connects to the runtime (lazily: it need not be up yet) and returns a server ready to Recover and
 // Serve.
@@ -87,6 +90,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
+	cfg = cfg.withDefaults()
 	c, err := newCodec()
 	if err != nil {
 		return nil, err
@@ -112,6 +116,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		store:        store.New(),
 		checkpoint:   cp,
 		metrics:      m,
+		inflight:     newInflight(cfg.MaxInflightBytes, cfg.MaxMsgSize),
 		reconcileNow: make(chan struct{}, 1),
 	}
 
@@ -134,7 +139,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		grpc.UnknownServiceHandler(s.handle),
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize),
 		grpc.MaxSendMsgSize(cfg.MaxMsgSize),
-		grpc.StaticStreamWindowSize(localWindow),
+		grpc.StaticStreamWindowSize(requestWindow),
 		grpc.StaticConnWindowSize(localWindow),
 		// Long-lived workers keep the stacks that a call's handler, hooks and nested gRPC calls grow to;
 		// a goroutine per call grows its stack again every time. When all are busy, calls get their own.
@@ -149,6 +154,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // grow, and each ping and its answer are one more write and wake-up on both sides of every call. 4 MiB
 // moves kubelet's largest (16 MiB) messages in a few window updates.
 const localWindow = 4 << 20
+
+// requestWindow is the flow-control window of each call kubelet makes to the proxy: how much of a request
+// the transport takes in before the handler reads it. A lifecycle call waiting for room under
+// max-inflight-bytes holds that much; 1 MiB still takes any legitimate request (a pod's annotations are
+// at most 256 KiB) in one go.
+const requestWindow = 1 << 20
 
 func (s *Server) dial(endpoint string) (*grpc.ClientConn, error) {
 	path, err := socketPath(endpoint)
@@ -222,13 +233,19 @@ func (s *Server) handle(_ any, stream grpc.ServerStream) (err error) {
 }
 
 func (s *Server) serveIntercepted(stream grpc.ServerStream, method string, fn interceptFn) error {
-	var in frame
-	if err := stream.RecvMsg(&in); err != nil {
+	ctx := stream.Context()
+	if err := s.inflight.admit(ctx); err != nil {
 		return err
 	}
-	req := in.bytes()
+	var in frame
+	if err := stream.RecvMsg(&in); err != nil {
+		s.inflight.abandon()
+		return err
+	}
+	defer s.inflight.settle(in.data.Len())()
+	// One contiguous buffer, from gRPC's pool, for the decoder: the frame arrives in pieces.
+	req := in.data.MaterializeToBuffer(mem.DefaultBufferPool())
 	in.free()
-	ctx := stream.Context()
 	logger := klog.FromContext(s.draining).WithValues("rpc", method[strings.LastIndexByte(method, '/')+1:])
 	ctx = klog.NewContext(outgoing(ctx), logger)
 

@@ -48,15 +48,30 @@ type Checkpoint struct {
 	lastErr   error
 }
 
-// NewCheckpoint returns a checkpoint in dir, creating dir if needed.
+// NewCheckpoint returns a checkpoint in dir, creating dir if needed. Temporary files that a write
+// killed between creating and renaming them left behind are removed.
 func NewCheckpoint(dir string) (*Checkpoint, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir %s (set --state-dir to a writable directory): %w", dir, err)
 	}
 	c := &Checkpoint{path: filepath.Join(dir, CheckpointFile)}
 	c.cond = sync.NewCond(&c.mu)
+	removeStaleTemps(c.path)
 	return c, nil
 }
+
+// removeStaleTemps removes what writeAtomic left of earlier writes to path: nothing writes there before
+// the Checkpoint that owns path exists. A file that cannot be removed costs disk space only, and the
+// proxy must serve kubelet all the same, so failures are ignored.
+func removeStaleTemps(path string) {
+	stale, _ := filepath.Glob(path + tempSuffix + "*")
+	for _, f := range stale {
+		_ = os.Remove(f)
+	}
+}
+
+// tempSuffix follows the checkpoint's name in its temporary files.
+const tempSuffix = ".tmp-"
 
 // Path is where the checkpoint lives.
 func (c *Checkpoint) Path() string { return c.path }
@@ -86,7 +101,7 @@ func (c *Checkpoint) Save(snap func() *Snapshot) error {
 }
 
 func (c *Checkpoint) write(snap *Snapshot) error {
-	data, err := json.Marshal(snap)
+	data, err := json.Marshal(persisted(snap))
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
@@ -100,7 +115,7 @@ func (c *Checkpoint) write(snap *Snapshot) error {
 
 func writeAtomic(path string, data []byte) (retErr error) {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+tempSuffix+"*")
 	if err != nil {
 		return fmt.Errorf("write checkpoint in %s: %w", dir, err)
 	}
@@ -158,7 +173,9 @@ func (c *Checkpoint) Load() (*Snapshot, error) {
 	if err := json.Unmarshal(f.Data, &snap); err != nil {
 		return nil, fmt.Errorf("%s: %v: %w", c.path, err, ErrCorrupt)
 	}
-	return &snap, nil
+	// Checkpoints written before the checkpoint kept only what Tandem reads hold every label and
+	// annotation; the format is the same, so they load, and are cut down to what a new one holds.
+	return persisted(&snap), nil
 }
 
 // SetAside renames a corrupt checkpoint out of the way, keeping it for inspection, and returns its new path.

@@ -3,13 +3,22 @@
 //
 // The runtime is the source of truth. The store is rebuilt from it at start and reconciled with it
 // afterwards; the on-disk checkpoint only carries what the runtime cannot tell (the resources that
-// policies decided), so that a restarted proxy keeps its decisions.
+// policies decided) and the labels and annotations Tandem itself reads, so that a restarted proxy keeps
+// its decisions.
+//
+// The store never keeps kubectl's last-applied-configuration annotation: it is a copy of the whole
+// object as applied, Secrets' values included where a pod spec carries them, and nothing in Tandem or
+// in the hook protocol needs it. Every other label and annotation is kept, as remote hook servers
+// receive the pod's annotations in every container stage (as koord-runtime-proxy sends them); the proxy
+// bounds their size when they arrive.
 package store
 
 import (
 	"maps"
 	"slices"
 	"sync"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tandemkit/tandem/hooks"
 )
@@ -64,6 +73,20 @@ func (c *Container) clone() *Container {
 	return &n
 }
 
+// kept is the copy the store keeps of p.
+func (p *Pod) kept() *Pod {
+	c := p.clone()
+	delete(c.Annotations, corev1.LastAppliedConfigAnnotation)
+	return c
+}
+
+// kept is the copy the store keeps of c.
+func (c *Container) kept() *Container {
+	n := c.clone()
+	delete(n.Annotations, corev1.LastAppliedConfigAnnotation)
+	return n
+}
+
 // Snapshot is a consistent copy of the store, sorted by id; it is also the checkpoint's payload.
 type Snapshot struct {
 	Pods       []*Pod       `json:"pods"`
@@ -103,7 +126,7 @@ func (s *Store) touch(id string) {
 func (s *Store) PutPod(p *Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pods[p.ID] = p.clone()
+	s.pods[p.ID] = p.kept()
 	s.touch(p.ID)
 }
 
@@ -111,7 +134,7 @@ func (s *Store) PutPod(p *Pod) {
 func (s *Store) PutContainer(c *Container) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.containers[c.ID] = c.clone()
+	s.containers[c.ID] = c.kept()
 	s.touch(c.ID)
 }
 
@@ -266,7 +289,7 @@ func (s *Store) Reconcile(since uint64, runtime *Snapshot) ReconcileResult {
 		if s.changedSince(p.ID, since) {
 			continue
 		}
-		n := p.clone()
+		n := p.kept()
 		if old, ok := s.pods[p.ID]; ok {
 			if n.Resources == nil {
 				n.Resources = old.Resources
@@ -282,7 +305,7 @@ func (s *Store) Reconcile(since uint64, runtime *Snapshot) ReconcileResult {
 		if s.changedSince(c.ID, since) {
 			continue
 		}
-		n := c.clone()
+		n := c.kept()
 		if old, ok := s.containers[c.ID]; ok {
 			if n.Resources == nil {
 				n.Resources = old.Resources
@@ -335,10 +358,10 @@ func (s *Store) Load(snap *Snapshot) {
 	s.touched = map[string]uint64{}
 	s.tombstones = map[string]uint64{}
 	for _, p := range snap.Pods {
-		s.pods[p.ID] = p.clone()
+		s.pods[p.ID] = p.kept()
 	}
 	for _, c := range snap.Containers {
-		s.containers[c.ID] = c.clone()
+		s.containers[c.ID] = c.kept()
 	}
 	s.gen++
 }
