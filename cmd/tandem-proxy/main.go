@@ -80,6 +80,9 @@ func options() []option {
 		{"socket-mode", "socketMode"},
 		{"socket-owner", "socketOwner"},
 		{"max-msg-size", "maxMsgSize"},
+		{"max-pod-metadata-bytes", "maxPodMetadataBytes"},
+		{"max-hook-answer-bytes", "maxHookAnswerBytes"},
+		{"max-inflight-bytes", "maxInflightBytes"},
 		{"shutdown-timeout", "shutdownTimeout"},
 		{"resync-period", "resyncPeriod"},
 		{"runtime-timeout", "runtimeTimeout"},
@@ -101,6 +104,7 @@ func options() []option {
 // settings is what the command line, environment and config file resolve to.
 type settings struct {
 	proxy       proxy.Config
+	hookLimits  hooks.Limits
 	metricsAddr string
 	// debugSocket serves /debug/*, to root alone.
 	debugSocket string
@@ -137,6 +141,9 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	fs.String("socket-mode", fmt.Sprintf("%04o", def.SocketMode), "permission bits of the listen socket, octal")
 	fs.String("socket-owner", "", "numeric uid:gid of the listen socket (default: the owner of the runtime socket)")
 	fs.Int("max-msg-size", def.MaxMsgSize, "largest gRPC message accepted or sent, in bytes (kubelet uses 16 MiB)")
+	fs.Int("max-pod-metadata-bytes", hooks.DefaultMaxMetadataBytes, "largest labels + annotations (keys and values) of a pod or container, as kubelet sends them and after each hook's answer; past it the call or the answer is refused")
+	fs.Int("max-hook-answer-bytes", hooks.DefaultLimits().MaxAnswerBytes, "most bytes one hook's answer may add or change; past it the answer counts as that hook failing")
+	fs.Int64("max-inflight-bytes", proxy.DefaultMaxInflightBytes, "bytes of lifecycle requests held at once (at least --max-msg-size); past it a call waits, within its deadline")
 	fs.Duration("shutdown-timeout", def.ShutdownTimeout, "how long in-flight calls may finish after SIGTERM")
 	fs.Duration("resync-period", def.ResyncPeriod, "how often the store is reconciled with the runtime")
 	fs.Duration("runtime-timeout", def.RuntimeTimeout, "timeout of the proxy's own calls to the runtime (recovery, resync)")
@@ -206,7 +213,15 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	if !fs.Changed("node-labels") {
 		labels = v.GetStringMapString("nodeLabels")
 	}
-	st := settings{proxy: cfg, metricsAddr: v.GetString("metricsAddr"), debugSocket: v.GetString("debugSocket"), configFile: configFile,
+	// The hooks' metadata bound is the proxy's: a hook may not take a pod past what kubelet may send.
+	limits := hooks.Limits{MaxAnswerBytes: v.GetInt("maxHookAnswerBytes"), MaxMetadataBytes: cfg.MaxPodMetadataBytes}
+	if limits.MaxMetadataBytes == 0 {
+		limits.MaxMetadataBytes = hooks.DefaultMaxMetadataBytes
+	}
+	if err := limits.Validate(); err != nil {
+		return settings{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	st := settings{proxy: cfg, hookLimits: limits, metricsAddr: v.GetString("metricsAddr"), debugSocket: v.GetString("debugSocket"), configFile: configFile,
 		hooksDir: v.GetString("hooksDir"), cgroupRoot: v.GetString("cgroupRoot"), policy: pol,
 		sysfsRoot: v.GetString("sysfsRoot"), cpus: cpus, sloConfig: v.GetString("sloConfig"), nodeLabels: labels}
 	if st.debugSocket == "" {
@@ -295,6 +310,9 @@ func run(ctx context.Context, args []string) error {
 	dispatcher, err := hooks.NewDispatcher(ctx, builtin, reg)
 	if err != nil {
 		return err
+	}
+	if err := dispatcher.SetLimits(st.hookLimits); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	cons.dispatcher = dispatcher
 	for _, h := range dispatcher.Hooks() {
@@ -503,16 +521,18 @@ func configFrom(v *viper.Viper) (proxy.Config, error) {
 		return proxy.Config{}, fmt.Errorf("socket-mode %q: want octal permission bits such as 0660: %w", v.GetString("socketMode"), err)
 	}
 	cfg := proxy.Config{
-		Listen:          v.GetString("listen"),
-		RuntimeEndpoint: v.GetString("runtimeEndpoint"),
-		ImageEndpoint:   v.GetString("imageEndpoint"),
-		StateDir:        v.GetString("stateDir"),
-		SocketMode:      uint32(mode),
-		SocketOwner:     v.GetString("socketOwner"),
-		MaxMsgSize:      v.GetInt("maxMsgSize"),
-		ShutdownTimeout: v.GetDuration("shutdownTimeout"),
-		ResyncPeriod:    v.GetDuration("resyncPeriod"),
-		RuntimeTimeout:  v.GetDuration("runtimeTimeout"),
+		Listen:              v.GetString("listen"),
+		RuntimeEndpoint:     v.GetString("runtimeEndpoint"),
+		ImageEndpoint:       v.GetString("imageEndpoint"),
+		StateDir:            v.GetString("stateDir"),
+		SocketMode:          uint32(mode),
+		SocketOwner:         v.GetString("socketOwner"),
+		MaxMsgSize:          v.GetInt("maxMsgSize"),
+		MaxPodMetadataBytes: v.GetInt("maxPodMetadataBytes"),
+		MaxInflightBytes:    v.GetInt64("maxInflightBytes"),
+		ShutdownTimeout:     v.GetDuration("shutdownTimeout"),
+		ResyncPeriod:        v.GetDuration("resyncPeriod"),
+		RuntimeTimeout:      v.GetDuration("runtimeTimeout"),
 	}
 	if err := cfg.Validate(); err != nil {
 		return proxy.Config{}, fmt.Errorf("invalid configuration: %w", err)
