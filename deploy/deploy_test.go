@@ -282,13 +282,27 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		if c.ImagePullPolicy != corev1.PullIfNotPresent {
 			t.Errorf("extender imagePullPolicy %q, want IfNotPresent: the image is imported, not pulled", c.ImagePullPolicy)
 		}
-		if !slices.Contains(c.Args, "--listen=127.0.0.1:10262") {
-			t.Errorf("extender args %v lack --listen=127.0.0.1:10262", c.Args)
+		if !slices.Contains(c.Args, "--listen=127.0.0.1:10262") || !slices.Contains(c.Args, "--metrics-listen=127.0.0.1:10263") {
+			t.Errorf("extender args %v lack --listen=127.0.0.1:10262 and --metrics-listen=127.0.0.1:10263", c.Args)
 		}
+		// kubelet's probes present no client certificate: they use the plain listener.
 		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-			if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 10262 {
-				t.Errorf("extender %s probe %+v, want an HTTP GET on 127.0.0.1:10262", name, p)
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 10263 || p.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+				t.Errorf("extender %s probe %+v, want an HTTP GET on 127.0.0.1:10263", name, p)
 			}
+		}
+		// HTTPS with client certificates, from a Secret the operator creates: no key is shipped.
+		var secret string
+		for _, v := range spec.Volumes {
+			if v.Secret != nil {
+				secret = v.Secret.SecretName
+			}
+		}
+		if secret != "tandem-extender-tls" || !slices.Contains(c.Args, "--tls-client-ca-file=/etc/tandem/tls/ca.crt") {
+			t.Errorf("extender volumes %+v and args %v: want HTTPS and client certificates from Secret tandem-extender-tls", spec.Volumes, c.Args)
+		}
+		if len(byKind["Secret"]) != 0 {
+			t.Error("a Secret is installed: the extender's keys are the operator's to create")
 		}
 		psc, sc := spec.SecurityContext, c.SecurityContext
 		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != 65532 {
@@ -372,8 +386,11 @@ func TestSchedulerConfig(t *testing.T) {
 		t.Fatalf("%d extenders, want tandem-extender", len(cfg.Extenders))
 	}
 	e := cfg.Extenders[0]
-	if e.URLPrefix != "http://127.0.0.1:10262" || e.FilterVerb != "filter" || e.PrioritizeVerb != "prioritize" {
-		t.Errorf("extender %s filter=%q prioritize=%q, want http://127.0.0.1:10262, filter, prioritize", e.URLPrefix, e.FilterVerb, e.PrioritizeVerb)
+	if e.URLPrefix != "https://127.0.0.1:10262" || e.FilterVerb != "filter" || e.PrioritizeVerb != "prioritize" {
+		t.Errorf("extender %s filter=%q prioritize=%q, want https://127.0.0.1:10262, filter, prioritize", e.URLPrefix, e.FilterVerb, e.PrioritizeVerb)
+	}
+	if e.TLSConfig == nil || e.TLSConfig.CertFile == "" || e.TLSConfig.KeyFile == "" || e.TLSConfig.CAFile == "" || e.TLSConfig.Insecure {
+		t.Errorf("extender tlsConfig %+v, want a client certificate and the extender's CA", e.TLSConfig)
 	}
 	if !e.NodeCacheCapable || !e.Ignorable {
 		t.Errorf("extender nodeCacheCapable=%v ignorable=%v, want both", e.NodeCacheCapable, e.Ignorable)

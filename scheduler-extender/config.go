@@ -64,10 +64,15 @@ type Config struct {
 	// DefaultEstimatedUsage is assumed for a pod that requests nothing of a resource, until the
 	// node metric counts it. Default 250m CPU and 200 MiB, as Koordinator's estimator.
 	DefaultEstimatedUsage EstimatedUsage `json:"defaultEstimatedUsage"`
-	// MaxRequestBodyBytes bounds a filter or prioritize request; larger ones get HTTP 413. With
-	// nodeCacheCapable a request carries only node names (about 100 KiB for 5000 nodes); without it
-	// every Node object is sent. Default 32 MiB.
+	// MaxRequestBodyBytes bounds a filter or prioritize request; larger ones get HTTP 413 before
+	// their body is read. With nodeCacheCapable a request carries only node names (about 100 KiB
+	// for 5000 nodes); without it every Node object is sent. Default 96 MiB: see
+	// DefaultMaxRequestBodyBytes.
 	MaxRequestBodyBytes int64 `json:"maxRequestBodyBytes"`
+	// MaxRequestsInflight bounds the filter and prioritize requests served at once, of which one
+	// at most larger than 1 MiB; past it a request gets HTTP 429 with Retry-After at once, as
+	// past kube-apiserver's --max-requests-inflight. Default 4: see DefaultMaxRequestsInflight.
+	MaxRequestsInflight int `json:"maxRequestsInflight"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -78,7 +83,8 @@ func DefaultConfig() Config {
 		ExpiredMetricPolicy:         ExpiredMetricPolicy{BatchPods: Reject, OtherPods: Pass},
 		ResourceWeights:             ResourceWeights{CPU: 1, Memory: 1},
 		DefaultEstimatedUsage:       EstimatedUsage{CPUMilli: 250, MemoryBytes: 200 << 20},
-		MaxRequestBodyBytes:         32 << 20,
+		MaxRequestBodyBytes:         DefaultMaxRequestBodyBytes,
+		MaxRequestsInflight:         DefaultMaxRequestsInflight,
 	}
 }
 
@@ -113,5 +119,25 @@ func (c *Config) Validate() error {
 	if c.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("maxRequestBodyBytes: must be positive, got %d", c.MaxRequestBodyBytes))
 	}
+	if c.MaxRequestsInflight <= 0 {
+		errs = append(errs, fmt.Errorf("maxRequestsInflight: must be positive, got %d", c.MaxRequestsInflight))
+	}
 	return errors.Join(errs...)
 }
+
+// Defaults of the request limits. Together with the decoding limits (wire.go) and the rule that
+// requests over 1 MiB are served one at a time (inflight), they bound what requests can make the
+// extender hold. Measured with TestMemoryUnderHostileLoad (cmd/tandem-extender): the binary under
+// 32 clients sending 5000 full Node objects, 50000 node names, 96 MiB of `{}` Node objects or
+// containers, a 96 MiB Pod and bodies past the limit peaked at 229 to 285 MiB RSS (VmHWM),
+// against 3 GiB and rising, when the test's watchdog stopped it, before the limits.
+const (
+	// DefaultMaxRequestBodyBytes lets a 5000-node request without nodeCacheCapable through:
+	// 77.5 MiB measured with kubelet's 50 images per node and the managedFields kube-scheduler's
+	// node informer keeps (TestFullNodesOf5000PassTheDefaultLimit), plus a fifth.
+	DefaultMaxRequestBodyBytes = 96 << 20
+	// DefaultMaxRequestsInflight: kube-scheduler calls its extenders from its one scheduling
+	// loop, a pod at a time; the rest is room for calls still running after kube-scheduler's
+	// httpTimeout gave up on them, and for a second scheduler taking over the lease.
+	DefaultMaxRequestsInflight = 4
+)

@@ -26,9 +26,10 @@ func TestConfigValidate(t *testing.T) {
 			mutate: func(c *Config) {
 				c.NodeMetricExpirationSeconds = 0
 				c.MaxRequestBodyBytes = -1
+				c.MaxRequestsInflight = 0
 				c.UsageThresholds.CPU = -1
 			},
-			wantErr: []string{"nodeMetricExpirationSeconds", "maxRequestBodyBytes", "usageThresholds.cpu"},
+			wantErr: []string{"nodeMetricExpirationSeconds", "maxRequestBodyBytes", "maxRequestsInflight", "usageThresholds.cpu"},
 		},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -198,7 +199,7 @@ func TestDecodeAcceptsSchedulerAndLowerCasedKeys(t *testing.T) {
 	// Escapes are legal JSON that the fast path leaves to encoding/json.
 	escaped := bytes.Replace(bytes.Replace(exact, []byte(`"Pod":`), []byte(`"P\u006fd":`), 1), []byte(`"NodeNames":["a","b"]`), []byte(`"nodenames":["\u0061","b"]`), 1)
 	for name, body := range map[string][]byte{"exact": exact, "lower": lower, "escaped": escaped} {
-		req, err := decodeRequest(body)
+		req, err := decodeRequest(body, defaultDecodeLimits())
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -443,12 +444,51 @@ func FuzzDecodeArgs(f *testing.F) {
 	f.Add([]byte(`{"Pod":{"metadata":{"name":"a"}},"pod":{"spec":{}},"NodeNames":null,"NodeNames":[]}`))
 	f.Add([]byte(`{"Pod":null}`))
 	f.Add([]byte(`[]`))
+	// Past the limits, which the target makes small so that such bodies stay small: nodes,
+	// values and bytes, at the bottom and over the top level.
+	lim := decodeLimits{nodes: 4, values: 32, objectBytes: 1024}
+	f.Add([]byte(`{"Pod":{},"Nodes":{"items":[{},{},{},{},{}]}}`))
+	f.Add([]byte(`{"Pod":{},"nodes":{"items":[null,null,null,null,null]}}`))
+	f.Add([]byte(`{"Pod":{},"N\u006fdeNames":["","","","",""]}`))
+	f.Add(hostileBody(`{"NodeNames":[],"Pod":{"spec":{"containers":[`, `,{}`, `]}}}`, 3*(lim.values+1)))
+	f.Add(hostileBody(`{"Pod":{},"Nodes":{"items":[{"status":{"images":[`, `,{"names":[]}`, `]}}]}}`, 13*(lim.values/2+1)))
+	f.Add(hostileBody(`{"Pod":{"metadata":{"name":"`, `x`, `"}},"NodeNames":[]}`, lim.objectBytes+8))
+	f.Add([]byte(`{"Pod":{},"NodeNames":["` + strings.Repeat("n", maxNodeNameLength+1) + `"]}`))
+	f.Add([]byte(`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"` + strings.Repeat("n", maxNodeNameLength+1) + `"}}]}}`))
+	// Repeated keys that encoding/json merges: the Pod counts every occurrence; Nodes is refused.
+	f.Add([]byte(`{"Pod":{"metadata":{"labels":{"a":""}}},"pod":{"metadata":{"labels":{"b":""}}},"NodeNames":["a"]}`))
+	f.Add([]byte(`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"a"}}]},"nodes":{"items":[{}]}}`))
+	f.Add([]byte(`{"Pod":{},"Nodes":{"items":[{}],"Items":[{},{}]}}`))
+	// Node elements that are not Nodes, and a comma inside a plain name.
+	f.Add([]byte(`{"Pod":{},"Nodes":{"kind":"NodeList","items":[1,{"metadata":{"name":"a"}}]}}`))
+	f.Add([]byte(`{"Pod":{},"NodeNames":["a,b,c",""]}`))
 	cfg := DefaultConfig()
 	c := newNodeCache(cfg)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := decodeRequest(body)
+		req, err := decodeRequest(body, lim)
+		if errors.Is(err, errTooLarge) || errors.Is(err, errNodesTwice) {
+			return // refused on purpose, whatever encoding/json makes of it
+		}
 		var args extenderv1.ExtenderArgs
-		if refErr := json.Unmarshal(body, &args); refErr != nil {
+		refErr := json.Unmarshal(body, &args)
+		var node corev1.Node
+		var names []string
+		if err == nil && req.nodes != nil {
+			err = eachNode(req.nodes, lim, &node, func(i int, n *corev1.Node) {
+				if refErr == nil && (args.Nodes == nil || i >= len(args.Nodes.Items) || !reflect.DeepEqual(*n, args.Nodes.Items[i])) {
+					t.Fatalf("node %d of %q decodes as %+v, encoding/json decodes %+v", i, body, n, args.Nodes)
+				}
+				names = append(names, n.Name)
+				st := c.stateFor(n)
+				d := demandOf(req.pod, cfg.DefaultEstimatedUsage)
+				cfg.filterNode(st, d, testNow)
+				cfg.scoreNode(st, d, testNow)
+			})
+			if errors.Is(err, errTooLarge) {
+				return
+			}
+		}
+		if refErr != nil {
 			if err == nil {
 				t.Fatalf("accepted %q, which encoding/json rejects: %v", body, refErr)
 			}
@@ -461,39 +501,57 @@ func FuzzDecodeArgs(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !reflect.DeepEqual(req.pod, args.Pod) || !reflect.DeepEqual(req.nodes, args.Nodes) ||
+		if !reflect.DeepEqual(req.pod, args.Pod) || (args.Nodes != nil) != (req.nodes != nil) ||
+			(args.Nodes != nil && len(req.nodes) != len(args.Nodes.Items)) ||
 			(args.NodeNames != nil && !equalStrings(req.names, *args.NodeNames)) {
 			t.Fatalf("decodeRequest(%q) = %+v, encoding/json decodes %+v", body, req, args)
 		}
-		d := demandOf(req.pod, cfg.DefaultEstimatedUsage)
 		if req.names != nil {
-			states := make([]*nodeState, len(req.names))
-			c.lookup(req.names, states)
+			names = req.names
+			d := demandOf(req.pod, cfg.DefaultEstimatedUsage)
+			states := make([]*nodeState, len(names))
+			c.lookup(names, states)
 			for _, st := range states {
 				cfg.filterNode(st, d, testNow)
 				cfg.scoreNode(st, d, testNow)
 			}
-			var rejected []rejection
-			for _, n := range req.names {
-				rejected = append(rejected, rejection{n, ReasonBatchCPU}, rejection{n, ReasonNodeUnknown})
+		}
+		var rejected []rejection
+		all := make([]int, len(names))
+		for i, n := range names {
+			all[i] = i
+			rejected = append(rejected, rejection{n, ReasonBatchCPU}, rejection{n, ReasonNodeUnknown})
+		}
+		var res extenderv1.ExtenderFilterResult
+		if err := json.Unmarshal(appendFilterResult(nil, names, all, rejected), &res); err != nil {
+			t.Fatalf("filter result for names %q is not JSON: %v", names, err)
+		}
+		if !equalStrings(*res.NodeNames, names) {
+			t.Fatalf("names %q came back as %q", names, *res.NodeNames)
+		}
+		if req.nodes != nil {
+			var out []byte
+			out = append(out, `{"Nodes":{"metadata":{},"items":[`...)
+			for i, n := range req.nodes {
+				if i > 0 {
+					out = append(out, ',')
+				}
+				out = append(out, n...)
 			}
-			var res extenderv1.ExtenderFilterResult
-			if err := json.Unmarshal(appendFilterResult(nil, req.names, rejected), &res); err != nil {
-				t.Fatalf("filter result for names %q is not JSON: %v", req.names, err)
+			out = appendFilterTail(out, rejected)
+			res = extenderv1.ExtenderFilterResult{}
+			if err := json.Unmarshal(out, &res); err != nil || res.Nodes == nil || len(res.Nodes.Items) != len(args.Nodes.Items) {
+				t.Fatalf("filter result %q for nodes of %q: %v", out, body, err)
 			}
-			if !equalStrings(*res.NodeNames, req.names) {
-				t.Fatalf("names %q came back as %q", req.names, *res.NodeNames)
+			for i := range res.Nodes.Items {
+				if !reflect.DeepEqual(res.Nodes.Items[i], args.Nodes.Items[i]) {
+					t.Fatalf("node %d of %q comes back as %+v", i, body, res.Nodes.Items[i])
+				}
 			}
-			var list extenderv1.HostPriorityList
-			if err := json.Unmarshal(appendPriorities(nil, req.names, make([]int64, len(req.names))), &list); err != nil || len(list) != len(req.names) {
-				t.Fatalf("priorities for names %q: %v", req.names, err)
-			}
-		} else {
-			for i := range req.nodes.Items {
-				st := c.stateFor(&req.nodes.Items[i])
-				cfg.filterNode(st, d, testNow)
-				cfg.scoreNode(st, d, testNow)
-			}
+		}
+		var list extenderv1.HostPriorityList
+		if err := json.Unmarshal(appendPriorities(nil, names, make([]int64, len(names))), &list); err != nil || len(list) != len(names) {
+			t.Fatalf("priorities for names %q: %v", names, err)
 		}
 	})
 }

@@ -13,13 +13,27 @@ const (
 	verbPrioritize = "prioritize"
 )
 
+// Reasons a filter or prioritize request is refused, the reason label of
+// tandem_extender_rejected_requests_total.
+const (
+	rejectInflight       = "inflight"        // 429: maxRequestsInflight requests being served
+	rejectBodySize       = "body_size"       // 413: Content-Length above maxRequestBodyBytes
+	rejectLengthRequired = "length_required" // 411: no Content-Length
+	rejectDecodedSize    = "decoded_size"    // 413: too many nodes or JSON values, or too large an object
+	rejectNotReady       = "not_ready"       // 503: informers not synced
+	rejectMalformed      = "malformed"       // 400: not ExtenderArgs
+)
+
+var rejectReasons = []string{rejectInflight, rejectBodySize, rejectLengthRequired, rejectDecodedSize, rejectNotReady, rejectMalformed}
+
 // metrics are registered on a registry passed in, so tests and the benchmark use their own.
 type metrics struct {
-	duration   *prometheus.HistogramVec
-	requests   *prometheus.CounterVec
-	passed     prometheus.Counter
-	rejected   prometheus.Counter
-	rejections map[Reason]prometheus.Counter
+	duration         *prometheus.HistogramVec
+	requests         *prometheus.CounterVec
+	rejectedRequests *prometheus.CounterVec
+	passed           prometheus.Counter
+	rejected         prometheus.Counter
+	rejections       map[Reason]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -35,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "tandem", Subsystem: "extender", Name: "requests_total",
 			Help: "Extender calls by verb and HTTP status code.",
 		}, []string{"verb", "code"}),
+		rejectedRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "extender", Name: "rejected_requests_total",
+			Help: "Filter and prioritize calls refused before they were answered, by reason.",
+		}, []string{"reason"}),
 	}
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "tandem", Subsystem: "extender", Name: "filter_decisions_total",
@@ -44,10 +62,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Namespace: "tandem", Subsystem: "extender", Name: "filter_rejections_total",
 		Help: "Nodes that filter rejected, by reason.",
 	}, []string{"reason"})
-	for _, c := range []prometheus.Collector{m.duration, m.requests, decisions, rejections} {
+	for _, c := range []prometheus.Collector{m.duration, m.requests, m.rejectedRequests, decisions, rejections} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register extender metrics: %w", err)
 		}
+	}
+	for _, r := range rejectReasons {
+		m.rejectedRequests.WithLabelValues(r)
 	}
 	m.passed = decisions.WithLabelValues("pass")
 	m.rejected = decisions.WithLabelValues("reject")

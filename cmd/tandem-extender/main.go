@@ -38,9 +38,11 @@ const defaultListen = ":10262"
 // Keys are the JSON names, in the file, as flags (bound below) and as TANDEM_EXTENDER_<KEY> env.
 type options struct {
 	Listen            string        `json:"listen"`
+	MetricsListen     string        `json:"metricsListen"`
 	Kubeconfig        string        `json:"kubeconfig"`
 	TLSCertFile       string        `json:"tlsCertFile"`
 	TLSKeyFile        string        `json:"tlsKeyFile"`
+	TLSClientCAFile   string        `json:"tlsClientCAFile"`
 	ReadHeaderTimeout time.Duration `json:"readHeaderTimeout"`
 	ReadTimeout       time.Duration `json:"readTimeout"`
 	WriteTimeout      time.Duration `json:"writeTimeout"`
@@ -88,32 +90,47 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	mux := http.NewServeMux()
 	mux.Handle("/", handler)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-
-	srv := &http.Server{
-		Addr:              opts.Listen,
-		Handler:           mux,
-		ReadHeaderTimeout: opts.ReadHeaderTimeout,
-		ReadTimeout:       opts.ReadTimeout,
-		WriteTimeout:      opts.WriteTimeout,
-		IdleTimeout:       opts.IdleTimeout,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	lis, err := net.Listen("tcp", opts.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
-	}
-	serveErr := make(chan error, 1)
-	go func() {
-		if opts.TLSCertFile != "" {
-			serveErr <- srv.ServeTLS(lis, opts.TLSCertFile, opts.TLSKeyFile)
-		} else {
-			serveErr <- srv.Serve(lis)
+	mux.Handle("GET /metrics", metricsHandler)
+	servers := []*server{{name: "extender", addr: opts.Listen, srv: newHTTPServer(ctx, opts, mux)}}
+	if opts.TLSCertFile != "" {
+		servers[0].srv.TLSConfig, err = extender.NewTLSConfig(ctx, extender.TLSFiles{
+			CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile, ClientCAFile: opts.TLSClientCAFile,
+		})
+		if err != nil {
+			return err
 		}
-	}()
-	logger.Info("Serving kube-scheduler extender", "address", lis.Addr().String(), "tls", opts.TLSCertFile != "",
+	}
+	if opts.MetricsListen != "" {
+		// Plain HTTP for kubelet's probes and Prometheus, which present no client certificate.
+		plain := http.NewServeMux()
+		plain.Handle("GET "+extender.HealthzPath, handler)
+		plain.Handle("GET "+extender.ReadyzPath, handler)
+		plain.Handle("GET /metrics", metricsHandler)
+		servers = append(servers, &server{name: "metrics", addr: opts.MetricsListen, srv: newHTTPServer(ctx, opts, plain)})
+	}
+	for _, s := range servers {
+		if s.lis, err = net.Listen("tcp", s.addr); err != nil {
+			return fmt.Errorf("listen on %s: %w", s.addr, err)
+		}
+	}
+	serveErr := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() {
+			var err error
+			if s.srv.TLSConfig != nil {
+				err = s.srv.ServeTLS(s.lis, "", "")
+			} else {
+				err = s.srv.Serve(s.lis)
+			}
+			serveErr <- fmt.Errorf("serve %s on %s: %w", s.name, s.addr, err)
+		}()
+	}
+	logger.Info("Serving kube-scheduler extender", "address", servers[0].lis.Addr().String(), "tls", opts.TLSCertFile != "",
+		"clientCertificates", opts.TLSClientCAFile != "", "metricsAddress", opts.MetricsListen,
+		"maxRequestsInflight", opts.MaxRequestsInflight, "maxRequestBodyBytes", opts.MaxRequestBodyBytes,
 		"usageThresholds", opts.UsageThresholds, "nodeMetricExpirationSeconds", opts.NodeMetricExpirationSeconds)
 	go func() {
 		if nodes.WaitForSync(ctx) {
@@ -123,19 +140,42 @@ func run(ctx context.Context) error {
 
 	select {
 	case err := <-serveErr:
-		return fmt.Errorf("serve on %s: %w", opts.Listen, err)
+		return err
 	case <-ctx.Done():
 	}
 	logger.Info("Shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down the http server: %w", err)
+	var errs []error
+	for _, s := range servers {
+		if err := s.srv.Shutdown(shutdownCtx); err != nil {
+			errs = append(errs, fmt.Errorf("shut down the %s server: %w", s.name, err))
+		}
 	}
-	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for range servers {
+		if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// server is one listener of the process and what serves it.
+type server struct {
+	name, addr string
+	srv        *http.Server
+	lis        net.Listener
+}
+
+func newHTTPServer(ctx context.Context, opts *options, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: opts.ReadHeaderTimeout,
+		ReadTimeout:       opts.ReadTimeout,
+		WriteTimeout:      opts.WriteTimeout,
+		IdleTimeout:       opts.IdleTimeout,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
 }
 
 // load merges defaults, the config file, env and flags (later wins) and validates the result.
@@ -143,10 +183,13 @@ func load(args []string) (*options, error) {
 	fs := pflag.NewFlagSet("tandem-extender", pflag.ContinueOnError)
 	configFile := fs.String("config", "", "YAML or JSON config file; see docs/extender.md for every key")
 	fs.String("listen", defaultListen, "address to serve the extender, /healthz, /readyz and /metrics on")
+	fs.String("metrics-listen", "", "address to serve /healthz, /readyz and /metrics on over plain HTTP as well, for probes and Prometheus without client certificates; empty: none")
 	fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
-	fs.String("tls-cert-file", "", "serving certificate (PEM); with --tls-private-key-file enables HTTPS")
+	fs.String("tls-cert-file", "", "serving certificate (PEM); with --tls-private-key-file enables HTTPS; reloaded when it changes")
 	fs.String("tls-private-key-file", "", "private key (PEM) of --tls-cert-file")
-	fs.Int64("max-request-body-bytes", extender.DefaultConfig().MaxRequestBodyBytes, "larger filter/prioritize requests get HTTP 413")
+	fs.String("tls-client-ca-file", "", "CA certificates (PEM): with HTTPS, require client certificates signed by one of them (kube-scheduler's tlsConfig.certFile); reloaded when it changes")
+	fs.Int64("max-request-body-bytes", extender.DefaultConfig().MaxRequestBodyBytes, "filter/prioritize requests declaring a larger body get HTTP 413, unread")
+	fs.Int("max-requests-inflight", extender.DefaultConfig().MaxRequestsInflight, "filter/prioritize requests served at once; more get HTTP 429 with Retry-After, unread")
 	fs.Duration("read-header-timeout", 5*time.Second, "time to read request headers")
 	fs.Duration("read-timeout", 10*time.Second, "time to read a whole request")
 	fs.Duration("write-timeout", 10*time.Second, "time to write a response, from the end of the request headers")
@@ -168,8 +211,10 @@ func load(args []string) (*options, error) {
 		v.SetDefault(k, val)
 	}
 	for key, flagName := range map[string]string{
-		"listen": "listen", "kubeconfig": "kubeconfig", "tlsCertFile": "tls-cert-file", "tlsKeyFile": "tls-private-key-file",
-		"maxRequestBodyBytes": "max-request-body-bytes", "readHeaderTimeout": "read-header-timeout", "readTimeout": "read-timeout",
+		"listen": "listen", "metricsListen": "metrics-listen", "kubeconfig": "kubeconfig",
+		"tlsCertFile": "tls-cert-file", "tlsKeyFile": "tls-private-key-file", "tlsClientCAFile": "tls-client-ca-file",
+		"maxRequestBodyBytes": "max-request-body-bytes", "maxRequestsInflight": "max-requests-inflight",
+		"readHeaderTimeout": "read-header-timeout", "readTimeout": "read-timeout",
 		"writeTimeout": "write-timeout", "idleTimeout": "idle-timeout", "shutdownTimeout": "shutdown-timeout",
 	} {
 		if err := v.BindPFlag(key, fs.Lookup(flagName)); err != nil {
@@ -196,6 +241,9 @@ func load(args []string) (*options, error) {
 	}
 	if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
 		return nil, errors.New("set both --tls-cert-file and --tls-private-key-file, or neither")
+	}
+	if opts.TLSClientCAFile != "" && opts.TLSCertFile == "" {
+		return nil, errors.New("--tls-client-ca-file needs HTTPS: set --tls-cert-file and --tls-private-key-file too")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid config: %w", err)

@@ -45,9 +45,9 @@ const (
 const NodeName = NodeA
 
 // ExtenderURL is where deploy/'s tandem-extender DaemonSet listens (host
-// network, loopback) and where the shipped kube-scheduler configuration
-// calls it.
-const ExtenderURL = "http://127.0.0.1:10262"
+// network, loopback, HTTPS with client certificates) and where the shipped
+// kube-scheduler configuration calls it.
+const ExtenderURL = "https://127.0.0.1:10262"
 
 // ControlPlaneLabel is the label deploy/'s extender DaemonSet selects.
 const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
@@ -362,8 +362,11 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	schedConfig := filepath.Join(dir, "kube-scheduler-config.yaml")
-	if err := writeSchedulerConfig(schedConfig, kubeconfigs[KubeScheduler], ""); err != nil {
+	extTLS := c.extenderTLS()
+	if err := extTLS.write(); err != nil {
+		return nil, err
+	}
+	if err := writeSchedulerConfig(c.schedulerConfig(), kubeconfigs[KubeScheduler], extTLS.Dir, ""); err != nil {
 		return nil, err
 	}
 
@@ -419,7 +422,7 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 		"--v=1",
 	)
 	c.add(KubeScheduler, filepath.Join(bins, KubeScheduler),
-		"--config="+schedConfig,
+		"--config="+c.schedulerConfig(),
 		"--secure-port=0",
 		"--v=2",
 	)

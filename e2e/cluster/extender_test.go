@@ -1,14 +1,22 @@
 package cluster
 
 import (
+	"crypto/tls"
+	"io"
+	"log"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"k8s.io/klog/v2/ktesting"
+
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+
+	extender "github.com/tandemkit/tandem/scheduler-extender"
 )
 
 // TestSchedulerConfig loads the configuration the cluster gives
@@ -58,6 +66,10 @@ extenders:
 		},
 		{name: "not a scheduler configuration", yaml: "apiVersion: v1\nkind: ConfigMap\n", wantErr: "KubeSchedulerConfiguration"},
 	}
+	tlsDir := filepath.Join(t.TempDir(), "extender")
+	if err := newExtenderTLS(tlsDir).write(); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -69,9 +81,9 @@ extenders:
 				}
 			}
 			out := filepath.Join(dir, "out.yaml")
-			err := writeSchedulerConfig(out, "/k/scheduler.kubeconfig", src)
+			err := writeSchedulerConfig(out, "/k/scheduler.kubeconfig", tlsDir, src)
 			if err == nil {
-				err = loadSchedulerConfig(t, out, tc.shipped)
+				err = loadSchedulerConfig(t, out, tlsDir, tc.shipped)
 			}
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -86,7 +98,7 @@ extenders:
 // loadSchedulerConfig decodes and validates a --config file as kube-scheduler
 // does, and checks the values the cluster substitutes; for deploy/'s file
 // (shipped), also the profiles and the extender's URL it must keep.
-func loadSchedulerConfig(t *testing.T, path string, shipped bool) error {
+func loadSchedulerConfig(t *testing.T, path, tlsDir string, shipped bool) error {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -117,7 +129,53 @@ func loadSchedulerConfig(t *testing.T, path string, shipped bool) error {
 		t.Errorf("profiles %v, want default-scheduler and koord-scheduler (seed 000's pods name koord-scheduler)", names)
 	}
 	if len(cfg.Extenders) != 1 || cfg.Extenders[0].URLPrefix != ExtenderURL {
-		t.Errorf("extenders %+v, want one at %s, where deploy/'s DaemonSet listens", cfg.Extenders, ExtenderURL)
+		t.Fatalf("extenders %+v, want one at %s, where deploy/'s DaemonSet listens", cfg.Extenders, ExtenderURL)
+	}
+	if tc := cfg.Extenders[0].TLSConfig; tc == nil || filepath.Dir(tc.CertFile) != tlsDir || filepath.Dir(tc.KeyFile) != tlsDir || filepath.Dir(tc.CAFile) != tlsDir {
+		t.Errorf("extender tlsConfig %+v, want the cluster's files in %s", tc, tlsDir)
 	}
 	return nil
+}
+
+// TestExtenderTLS: the extender serving the cluster's certificate and client
+// CA (the Secret the tier creates) answers a client built from the scheduler
+// configuration the cluster writes, as kube-scheduler builds it, and no client
+// without kube-scheduler's certificate.
+func TestExtenderTLS(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	x := newExtenderTLS(filepath.Join(dir, "pki", "extender"))
+	if err := x.write(); err != nil {
+		t.Fatal(err)
+	}
+	schedConfig := filepath.Join(dir, "kube-scheduler-config.yaml")
+	if err := writeSchedulerConfig(schedConfig, "/k/scheduler.kubeconfig", x.Dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := extender.NewTLSConfig(ctx, extender.TLSFiles{CertFile: x.Cert, KeyFile: x.Key, ClientCAFile: x.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}), ErrorLog: log.New(io.Discard, "", 0)}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	url := "https://" + lis.Addr().String() + "/readyz"
+
+	client, err := extenderClient(schedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := httpOK(ctx, client, url); err != nil {
+		t.Errorf("kube-scheduler's client: %v", err)
+	}
+	anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: client.Transport.(*http.Transport).TLSClientConfig.Clone()}}
+	anonymous.Transport.(*http.Transport).TLSClientConfig.GetClientCertificate = nil
+	anonymous.Transport.(*http.Transport).TLSClientConfig.Certificates = nil
+	if err := httpOK(ctx, anonymous, url); err == nil {
+		t.Error("a client without kube-scheduler's certificate was served")
+	}
 }

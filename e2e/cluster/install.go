@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,10 +126,11 @@ func (c *Cluster) installProxy(ctx context.Context, n *Node, opts Options) (args
 
 // installClusterSide does what docs/install.md does on the cluster side once
 // the nodes are up: label the control-plane node, import the extender image
-// into its containerd (there is no registry), `kubectl apply -k deploy/`,
-// `kubectl apply -f deploy/slo-controller-config.yaml`, and waits until the
-// extender answers where kube-scheduler calls it. What fails is recorded in
-// c.Problems; only a failure of the cluster itself is returned.
+// into its containerd (there is no registry), `kubectl apply -k deploy/`, the
+// extender's TLS Secret, `kubectl apply -f deploy/slo-controller-config.yaml`,
+// and waits until the extender answers where and as kube-scheduler calls it.
+// What fails is recorded in c.Problems; only a failure of the cluster itself
+// is returned.
 func (c *Cluster) installClusterSide(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	root, err := RepoRoot()
@@ -154,6 +154,13 @@ func (c *Cluster) installClusterSide(ctx context.Context) error {
 	if _, err := c.RunKubectl(ctx, "apply", "-k", filepath.Join(root, "deploy")); err != nil {
 		problem("kubectl apply -k deploy/: %v", err)
 	}
+	// The extender's serving certificate and client CA, as docs/install.md has
+	// an operator store them; the DaemonSet's pod starts once the Secret exists.
+	x := c.extenderTLS()
+	if _, err := c.RunKubectl(ctx, "-n", "kube-system", "create", "secret", "generic", ExtenderSecret,
+		"--from-file=tls.crt="+x.Cert, "--from-file=tls.key="+x.Key, "--from-file=ca.crt="+x.CA); err != nil {
+		problem("create Secret kube-system/%s: %v", ExtenderSecret, err)
+	}
 	if err := c.pointExtenderAtAPIServer(ctx); err != nil {
 		problem("%v", err)
 	}
@@ -163,11 +170,17 @@ func (c *Cluster) installClusterSide(ctx context.Context) error {
 		return err
 	}
 	t = time.Now()
+	// Over HTTPS with kube-scheduler's client certificate, as kube-scheduler
+	// will call it.
+	client, err := extenderClient(c.schedulerConfig())
+	if err != nil {
+		return err
+	}
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		last = httpOK(cctx, http.DefaultClient, ExtenderURL+"/readyz")
+		last = httpOK(cctx, client, ExtenderURL+"/readyz")
 		return last == nil, nil
 	})
 	if err != nil {

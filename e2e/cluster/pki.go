@@ -36,39 +36,13 @@ func newPKI(dir string) pki {
 	}
 }
 
-// write generates every key and certificate. The certificates live for a
-// day: a test cluster never needs more, and a stale directory cannot be
-// reused by accident for long.
+// write generates every key and certificate (see certLifetime).
 func (p pki) write() error {
 	if err := os.MkdirAll(filepath.Dir(p.CACert), 0o700); err != nil {
 		return fmt.Errorf("create pki dir: %w", err)
 	}
-	now := time.Now().Add(-time.Hour) // tolerate a little clock skew
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newCA("tandem-e2e-ca", p.CACert, p.CAKey)
 	if err != nil {
-		return fmt.Errorf("generate CA key: %w", err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "tandem-e2e-ca"},
-		NotBefore:             now,
-		NotAfter:              now.Add(25 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return fmt.Errorf("sign CA certificate: %w", err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return fmt.Errorf("parse CA certificate: %w", err)
-	}
-	if err := writeCert(p.CACert, caDER); err != nil {
-		return err
-	}
-	if err := writeECKey(p.CAKey, caKey); err != nil {
 		return err
 	}
 	leaves := []struct {
@@ -91,20 +65,7 @@ func (p pki) write() error {
 		}},
 	}
 	for _, l := range leaves {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return fmt.Errorf("generate key for %s: %w", l.cert, err)
-		}
-		l.tmpl.NotBefore, l.tmpl.NotAfter = now, now.Add(25*time.Hour)
-		l.tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
-		der, err := x509.CreateCertificate(rand.Reader, l.tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return fmt.Errorf("sign %s: %w", l.cert, err)
-		}
-		if err := writeCert(l.cert, der); err != nil {
-			return err
-		}
-		if err := writeECKey(l.key, key); err != nil {
+		if err := ca.issue(l.tmpl, l.cert, l.key); err != nil {
 			return err
 		}
 	}
@@ -122,6 +83,69 @@ func (p pki) write() error {
 		return fmt.Errorf("encode service-account public key: %w", err)
 	}
 	return writePEM(p.SAPub, "PUBLIC KEY", pub, 0o644)
+}
+
+// certAuthority signs the leaf certificates of the cluster.
+type certAuthority struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// certLifetime starts an hour back, to tolerate a little clock skew, and
+// lasts a day: a test cluster never needs more, and a stale directory cannot
+// be reused by accident for long.
+func certLifetime() (notBefore, notAfter time.Time) {
+	now := time.Now().Add(-time.Hour)
+	return now, now.Add(25 * time.Hour)
+}
+
+// newCA generates a CA and writes its certificate and key.
+func newCA(cn, certPath, keyPath string) (*certAuthority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate CA key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: cn},
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	tmpl.NotBefore, tmpl.NotAfter = certLifetime()
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("sign CA certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("parse CA certificate: %w", err)
+	}
+	if err := writeCert(certPath, der); err != nil {
+		return nil, err
+	}
+	if err := writeECKey(keyPath, key); err != nil {
+		return nil, err
+	}
+	return &certAuthority{cert: cert, key: key}, nil
+}
+
+// issue signs a leaf certificate of tmpl for a new key and writes both.
+func (ca *certAuthority) issue(tmpl *x509.Certificate, certPath, keyPath string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generate key for %s: %w", certPath, err)
+	}
+	tmpl.NotBefore, tmpl.NotAfter = certLifetime()
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return fmt.Errorf("sign %s: %w", certPath, err)
+	}
+	if err := writeCert(certPath, der); err != nil {
+		return err
+	}
+	return writeECKey(keyPath, key)
 }
 
 func writeCert(path string, der []byte) error {

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	extender "github.com/tandemkit/tandem/scheduler-extender"
+	"github.com/tandemkit/tandem/scheduler-extender/extendertest"
+)
+
+// peakRSSBound is what the extender may reach under any mix of requests with the default limits.
+// At most one request larger than 1 MiB is served at a time, and it holds about its body (at most
+// the default maxRequestBodyBytes, 96 MiB) plus what the decoding limits allow it (about 10 MiB
+// for 5000 Node objects or 50000 node names); with the cache and runtime (about 30 MiB) that is
+// a live heap of at most ~140 MiB, which Go's collector lets grow to twice that before it
+// collects (GOGC=100). 384 MiB leaves room for the allocator and stays well under the 1 GiB
+// limit of deploy/'s DaemonSet, whose rest the node and pod cache of a large cluster needs.
+const peakRSSBound = 384 << 20
+
+// clients is how many clients load the extender at once.
+const clients = 32
+
+// TestMemoryUnderHostileLoad runs the tandem-extender binary with its default limits and drives
+// it with 32 clients for a few seconds, each sending one kind of body as large as the limits
+// allow, or larger: 5000-node requests without nodeCacheCapable (the largest kube-scheduler
+// sends, answered in full), node names at the limit, bodies whose decoded form would be a
+// thousand times their size, and bodies past the size limit. Its peak RSS (VmHWM) must stay
+// under peakRSSBound. Before the limits, the same load (its bodies cut to the 32 MiB the body
+// limit was then) took it past 3 GiB in seconds, where the watchdog below stops it.
+func TestMemoryUnderHostileLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and loads it for seconds")
+	}
+	bin := buildExtender(t)
+	api := fakeAPIServer(t)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: %q}}]
+contexts: [{name: fake, context: {cluster: fake, user: fake}}]
+users: [{name: fake, user: {}}]
+current-context: fake
+`, api.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	listen, metricsListen := freeAddr(t), freeAddr(t)
+	logFile, err := os.Create(filepath.Join(dir, "extender.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--listen="+listen, "--metrics-listen="+metricsListen)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("extender log:\n%s", tail(b, 4000))
+		}
+	}()
+	waitReady(t, "http://"+metricsListen+extender.ReadyzPath, exited)
+
+	// A watchdog stops the process long before it could take the machine with it.
+	var peak atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for ctx.Err() == nil {
+			if rss, _ := procStatus(cmd.Process.Pid, "VmRSS"); rss > 8*peakRSSBound {
+				peak.Store(rss)
+				_ = cmd.Process.Kill()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+
+	limit := extender.DefaultConfig().MaxRequestBodyBytes
+	bodies := hostileBodies(t, int(limit))
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	count := func(what string) {
+		mu.Lock()
+		outcomes[what]++
+		mu.Unlock()
+	}
+	// The load lasts a few seconds, and until every kind of body was answered at least once
+	// with something else than 429, so that each limit was reached under load.
+	answered := make(map[string]chan struct{}, len(bodies))
+	for _, b := range bodies {
+		answered[b.name] = make(chan struct{})
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var load sync.WaitGroup
+	for c := range clients {
+		b := bodies[c%len(bodies)]
+		load.Go(func() {
+			client := &http.Client{Timeout: 30 * time.Second}
+			for loadCtx.Err() == nil {
+				outcome := send(client, "http://"+listen+[]string{extender.FilterPath, extender.PrioritizePath}[c%2], b)
+				count(b.name + ": " + outcome)
+				if _, err := strconv.Atoi(outcome); err == nil && outcome != "429" {
+					mu.Lock()
+					select {
+					case <-answered[b.name]:
+					default:
+						close(answered[b.name])
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	time.Sleep(4 * time.Second)
+	waitCtx, stopWaiting := context.WithTimeout(ctx, 2*time.Minute)
+	for name, ch := range answered {
+		select {
+		case <-ch:
+		case <-waitCtx.Done():
+			t.Errorf("%q was never answered but with 429 in 2 minutes of load", name)
+		}
+	}
+	stopWaiting()
+	stopLoad()
+	load.Wait()
+	cancel()
+	watch.Wait()
+
+	hwm, err := procStatus(cmd.Process.Pid, "VmHWM")
+	if err != nil {
+		t.Fatalf("the extender is gone (peak RSS %d MiB when the watchdog stopped it): %v", peak.Load()>>20, err)
+	}
+	for k, n := range outcomes {
+		t.Logf("%5d × %s", n, k)
+	}
+	t.Logf("peak RSS (VmHWM) %d MiB under %d clients; bound %d MiB", hwm>>20, clients, peakRSSBound>>20)
+	if hwm > peakRSSBound {
+		t.Errorf("peak RSS %d MiB, above the %d MiB bound", hwm>>20, peakRSSBound>>20)
+	}
+	// Each body met the limit meant for it, and the largest requests kube-scheduler sends were
+	// answered in full, under the load and after it.
+	for _, want := range []string{"5000 full nodes: 200", "names at the limit: 200", "5000 full nodes: 429",
+		"empty Node objects: 413", "empty containers: 413", "one Pod string: 413", "over the body limit: 413"} {
+		if outcomes[want] == 0 {
+			t.Errorf("no %q among the outcomes", want)
+		}
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for _, b := range bodies[:2] {
+		if got := send(client, "http://"+listen+extender.FilterPath, b); got != "200" {
+			t.Errorf("%s after the load: %s, want 200", b.name, got)
+		}
+	}
+	if resp, err := http.Get("http://" + metricsListen + "/metrics"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "tandem_extender_rejected_requests_total") {
+				t.Log(l)
+			}
+		}
+	}
+}
+
+type body struct {
+	name string
+	data []byte
+	// declared, when above len(data), is the Content-Length sent: the server must answer
+	// from the header alone.
+	declared int64
+}
+
+// hostileBodies are the request bodies of TestMemoryUnderHostileLoad, each at most limit bytes
+// unless it is about the limit.
+func hostileBodies(t *testing.T, limit int) []body {
+	t.Helper()
+	args := extenderv1.ExtenderArgs{Pod: &corev1.Pod{}, Nodes: &corev1.NodeList{}}
+	args.Pod.Name, args.Pod.Namespace = "spark-exec", "default"
+	now := time.Now()
+	for i := range 5000 {
+		args.Nodes.Items = append(args.Nodes.Items, extendertest.Node(i, now))
+	}
+	full, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full) > limit {
+		t.Fatalf("5000 full nodes take %d bytes, above the default limit %d", len(full), limit)
+	}
+
+	repeat := func(prefix, unit, suffix string, size int) []byte {
+		var b bytes.Buffer
+		b.Grow(size)
+		b.WriteString(prefix)
+		b.WriteString(strings.TrimPrefix(unit, ","))
+		for b.Len()+len(unit)+len(suffix) <= size {
+			b.WriteString(unit)
+		}
+		b.WriteString(suffix)
+		return b.Bytes()
+	}
+	const podJSON = `{"metadata":{"name":"p","namespace":"default"}}`
+	// 50000 names of 252 characters: about the most NodeNames may hold, all unknown to the extender,
+	// so each comes back with a reason.
+	name := strings.Repeat("n", 249)
+	var names bytes.Buffer
+	names.WriteString(`{"Pod":` + podJSON + `,"NodeNames":[`)
+	for i := range 50000 {
+		if i > 0 {
+			names.WriteByte(',')
+		}
+		fmt.Fprintf(&names, `"%s%03d"`, name, i%1000)
+	}
+	names.WriteString(`]}`)
+	return []body{
+		{name: "5000 full nodes", data: full},
+		{name: "names at the limit", data: names.Bytes()},
+		{name: "empty Node objects", data: repeat(`{"Pod":`+podJSON+`,"Nodes":{"items":[`, `,{}`, `]}}`, limit)},
+		{name: "empty containers", data: repeat(`{"NodeNames":["a"],"Pod":{"spec":{"containers":[`, `,{}`, `]}}}`, limit)},
+		{name: "one Pod string", data: repeat(`{"NodeNames":["a"],"Pod":{"metadata":{"name":"`, `x`, `"}}}`, limit)},
+		{name: "over the body limit", data: full, declared: int64(limit) + 1},
+	}
+}
+
+// send posts b and returns the status code, or what went wrong.
+func send(client *http.Client, url string, b body) string {
+	var r io.Reader = bytes.NewReader(b.data)
+	if b.declared > int64(len(b.data)) {
+		r = io.MultiReader(r, zeros{})
+	}
+	req, err := http.NewRequest(http.MethodPost, url, r)
+	if err != nil {
+		return err.Error()
+	}
+	req.ContentLength = int64(len(b.data))
+	if b.declared > 0 {
+		req.ContentLength = b.declared
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// A server that answers without reading the body closes the connection, which a
+		// client still writing it may see first.
+		if strings.Contains(err.Error(), "reset by peer") || strings.Contains(err.Error(), "broken pipe") {
+			return "closed while sending"
+		}
+		return err.Error()
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return strconv.Itoa(resp.StatusCode)
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func buildExtender(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tandem-extender")
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// fakeAPIServer answers the extender's informers as an API server of an empty cluster: the
+// lists are empty and the watches stay open. The tests of this package have no API server; the
+// tier-2 e2e runs the extender against a real one.
+func fakeAPIServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := map[string]string{"/api/v1/nodes": "Node", "/api/v1/pods": "Pod"}[r.URL.Path]
+		if kind == "" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") != "true" && r.URL.Query().Get("watch") != "1" {
+			fmt.Fprintf(w, `{"kind":"%sList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`, kind)
+			return
+		}
+		if r.URL.Query().Get("sendInitialEvents") == "true" {
+			// The end of the (empty) initial list, for client-go's streaming list.
+			fmt.Fprintf(w, `{"type":"BOOKMARK","object":{"kind":"%s","apiVersion":"v1","metadata":{"resourceVersion":"1","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n", kind)
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	srv.Start()
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitReady(t *testing.T, url string, exited <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			t.Fatalf("the extender exited before it was ready: %v", err)
+		default:
+		}
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer 200 within 30s", url)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// procStatus reads a "kB" field of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
