@@ -5,7 +5,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -13,13 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
@@ -93,7 +92,7 @@ func TestProxyMemoryUnderLargeCreates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := procStatus(t, child.Process.Pid, "VmRSS")
+	before := int64(procStatus(t, child.Process.Pid).VmRSS)
 
 	cfg := ctrConfig("big")
 	cfg.Envs = []*runtimeapi.KeyValue{{Key: "BIG", Value: []byte(strings.Repeat("x", envSize))}}
@@ -123,7 +122,7 @@ func TestProxyMemoryUnderLargeCreates(t *testing.T) {
 			t.Errorf("CreateContainer: %v", err)
 		}
 	}
-	peak := procStatus(t, child.Process.Pid, "VmHWM")
+	peak := int64(procStatus(t, child.Process.Pid).VmHWM)
 	t.Logf("proxy RSS before: %d MiB, peak with %d concurrent %d-byte CreateContainers: %d MiB", before>>20, calls, len(wire), peak>>20)
 	if peak > maxPeak {
 		t.Fatalf("proxy peaked at %d MiB of RSS, want at most %d MiB", peak>>20, maxPeak>>20)
@@ -206,24 +205,16 @@ func startSlowRuntime(t *testing.T, sock string, delay time.Duration) {
 	t.Cleanup(gs.Stop)
 }
 
-// procStatus reads a size field (VmRSS, VmHWM) of /proc/<pid>/status, in bytes.
-func procStatus(t *testing.T, pid int, field string) int64 {
+// procStatus reads /proc/<pid>/status (VmRSS, VmHWM in bytes).
+func procStatus(t *testing.T, pid int) procfs.ProcStatus {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", field, err)
-			}
-			return kb << 10
-		}
+	st, err := proc.NewStatus()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("/proc/%d/status has no %s", pid, field)
-	return 0
+	return st
 }

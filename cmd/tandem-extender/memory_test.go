@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -93,8 +93,8 @@ current-context: fake
 	var watch sync.WaitGroup
 	watch.Go(func() {
 		for ctx.Err() == nil {
-			if rss, _ := procStatus(cmd.Process.Pid, "VmRSS"); rss > 8*peakRSSBound {
-				peak.Store(rss)
+			if st, err := procStatus(cmd.Process.Pid); err == nil && int64(st.VmRSS) > 8*peakRSSBound {
+				peak.Store(int64(st.VmRSS))
 				_ = cmd.Process.Kill()
 				return
 			}
@@ -153,10 +153,11 @@ current-context: fake
 	cancel()
 	watch.Wait()
 
-	hwm, err := procStatus(cmd.Process.Pid, "VmHWM")
+	st, err := procStatus(cmd.Process.Pid)
 	if err != nil {
 		t.Fatalf("the extender is gone (peak RSS %d MiB when the watchdog stopped it): %v", peak.Load()>>20, err)
 	}
+	hwm := int64(st.VmHWM)
 	for k, n := range outcomes {
 		t.Logf("%5d × %s", n, k)
 	}
@@ -358,20 +359,13 @@ func waitReady(t *testing.T, url string, exited <-chan error) {
 }
 
 // procStatus reads a "kB" field of /proc/<pid>/status, in bytes.
-func procStatus(pid int, field string) (int64, error) {
-	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+// procStatus reads /proc/<pid>/status (VmRSS, VmHWM in bytes).
+func procStatus(pid int) (procfs.ProcStatus, error) {
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
-		return 0, err
+		return procfs.ProcStatus{}, err
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+	return proc.NewStatus()
 }
 
 func tail(b []byte, n int) []byte {
