@@ -29,10 +29,9 @@ func SkipsRemote(labels map[string]string) bool {
 // Dispatcher runs the hooks of a stage. The set of hooks is swapped atomically on reload, so a call in
 // flight finishes with the set it started with.
 type Dispatcher struct {
-	set       atomic.Pointer[hookSet]
-	limits    atomic.Pointer[Limits]
-	metrics   *metrics
-	deadlines deadlines
+	set     atomic.Pointer[hookSet]
+	limits  atomic.Pointer[Limits]
+	metrics *metrics
 
 	// mu serialises reloads; calls read set without it.
 	mu      sync.Mutex
@@ -231,8 +230,8 @@ func (d *Dispatcher) Rollback(ctx context.Context, stage Stage, pod *PodInfo, ct
 // if it ignored ctx, so a slow in-process hook is visible; remote calls are cut off by gRPC at the deadline.
 func (d *Dispatcher) call(ctx context.Context, stage Stage, b binding, pod *PodInfo, ctr *ContainerInfo) (*Adjustment, error) {
 	start := time.Now()
-	hctx, stop := d.deadlines.start(ctx, start, b.timeout)
-	defer stop()
+	hctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
 	adj, err := safeCall(hctx, b.call, pod, ctr)
 	took := time.Since(start)
 	b.calls.Inc()
