@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/resource/cgroup"
 	"github.com/tandemkit/tandem/resource/sched"
 )
 
@@ -163,7 +164,7 @@ func (h *hierarchy) kind() string {
 	return "cgroup v1"
 }
 
-// mkdir creates a cgroup with a weight given in v1 shares (converted as kubelet converts them on v2).
+// mkdir creates a cgroup with a weight given in v1 shares (converted on v2 as Tandem and the runtimes do).
 func (h *hierarchy) mkdir(rel string, shares int) (string, error) {
 	dir := filepath.Join(h.cpu, rel)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -172,7 +173,7 @@ func (h *hierarchy) mkdir(rel string, shares int) (string, error) {
 	h.created = append(h.created, dir)
 	file, value := "cpu.shares", strconv.Itoa(shares)
 	if h.v2 {
-		file, value = "cpu.weight", strconv.Itoa(1+((shares-2)*9999)/262142)
+		file, value = "cpu.weight", strconv.FormatInt(cgroup.SharesToWeight(int64(shares)), 10)
 	}
 	return dir, os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644)
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/cgroups"
 )
 
 // Settings are the values to write; nil fields are left alone. Files holds further files by name
@@ -153,11 +154,16 @@ func (w *v2) Write(parent string, s Settings) error {
 	return writeAll(files, func(name string) string { return filepath.Join(dir, name) })
 }
 
-// SharesToWeight converts cgroup v1 cpu.shares [2, 262144] to cgroup v2 cpu.weight [1, 10000], as the
-// runtimes do, so that a v1 value means the same on v2.
+// SharesToWeight converts cgroup v1 cpu.shares [2, 262144] to cgroup v2 cpu.weight [1, 10000] with
+// the mapping of opencontainers/cgroups, which runc (1.3.2 on) applies to containers: 1024 shares,
+// one CPU, is weight 100, as heavy as a systemd service. It is used whatever runtime the node runs,
+// even one that still maps linearly (1024 → 39): the weight competes only with the cgroup's
+// siblings, and the pod cgroups Tandem writes (BE pods with batch resources) sit beside other such
+// pods and beside plain BestEffort pods, whose minimum shares (2) are weight 1 either way; the
+// runtime's container cgroups are inside the pod and never weigh against it. Shares outside the
+// kernel's range are clamped first.
 func SharesToWeight(shares int64) int64 {
-	shares = min(max(shares, MinShares), MaxShares)
-	return MinWeight + (shares-MinShares)*(MaxWeight-MinWeight)/(MaxShares-MinShares)
+	return int64(cgroups.ConvertCPUSharesToCgroupV2Value(uint64(min(max(shares, MinShares), MaxShares))))
 }
 
 func setInt(m map[string]string, k string, v *int64) {

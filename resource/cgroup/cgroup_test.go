@@ -63,7 +63,7 @@ func TestWrite(t *testing.T) {
 			files:    []string{"cgroup.controllers", pod + "/cpu.weight", pod + "/cpu.max", pod + "/memory.max", pod + "/cpu.idle"},
 			parent:   "/" + pod,
 			settings: Settings{CPUShares: i64(1024), CPUQuota: i64(50000), MemoryLimit: i64(0), Files: map[string]string{"cpu.idle": "1"}},
-			want:     map[string]string{pod + "/cpu.weight": "39", pod + "/cpu.max": "50000 100000", pod + "/memory.max": "max", pod + "/cpu.idle": "1"},
+			want:     map[string]string{pod + "/cpu.weight": "100", pod + "/cpu.max": "50000 100000", pod + "/memory.max": "max", pod + "/cpu.idle": "1"},
 		},
 		{
 			name:     "systemd slice parent",
@@ -122,7 +122,9 @@ func TestWrite(t *testing.T) {
 
 func TestSharesToWeight(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct{ shares, want int64 }{{2, 1}, {0, 1}, {1024, 39}, {262144, 10000}, {1 << 40, 10000}} {
+	// One CPU (1024 shares) weighs as much as a systemd service (100); the kernel's bounds map to
+	// each other and what lies outside them is clamped.
+	for _, tt := range []struct{ shares, want int64 }{{2, 1}, {0, 1}, {-5, 1}, {102, 17}, {1024, 100}, {262144, 10000}, {1 << 40, 10000}} {
 		if got := SharesToWeight(tt.shares); got != tt.want {
 			t.Errorf("SharesToWeight(%d) = %d, want %d", tt.shares, got, tt.want)
 		}

@@ -3,7 +3,6 @@ package report
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -222,8 +221,8 @@ func sharesField(files containerFiles, version int, shares int64) Field {
 			return withApplied(unread(err), f.Applied)
 		}
 		f.Kernel = strconv.FormatInt(w, 10)
-		// runc 1.3 moved from a linear to a logarithmic mapping; either is the runtime doing as asked.
-		f.Differs = shares > 0 && w != cgroup.SharesToWeight(shares) && w != logWeight(shares)
+		// Runtimes before runc 1.3.2 and crun 1.23 map linearly; either is the runtime doing as asked.
+		f.Differs = shares > 0 && w != cgroup.SharesToWeight(shares) && w != linearWeight(shares)
 		return f
 	}
 	f := Field{}
@@ -239,17 +238,11 @@ func sharesField(files containerFiles, version int, shares int64) Field {
 	return f
 }
 
-// logWeight is the shares → weight mapping of runc 1.3 and later, which keeps the default 1024 at
-// weight 100.
-func logWeight(shares int64) int64 {
-	switch {
-	case shares <= 2:
-		return 1
-	case shares >= 262144:
-		return 10000
-	}
-	l := math.Log2(float64(shares))
-	return int64(math.Ceil(math.Pow(10, (l*l+125*l)/612.0-7.0/34.0)))
+// linearWeight is the shares → weight mapping of runtimes before runc 1.3.2 and crun 1.23, which
+// still run on many nodes; no maintained library keeps it.
+func linearWeight(shares int64) int64 {
+	shares = min(max(shares, cgroup.MinShares), cgroup.MaxShares)
+	return cgroup.MinWeight + (shares-cgroup.MinShares)*(cgroup.MaxWeight-cgroup.MinWeight)/(cgroup.MaxShares-cgroup.MinShares)
 }
 
 func idleField(k *Kernel, parent, applied string) Field {

@@ -136,19 +136,19 @@ func TestFields(t *testing.T) {
 			want: Field{Kernel: "1024", Applied: "1024"},
 		},
 		{
-			name: "v2 weight, linear mapping", files: v2(map[string]string{"cpu.weight": "39"}),
+			name: "v2 weight, an older runtime's linear mapping", files: v2(map[string]string{"cpu.weight": "39"}),
 			res: hooks.Resources{CPUShares: 1024}, get: func(c Container) Field { return c.CPUShares },
-			want: Field{Kernel: "39", Applied: "39"},
+			want: Field{Kernel: "39", Applied: "100"},
 		},
 		{
-			name: "v2 weight, runc 1.3 mapping", files: v2(map[string]string{"cpu.weight": "100"}),
+			name: "v2 weight, runc 1.3.2 mapping", files: v2(map[string]string{"cpu.weight": "100"}),
 			res: hooks.Resources{CPUShares: 1024}, get: func(c Container) Field { return c.CPUShares },
-			want: Field{Kernel: "100", Applied: "39"},
+			want: Field{Kernel: "100", Applied: "100"},
 		},
 		{
 			name: "v2 weight changed by hand", files: v2(map[string]string{"cpu.weight": "500"}),
 			res: hooks.Resources{CPUShares: 1024}, get: func(c Container) Field { return c.CPUShares },
-			want: Field{Kernel: "500", Applied: "39", Differs: true},
+			want: Field{Kernel: "500", Applied: "100", Differs: true},
 		},
 		{
 			name: "memory rounded down to a page agrees", files: v1(map[string]string{"memory.limit_in_bytes": strconv.FormatInt(64<<20, 10)}),
