@@ -34,7 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +41,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -187,7 +187,6 @@ type Reporter struct {
 	cfg     Config
 	deps    Deps
 	metrics *metrics
-	rand    func() float64
 
 	est       *reclaim.Estimator
 	estConfig reclaim.PredictorConfig
@@ -204,6 +203,7 @@ type Reporter struct {
 
 	failures  int
 	nextRetry time.Time
+	backoff   wait.Backoff
 }
 
 // statusState is what the last successful status patch wrote.
@@ -237,7 +237,9 @@ func New(cfg Config, deps Deps) (*Reporter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node reporter metrics: %w", err)
 	}
-	return &Reporter{cfg: cfg, deps: deps, metrics: m, rand: rand.Float64}, nil
+	r := &Reporter{cfg: cfg, deps: deps, metrics: m}
+	r.backoff = r.newBackoff()
+	return r, nil
 }
 
 // Run reports until ctx is done, then returns nil. API errors never end it.
@@ -576,6 +578,7 @@ func (r *Reporter) patchAnnotation(ctx context.Context, m *nodemetric.NodeMetric
 func (r *Reporter) succeeded(now time.Time) {
 	r.failures = 0
 	r.nextRetry = time.Time{}
+	r.backoff = r.newBackoff()
 	r.metrics.patches.WithLabelValues(resultSuccess).Inc()
 	r.metrics.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
 }
@@ -593,22 +596,14 @@ func (r *Reporter) failed(ctx context.Context, now time.Time, what string, err e
 		}
 		r.metrics.patches.WithLabelValues(result).Inc()
 	}
-	delay := r.backoff()
+	delay := r.backoff.Step()
 	r.failures++
 	r.nextRetry = now.Add(delay)
 	klog.FromContext(ctx).Error(err, "Node reporter request failed; retrying", "request", what, "retryIn", delay, "failures", r.failures)
 }
 
-// backoff is the delay after the next failure: BackoffInitial doubled per earlier failure, capped
-// at BackoffMax, plus jitter.
-func (r *Reporter) backoff() time.Duration {
-	d := r.cfg.BackoffInitial
-	for i := 0; i < r.failures && d < r.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.cfg.BackoffMax)
-	if r.cfg.BackoffJitter > 0 {
-		d += time.Duration(r.cfg.BackoffJitter * r.rand() * float64(d))
-	}
-	return d
+// newBackoff starts the retry delays over; only the cap, never Steps, ends the doubling.
+func (r *Reporter) newBackoff() wait.Backoff {
+	return wait.Backoff{Duration: min(r.cfg.BackoffInitial, r.cfg.BackoffMax), Factor: 2,
+		Jitter: max(r.cfg.BackoffJitter, 0), Steps: math.MaxInt, Cap: r.cfg.BackoffMax}
 }

@@ -543,6 +543,7 @@ func TestAPIServerDownThenBack(t *testing.T) {
 			h := newHarness(t, seed004(t, true), testNode())
 			if tt.cfg.BackoffMax != 0 {
 				h.r.cfg.BackoffMax = tt.cfg.BackoffMax
+				h.r.backoff = h.r.newBackoff()
 			}
 			unavailable := apierrors.NewServiceUnavailable("apiserver is restarting")
 			failing(h.client, "patch", tt.failures, unavailable)
@@ -569,6 +570,36 @@ func TestAPIServerDownThenBack(t *testing.T) {
 				t.Errorf("batch cpu after recovery = %d", c)
 			}
 		})
+	}
+}
+
+// TestBackoffJitter: each retry waits its doubled, capped delay plus up to BackoffJitter of it, so
+// that nodes do not retry in step; a success starts the delays over.
+func TestBackoffJitter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, seed004(t, true), testNode())
+	h.r.cfg.BackoffMax, h.r.cfg.BackoffJitter = 4*time.Second, 0.5
+	h.r.backoff = h.r.newBackoff()
+	unavailable := apierrors.NewServiceUnavailable("apiserver is restarting")
+	retryIn := func() time.Duration {
+		now := h.clock.Now()
+		h.r.failed(h.ctx, now, "patch", unavailable, true)
+		return h.r.nextRetry.Sub(now)
+	}
+	jittered := false
+	for i, base := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second} {
+		d := retryIn()
+		if d < base || d > base+base/2 {
+			t.Fatalf("retry %d in %s, want within [%s, %s]", i+1, d, base, base+base/2)
+		}
+		jittered = jittered || d != base
+	}
+	if !jittered {
+		t.Error("no retry delay carried jitter")
+	}
+	h.r.succeeded(h.clock.Now())
+	if d := retryIn(); d < time.Second || d > 1500*time.Millisecond {
+		t.Errorf("first retry after a success in %s, want the initial 1s plus jitter", d)
 	}
 }
 
