@@ -184,15 +184,16 @@ func fieldBytes(f field, a *Adjustment) int {
 	if f.group == groupPodResources {
 		r = a.PodResources
 	}
-	switch {
-	case f.sub == "unified":
+	switch f.sub {
+	case subUnified:
 		return len(f.name) + len(r.Unified[f.name])
-	case f.sub == "hugepageLimits":
+	case subHugepageLimits:
 		return len(f.name) + 8
-	case f.name == "cpusetCpus":
-		return len(*r.CpusetCpus)
-	case f.name == "cpusetMems":
-		return len(*r.CpusetMems)
+	}
+	for _, rf := range resourceFields {
+		if rf.fieldName() == f.name {
+			return rf.bytes(r)
+		}
 	}
 	return 8
 }
@@ -247,26 +248,13 @@ func resourceDiff(out []field, group string, a *ResourceAdjustment, cur *Resourc
 	if cur == nil {
 		cur = &Resources{}
 	}
-	i64 := func(name string, want *int64, have int64) {
-		if want != nil && *want != have {
-			out = append(out, field{group: group, name: name})
+	for _, f := range resourceFields {
+		if f.changed(a, cur) {
+			out = append(out, field{group: group, name: f.fieldName()})
 		}
 	}
-	str := func(name string, want *string, have string) {
-		if want != nil && *want != have {
-			out = append(out, field{group: group, name: name})
-		}
-	}
-	i64("cpuPeriod", a.CPUPeriod, cur.CPUPeriod)
-	i64("cpuQuota", a.CPUQuota, cur.CPUQuota)
-	i64("cpuShares", a.CPUShares, cur.CPUShares)
-	i64("memoryLimitInBytes", a.MemoryLimitInBytes, cur.MemoryLimitInBytes)
-	i64("memorySwapLimitInBytes", a.MemorySwapLimitInBytes, cur.MemorySwapLimitInBytes)
-	i64("oomScoreAdj", a.OomScoreAdj, cur.OomScoreAdj)
-	str("cpusetCpus", a.CpusetCpus, cur.CpusetCpus)
-	str("cpusetMems", a.CpusetMems, cur.CpusetMems)
-	out = mapDiff(out, group, "hugepageLimits", a.HugepageLimits, cur.HugepageLimits)
-	return mapDiff(out, group, "unified", a.Unified, cur.Unified)
+	out = mapDiff(out, group, subHugepageLimits, a.HugepageLimits, cur.HugepageLimits)
+	return mapDiff(out, group, subUnified, a.Unified, cur.Unified)
 }
 
 // set copies one changed field from a into the current state and into the merged result.
@@ -314,75 +302,20 @@ func putBoth[V any](cur, out *map[string]V, k string, v V) {
 }
 
 func setResource(f field, a *ResourceAdjustment, cur *Resources, out *ResourceAdjustment) {
-	i64 := func(dst *int64, o **int64, v *int64) { *dst = *v; x := *v; *o = &x }
-	str := func(dst *string, o **string, v *string) { *dst = *v; x := *v; *o = &x }
 	switch f.sub {
-	case "hugepageLimits":
+	case subHugepageLimits:
 		putBoth(&cur.HugepageLimits, &out.HugepageLimits, f.name, a.HugepageLimits[f.name])
 		return
-	case "unified":
+	case subUnified:
 		putBoth(&cur.Unified, &out.Unified, f.name, a.Unified[f.name])
 		return
 	}
-	switch f.name {
-	case "cpuPeriod":
-		i64(&cur.CPUPeriod, &out.CPUPeriod, a.CPUPeriod)
-	case "cpuQuota":
-		i64(&cur.CPUQuota, &out.CPUQuota, a.CPUQuota)
-	case "cpuShares":
-		i64(&cur.CPUShares, &out.CPUShares, a.CPUShares)
-	case "memoryLimitInBytes":
-		i64(&cur.MemoryLimitInBytes, &out.MemoryLimitInBytes, a.MemoryLimitInBytes)
-	case "memorySwapLimitInBytes":
-		i64(&cur.MemorySwapLimitInBytes, &out.MemorySwapLimitInBytes, a.MemorySwapLimitInBytes)
-	case "oomScoreAdj":
-		i64(&cur.OomScoreAdj, &out.OomScoreAdj, a.OomScoreAdj)
-	case "cpusetCpus":
-		str(&cur.CpusetCpus, &out.CpusetCpus, a.CpusetCpus)
-	case "cpusetMems":
-		str(&cur.CpusetMems, &out.CpusetMems, a.CpusetMems)
-	}
-}
-
-// ApplyResources returns r with the adjustment applied; r is not modified.
-func ApplyResources(r *Resources, a *ResourceAdjustment) *Resources {
-	out := r.Clone()
-	if out == nil {
-		out = &Resources{}
-	}
-	if a == nil {
-		return out
-	}
-	set := func(dst *int64, v *int64) {
-		if v != nil {
-			*dst = *v
+	for _, rf := range resourceFields {
+		if rf.fieldName() == f.name {
+			rf.set(a, cur, out)
+			return
 		}
 	}
-	set(&out.CPUPeriod, a.CPUPeriod)
-	set(&out.CPUQuota, a.CPUQuota)
-	set(&out.CPUShares, a.CPUShares)
-	set(&out.MemoryLimitInBytes, a.MemoryLimitInBytes)
-	set(&out.MemorySwapLimitInBytes, a.MemorySwapLimitInBytes)
-	set(&out.OomScoreAdj, a.OomScoreAdj)
-	if a.CpusetCpus != nil {
-		out.CpusetCpus = *a.CpusetCpus
-	}
-	if a.CpusetMems != nil {
-		out.CpusetMems = *a.CpusetMems
-	}
-	for k, v := range a.HugepageLimits {
-		if out.HugepageLimits == nil {
-			out.HugepageLimits = map[string]uint64{}
-		}
-		out.HugepageLimits[k] = v
-	}
-	for k, v := range a.Unified {
-		if out.Unified == nil {
-			out.Unified = map[string]string{}
-		}
-		out.Unified[k] = v
-	}
-	return out
 }
 
 // fieldsOf lists the fields an adjustment touches, for log lines.

@@ -21,9 +21,13 @@ type Resources struct {
 	CpusetCpus             string            `json:"cpusetCpus,omitempty"`
 	CpusetMems             string            `json:"cpusetMems,omitempty"`
 	HugepageLimits         map[string]uint64 `json:"hugepageLimits,omitempty"`
-	// Unified holds cgroup files by name ("cpu.idle", "memory.high"); on cgroup v1 the proxy writes each
-	// to the controller its prefix names.
+	// Unified holds cgroup files by name ("cpu.idle", "memory.high"). The front end has the runtime write
+	// them where it can (cgroup v2); on cgroup v1, where runc refuses them, it writes each into the
+	// container's cgroup itself, in the controller its prefix names, once the container has started.
 	Unified map[string]string `json:"unified,omitempty"`
+	// RDTClass is the resctrl group the container's tasks run in. CRI has no field for it: the front end
+	// moves the tasks after start and at every update.
+	RDTClass string `json:"rdtClass,omitempty"`
 }
 
 // Clone returns a deep copy; nil stays nil.
@@ -103,6 +107,7 @@ type ResourceAdjustment struct {
 	CpusetMems             *string           `json:"cpusetMems,omitempty"`
 	HugepageLimits         map[string]uint64 `json:"hugepageLimits,omitempty"`
 	Unified                map[string]string `json:"unified,omitempty"`
+	RDTClass               *string           `json:"rdtClass,omitempty"`
 }
 
 // Adjustment is what a hook changes. Container fields apply to the container of a container stage;
@@ -121,12 +126,6 @@ type Adjustment struct {
 func (a *Adjustment) Empty() bool {
 	return a == nil || (len(a.Labels) == 0 && len(a.Annotations) == 0 && a.CgroupParent == nil &&
 		a.Resources.empty() && len(a.Env) == 0 && a.PodResources.empty())
-}
-
-func (r *ResourceAdjustment) empty() bool {
-	return r == nil || (r.CPUPeriod == nil && r.CPUQuota == nil && r.CPUShares == nil && r.MemoryLimitInBytes == nil &&
-		r.MemorySwapLimitInBytes == nil && r.OomScoreAdj == nil && r.CpusetCpus == nil && r.CpusetMems == nil &&
-		len(r.HugepageLimits) == 0 && len(r.Unified) == 0)
 }
 
 // Int64 and String make adjustment literals short: &hooks.ResourceAdjustment{CPUShares: hooks.Int64(512)}.

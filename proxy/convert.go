@@ -41,27 +41,7 @@ func containerFromConfig(id, podID string, cfg *runtimeapi.ContainerConfig) *sto
 
 // resourcesFromCRI converts CRI resources; nil stays nil.
 func resourcesFromCRI(r *runtimeapi.LinuxContainerResources) *hooks.Resources {
-	if r == nil {
-		return nil
-	}
-	out := &hooks.Resources{
-		CPUPeriod:              r.GetCpuPeriod(),
-		CPUQuota:               r.GetCpuQuota(),
-		CPUShares:              r.GetCpuShares(),
-		MemoryLimitInBytes:     r.GetMemoryLimitInBytes(),
-		MemorySwapLimitInBytes: r.GetMemorySwapLimitInBytes(),
-		OomScoreAdj:            r.GetOomScoreAdj(),
-		CpusetCpus:             r.GetCpusetCpus(),
-		CpusetMems:             r.GetCpusetMems(),
-		Unified:                maps.Clone(r.GetUnified()),
-	}
-	for _, h := range r.GetHugepageLimits() {
-		if out.HugepageLimits == nil {
-			out.HugepageLimits = map[string]uint64{}
-		}
-		out.HugepageLimits[h.GetPageSize()] = h.GetLimit()
-	}
-	return out
+	return hooks.ResourcesFromProto(r.ProtoReflect())
 }
 
 func podInfo(p *store.Pod) *hooks.PodInfo {
@@ -151,38 +131,16 @@ func applyContainer(cfg *runtimeapi.ContainerConfig, a *hooks.Adjustment) {
 
 // applyResources writes a resource adjustment into CRI resources.
 func applyResources(r *runtimeapi.LinuxContainerResources, a *hooks.ResourceAdjustment) {
-	if a == nil {
-		return
-	}
-	set := func(dst *int64, v *int64) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	set(&r.CpuPeriod, a.CPUPeriod)
-	set(&r.CpuQuota, a.CPUQuota)
-	set(&r.CpuShares, a.CPUShares)
-	set(&r.MemoryLimitInBytes, a.MemoryLimitInBytes)
-	set(&r.MemorySwapLimitInBytes, a.MemorySwapLimitInBytes)
-	set(&r.OomScoreAdj, a.OomScoreAdj)
-	if a.CpusetCpus != nil {
-		r.CpusetCpus = *a.CpusetCpus
-	}
-	if a.CpusetMems != nil {
-		r.CpusetMems = *a.CpusetMems
-	}
-	for _, size := range slices.Sorted(maps.Keys(a.HugepageLimits)) {
-		replaced := false
-		for _, h := range r.HugepageLimits {
-			if h.PageSize == size {
-				h.Limit, replaced = a.HugepageLimits[size], true
-			}
-		}
-		if !replaced {
-			r.HugepageLimits = append(r.HugepageLimits, &runtimeapi.HugepageLimit{PageSize: size, Limit: a.HugepageLimits[size]})
-		}
-	}
-	r.Unified = mergeMap(r.Unified, a.Unified)
+	hooks.ApplyToProto(r.ProtoReflect(), a)
+}
+
+// adjusted returns a container's stored resources with an adjustment applied, as a whole update for the
+// runtime.
+func adjusted(stored *hooks.Resources, a *hooks.ResourceAdjustment) *runtimeapi.LinuxContainerResources {
+	r := &runtimeapi.LinuxContainerResources{}
+	applyResources(r, hooks.Whole(stored))
+	applyResources(r, a)
+	return r
 }
 
 func mergeMap(dst, src map[string]string) map[string]string {

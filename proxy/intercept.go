@@ -258,6 +258,10 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		logger.Info("Pod sandbox unknown to the store; container passed through without hooks", "podSandboxID", req.GetPodSandboxId())
 		ctx = klog.NewContext(ctx, logger)
 	}
+	var unsent map[string]string
+	if known {
+		unsent = s.unsentFiles(req.GetConfig().GetLinux().GetResources())
+	}
 	resp, err := s.rt.CreateContainer(ctx, req, opts...)
 	if err != nil {
 		if known {
@@ -268,6 +272,13 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 	}
 	ctr := containerFromConfig(resp.GetContainerId(), req.GetPodSandboxId(), req.GetConfig())
 	ctr.State = runtimeapi.ContainerState_CONTAINER_CREATED.String()
+	if known {
+		var a *hooks.ResourceAdjustment
+		if adj != nil {
+			a = adj.Resources
+		}
+		ctr.Resources = recorded(req.GetConfig().GetLinux().GetResources(), unsent, rdtClass(nil, a))
+	}
 	s.store.PutContainer(ctr)
 	if known {
 		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
@@ -287,7 +298,8 @@ func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContai
 		}
 		if adj != nil && adj.Resources != nil {
 			// CRI's StartContainer carries no resources: a pre-start change reaches the runtime as an update.
-			if err := s.updateBeforeStart(ctx, ctr, adj.Resources, opts); err != nil {
+			upd := &runtimeapi.UpdateContainerResourcesRequest{ContainerId: ctr.ID, Linux: adjusted(ctr.Resources, adj.Resources)}
+			if _, err := s.update(ctx, pod, ctr, upd, adj.Resources, opts); err != nil {
 				return nil, err
 			}
 		}
@@ -300,37 +312,15 @@ func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContai
 	if ctr != nil {
 		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_RUNNING.String() })
 		s.persist(ctx)
-		if c, ok := s.store.Container(ctr.ID); ok {
+		if c, ok := s.store.Container(ctr.ID); ok && pod != nil {
+			if c.Resources != nil {
+				s.applyUnsent(ctx, pod, c.ID, s.v1Files(c.Resources), c.Resources.RDTClass)
+			}
 			s.postHooks(ctx, hooks.PostStartContainer, pod, c)
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Container started")
 	return resp, nil
-}
-
-func (s *Server) updateBeforeStart(ctx context.Context, ctr *store.Container, a *hooks.ResourceAdjustment, opts []grpc.CallOption) error {
-	r := &runtimeapi.LinuxContainerResources{}
-	applyResourcesFrom(r, ctr.Resources)
-	applyResources(r, a)
-	if _, err := s.rt.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: ctr.ID, Linux: r}, opts...); err != nil {
-		return err
-	}
-	applied := resourcesFromCRI(r)
-	s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.Resources = applied })
-	return nil
-}
-
-// applyResourcesFrom fills CRI resources from stored ones.
-func applyResourcesFrom(r *runtimeapi.LinuxContainerResources, from *hooks.Resources) {
-	if from == nil {
-		return
-	}
-	applyResources(r, &hooks.ResourceAdjustment{
-		CPUPeriod: &from.CPUPeriod, CPUQuota: &from.CPUQuota, CPUShares: &from.CPUShares,
-		MemoryLimitInBytes: &from.MemoryLimitInBytes, MemorySwapLimitInBytes: &from.MemorySwapLimitInBytes,
-		OomScoreAdj: &from.OomScoreAdj, CpusetCpus: &from.CpusetCpus, CpusetMems: &from.CpusetMems,
-		HugepageLimits: from.HugepageLimits, Unified: from.Unified,
-	})
 }
 
 func (s *Server) stopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest, opts []grpc.CallOption) (*runtimeapi.StopContainerResponse, error) {
@@ -372,6 +362,7 @@ func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveCont
 func (s *Server) updateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest, opts []grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	defer s.lockContainer(req.GetContainerId())()
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
+	var a *hooks.ResourceAdjustment
 	if pod != nil {
 		ci := storedContainerInfo(ctr)
 		ci.Resources = resourcesFromCRI(req.GetLinux())
@@ -380,23 +371,25 @@ func (s *Server) updateContainerResources(ctx context.Context, req *runtimeapi.U
 			return nil, err
 		}
 		if adj != nil && adj.Resources != nil {
+			a = adj.Resources
 			if req.Linux == nil {
 				req.Linux = &runtimeapi.LinuxContainerResources{}
 			}
-			applyResources(req.Linux, adj.Resources)
+			applyResources(req.Linux, a)
 		}
 		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
 	}
 	// Always forwarded: kubelet's in-place resize depends on its update reaching the runtime.
-	resp, err := s.rt.UpdateContainerResources(ctx, req, opts...)
+	if ctr == nil {
+		return s.rt.UpdateContainerResources(ctx, req, opts...)
+	}
+	resp, err := s.update(ctx, pod, ctr, req, a, opts)
 	if err != nil {
 		return nil, err
 	}
-	if ctr != nil && req.GetLinux() != nil {
-		applied := resourcesFromCRI(req.GetLinux())
-		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.Resources = applied })
+	if req.GetLinux() != nil {
 		s.persist(ctx)
-		klog.FromContext(ctx).V(2).Info("Container resources updated", "resources", applied)
+		klog.FromContext(ctx).V(2).Info("Container resources updated", "resources", req.GetLinux())
 	}
 	return resp, nil
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	released         prometheus.Counter
 	reconciles       *prometheus.CounterVec
 	podCgroupErrors  prometheus.Counter
+	ctrCgroupErrors  prometheus.Counter
 	refreshed        *prometheus.CounterVec
 }
 
@@ -44,12 +45,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "tandem", Subsystem: "proxy", Name: "pod_cgroup_errors_total",
 			Help: "Pod-level settings from hooks that could not be written to the pod's cgroup.",
 		}),
+		ctrCgroupErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "proxy", Name: "container_cgroup_errors_total",
+			Help: "Container settings from hooks that the runtime cannot carry (cgroup v1 unified files, RDT classes) and tandem-proxy could not apply itself.",
+		}),
 		refreshed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tandem", Subsystem: "proxy", Name: "container_refreshes_total",
 			Help: "Containers whose resources the proxy updated on its own because a policy's decision changed (pools moved), by result.",
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.checkpointErrors, m.released, m.reconciles, m.podCgroupErrors, m.refreshed} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.checkpointErrors, m.released, m.reconciles, m.podCgroupErrors, m.ctrCgroupErrors, m.refreshed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -96,7 +96,7 @@ func (s *Server) refreshOne(ctx context.Context, pod *store.Pod, c *store.Contai
 	}
 	result := refreshSkipped
 	if adj.Resources != nil {
-		result = s.updateFromRefresh(ctx, c, adj.Resources)
+		result = s.updateFromRefresh(ctx, pod, c, adj.Resources)
 	}
 	if !podFirst {
 		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
@@ -105,24 +105,20 @@ func (s *Server) refreshOne(ctx context.Context, pod *store.Pod, c *store.Contai
 }
 
 // updateFromRefresh sends the runtime the container's resources with a refresh's adjustment applied.
-func (s *Server) updateFromRefresh(ctx context.Context, c *store.Container, adj *hooks.ResourceAdjustment) refreshResult {
+func (s *Server) updateFromRefresh(ctx context.Context, pod *store.Pod, c *store.Container, adj *hooks.ResourceAdjustment) refreshResult {
 	logger := klog.FromContext(ctx)
-	r := &runtimeapi.LinuxContainerResources{}
-	applyResourcesFrom(r, c.Resources)
-	applyResources(r, adj)
+	r := adjusted(c.Resources, adj)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.RuntimeTimeout)
 	defer cancel()
-	if _, err := s.rt.UpdateContainerResources(cctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: c.ID, Linux: r}); err != nil {
+	if _, err := s.update(cctx, pod, c, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: c.ID, Linux: r}, adj, nil); err != nil {
 		// The container may have exited meanwhile; the next refresh or its removal settles it.
 		s.metrics.refreshed.WithLabelValues("error").Inc()
 		logger.V(2).Info("Container not moved", "err", err)
 		return refreshFailed
 	}
-	applied := resourcesFromCRI(r)
-	s.store.UpdateContainer(c.ID, func(c *store.Container) { c.Resources = applied })
 	s.persist(ctx)
 	s.metrics.refreshed.WithLabelValues("ok").Inc()
-	logger.V(4).Info("Container moved", "cpusetCpus", applied.CpusetCpus, "cpuQuota", applied.CPUQuota)
+	logger.V(4).Info("Container moved", "cpusetCpus", r.GetCpusetCpus(), "cpuQuota", r.GetCpuQuota())
 	return refreshed
 }
 

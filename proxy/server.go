@@ -34,6 +34,8 @@ type Deps struct {
 	Hooks *hooks.Dispatcher
 	// Cgroups writes pod-level settings that hooks ask for; nil leaves them unapplied, with a log line.
 	Cgroups cgroup.Writer
+	// RDT moves containers into the RDT class hooks chose; nil leaves them where they are, with a log line.
+	RDT RDT
 	// Registerer receives the proxy's metrics; nil means they are kept but not exposed.
 	Registerer prometheus.Registerer
 	// Refresh asks the proxy to run PreUpdateContainerResources for every live container and send the
@@ -46,6 +48,7 @@ type Server struct {
 	cfg        Config
 	hooks      *hooks.Dispatcher
 	cgroups    cgroup.Writer
+	rdt        RDT
 	refresh    <-chan struct{}
 	codec      *codec
 	runtime    *grpc.ClientConn
@@ -111,6 +114,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg:          cfg,
 		hooks:        deps.Hooks,
 		cgroups:      deps.Cgroups,
+		rdt:          deps.RDT,
 		refresh:      deps.Refresh,
 		codec:        c,
 		store:        store.New(),

@@ -6,16 +6,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tandemkit/tandem/metrics/nodemetric"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
-// QoS markers that make a pod best-effort (BE) without batch resources; the same dialects the
-// node side accepts.
-const (
-	koordinatorQoSLabel    = "koordinator.sh/qosClass"
-	openFuyaoQoSAnnotation = "openfuyao.com/QoS-level"
-	beQoS                  = "BE"
-	daemonSetKind          = "DaemonSet"
-)
+const daemonSetKind = "DaemonSet"
 
 // UsageThresholdsAnnotation overrides Config.UsageThresholds on one node. Its value has the JSON
 // shape of usageThresholds, e.g. {"cpu":50,"memory":90}; a resource left out keeps the cluster value.
@@ -45,8 +39,7 @@ func demandOf(pod *corev1.Pod, def EstimatedUsage) demand {
 	} else {
 		d.estCPU = podRequest(pod, corev1.ResourceCPU, true)
 		d.estMemory = podRequest(pod, corev1.ResourceMemory, false)
-		d.be = pod.Labels[koordinatorQoSLabel] == beQoS || pod.Annotations[openFuyaoQoSAnnotation] == beQoS ||
-			(pod.Labels[koordinatorQoSLabel] == "" && bestEffort(pod))
+		d.be = qosClass(pod) == qos.BE
 	}
 	if d.estCPU == 0 {
 		d.estCPU = def.CPUMilli
@@ -96,6 +89,22 @@ func podRequest(pod *corev1.Pod, name corev1.ResourceName, milli bool) int64 {
 		regular += value(pod.Spec.Containers[i].Resources.Requests)
 	}
 	return max(regular+sidecars, initMax) + overhead
+}
+
+// qosClass is the class the node will give the pod, read from the same dialects (the label wins
+// over the annotation); without either, Kubernetes' BestEffort is BE and the rest LS. A value the
+// node refuses is "": such a pod never runs there as BE.
+func qosClass(pod *corev1.Pod) qos.Class {
+	r, err := qos.Resolve(qos.Input{Labels: pod.Labels, Annotations: pod.Annotations})
+	switch {
+	case err != nil:
+		return ""
+	case r.Source != qos.FromKubernetes:
+		return r.Class
+	case bestEffort(pod):
+		return qos.BE
+	}
+	return qos.LS
 }
 
 // bestEffort is Kubernetes' BestEffort QoS class: no CPU or memory request or limit anywhere.
@@ -153,11 +162,11 @@ func trimPod(obj any) (any, error) {
 	t := &corev1.Pod{}
 	t.Name, t.Namespace, t.UID, t.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
 	t.DeletionTimestamp = pod.DeletionTimestamp
-	if v, ok := pod.Labels[koordinatorQoSLabel]; ok {
-		t.Labels = map[string]string{koordinatorQoSLabel: v}
+	if v, ok := pod.Labels[qos.LabelKoordinator]; ok {
+		t.Labels = map[string]string{qos.LabelKoordinator: v}
 	}
-	if v, ok := pod.Annotations[openFuyaoQoSAnnotation]; ok {
-		t.Annotations = map[string]string{openFuyaoQoSAnnotation: v}
+	if v, ok := pod.Annotations[qos.AnnotationOpenFuyao]; ok {
+		t.Annotations = map[string]string{qos.AnnotationOpenFuyao: v}
 	}
 	t.Spec.NodeName = pod.Spec.NodeName
 	t.Spec.Overhead = pod.Spec.Overhead

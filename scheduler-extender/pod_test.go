@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tandemkit/tandem/metrics/nodemetric"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 func TestDemandOf(t *testing.T) {
@@ -48,7 +49,15 @@ func TestDemandOf(t *testing.T) {
 		{
 			name: "koordinator BE label",
 			pod: &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"koordinator.sh/qosClass": "BE"}},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{qos.LabelKoordinator: string(qos.BE)}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Resources: req("cpu", "1")}}},
+			},
+			want: demand{estCPU: 1000, estMemory: def.MemoryBytes, be: true},
+		},
+		{
+			name: "koordinator label read as the node reads it: case and spaces do not matter",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{qos.LabelKoordinator: " be"}},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Resources: req("cpu", "1")}}},
 			},
 			want: demand{estCPU: 1000, estMemory: def.MemoryBytes, be: true},
@@ -56,7 +65,42 @@ func TestDemandOf(t *testing.T) {
 		{
 			name: "koordinator LS label overrides BestEffort",
 			pod: &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"koordinator.sh/qosClass": "LS"}},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{qos.LabelKoordinator: string(qos.LS)}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{}}},
+			},
+			want: demand{estCPU: def.CPUMilli, estMemory: def.MemoryBytes},
+		},
+		{
+			name: "openFuyao BE annotation",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{qos.AnnotationOpenFuyao: string(qos.BE)}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Resources: req("cpu", "1")}}},
+			},
+			want: demand{estCPU: 1000, estMemory: def.MemoryBytes, be: true},
+		},
+		{
+			name: "the label wins over the annotation, as on the node",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      map[string]string{qos.LabelKoordinator: string(qos.LS)},
+					Annotations: map[string]string{qos.AnnotationOpenFuyao: string(qos.BE)},
+				},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: req("cpu", "1")}}},
+			},
+			want: demand{estCPU: 1000, estMemory: def.MemoryBytes},
+		},
+		{
+			name: "openFuyao LS annotation overrides BestEffort",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{qos.AnnotationOpenFuyao: string(qos.LS)}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{}}},
+			},
+			want: demand{estCPU: def.CPUMilli, estMemory: def.MemoryBytes},
+		},
+		{
+			name: "a label value the node refuses is not BE",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{qos.LabelKoordinator: "batch"}},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{}}},
 			},
 			want: demand{estCPU: def.CPUMilli, estMemory: def.MemoryBytes},
@@ -128,7 +172,7 @@ func TestRunningSince(t *testing.T) {
 func TestTrimKeepsWhatTheCacheReads(t *testing.T) {
 	t.Parallel()
 	pod := withRunning(batchPod("be", "n1", "1500", "2Gi"), time.Minute).build()
-	pod.Labels = map[string]string{"koordinator.sh/qosClass": "BE", "app": "spark"}
+	pod.Labels = map[string]string{qos.LabelKoordinator: string(qos.BE), "app": "spark"}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "data"}}
 	trimmed, err := trimPod(pod)
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 type options struct {
@@ -254,7 +255,7 @@ func target(i int) collector.Target {
 	return collector.Target{
 		Namespace: "bench", Pod: fmt.Sprintf("pod%03d", i), PodUID: fmt.Sprintf("uid%03d", i),
 		Container: "main", ContainerID: fmt.Sprintf("%064x", i+1),
-		QoS:          []string{"LS", "BE", "LSR", "BE"}[i%4],
+		QoS:          []qos.Class{qos.LS, qos.BE, qos.LSR, qos.BE}[i%4],
 		CgroupParent: fmt.Sprintf("/tandem-bench/pod%03d", i),
 	}
 }

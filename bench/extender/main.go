@@ -45,6 +45,7 @@ import (
 
 	"github.com/tandemkit/tandem/bench/internal/quantile"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
+	"github.com/tandemkit/tandem/resource/qos"
 	extender "github.com/tandemkit/tandem/scheduler-extender"
 )
 
@@ -513,7 +514,7 @@ func batchPod() *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "spark-exec", Namespace: "batch", UID: "7f0e7b1c-4c1e-4a8e-9b8e-2f2d3c4b5a69",
-			Labels:          map[string]string{"koordinator.sh/qosClass": "BE", "spark-role": "executor", "spark-app-selector": "spark-4f1c2b"},
+			Labels:          map[string]string{qos.LabelKoordinator: string(qos.BE), "spark-role": "executor", "spark-app-selector": "spark-4f1c2b"},
 			Annotations:     map[string]string{"sidecar.istio.io/inject": "false"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "spark-driver", UID: "d1"}},
 		},

@@ -39,6 +39,7 @@ import (
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 const (
@@ -301,9 +302,9 @@ func (l *load) jitter(v int64) int64 {
 
 func (l *load) sample(at time.Time) *reporter.Sample {
 	s := &reporter.Sample{Time: at, Capacity: reclaim.Resources{CPUMilli: 32000, MemoryBytes: 128 * gi}}
-	add := func(uid, qos string, cpu, mem int64) {
+	add := func(uid string, class qos.Class, cpu, mem int64) {
 		u := reclaim.Resources{CPUMilli: l.jitter(cpu), MemoryBytes: l.jitter(mem)}
-		s.Pods = append(s.Pods, reporter.PodUsage{UID: uid, QoS: qos, Usage: u})
+		s.Pods = append(s.Pods, reporter.PodUsage{UID: uid, QoS: class, Usage: u})
 		s.Node.CPUMilli += u.CPUMilli
 		s.Node.MemoryBytes += u.MemoryBytes
 	}
@@ -312,8 +313,8 @@ func (l *load) sample(at time.Time) *reporter.Sample {
 		if i == 0 && l.hot {
 			cpu += 3000
 		}
-		add(fmt.Sprintf("ls-%d", i), "LS", cpu, gi)
-		add(fmt.Sprintf("be-%d", i), "BE", 200, gi/2)
+		add(fmt.Sprintf("ls-%d", i), qos.LS, cpu, gi)
+		add(fmt.Sprintf("be-%d", i), qos.BE, 200, gi/2)
 	}
 	s.System = reclaim.Resources{CPUMilli: l.jitter(1500), MemoryBytes: l.jitter(3 * gi)}
 	s.Node.CPUMilli += s.System.CPUMilli

@@ -39,6 +39,7 @@ import (
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/suppress"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
 )
 
@@ -235,7 +236,7 @@ func (s *sampler) run(ctx context.Context, interval time.Duration) {
 			Node:     collector.Usage{CPUMilli: node},
 			System:   collector.Usage{CPUMilli: max(node-ls, 0)},
 			Containers: []collector.ContainerUsage{
-				{Target: collector.Target{Namespace: "bench", Pod: "ls", Container: "spin", QoS: "LS"}, Usage: collector.Usage{CPUMilli: ls}},
+				{Target: collector.Target{Namespace: "bench", Pod: "ls", Container: "spin", QoS: qos.LS}, Usage: collector.Usage{CPUMilli: ls}},
 			},
 		}
 		s.mu.Lock()

@@ -34,11 +34,9 @@ import (
 	"github.com/tandemkit/tandem/config/slo/source"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
-	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/hooks/policy/podspec"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
-	"github.com/tandemkit/tandem/hooks/policy/resctrl"
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
@@ -48,6 +46,7 @@ import (
 	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/resctrl"
 	"github.com/tandemkit/tandem/resource/topology"
 )
 
@@ -277,9 +276,12 @@ func run(ctx context.Context, args []string) error {
 	// The cpuset policy asks for a refresh when exclusive CPUs come or go; one pending request is enough.
 	refresh := make(chan struct{}, 1)
 	var srv *proxy.Server
-	var pids resctrl.PIDLister
+	// The resctrl policy names a container's RDT class; the proxy moves its tasks there.
+	var rdt proxy.RDT
 	if cgroups != nil {
-		pids = resctrl.CgroupTasks{Root: st.cgroupRoot, Version: cgroups.Version(), ContainerCgroup: cpuburst.ContainerdCgroup}
+		if fs, err := resctrl.Open(resctrl.DefaultRoot); err == nil {
+			rdt = resctrl.CgroupMover{FS: fs, CgroupRoot: st.cgroupRoot, CgroupVersion: cgroups.Version()}
+		}
 	}
 	var cpusetState *cpuset.State
 	if cpus != nil {
@@ -289,9 +291,8 @@ func run(ctx context.Context, args []string) error {
 	// A BE container started: the BE thread scheduling loop sweeps at once; one pending notice is enough.
 	beStarted := make(chan struct{}, 1)
 	policyDeps := policy.Deps{
-		Cgroups:     cgroups,
-		ResctrlPIDs: pids,
-		CPUSet:      cpusetState,
+		Cgroups: cgroups,
+		CPUSet:  cpusetState,
 		BEStarted: func() {
 			select {
 			case beStarted <- struct{}{}:
@@ -358,7 +359,7 @@ func run(ctx context.Context, args []string) error {
 			logger.Error(err, "Hook directory not watched; changes need a restart", "hooksDir", st.hooksDir)
 		}
 	})
-	srv, err = proxy.New(cfg, proxy.Deps{Hooks: dispatcher, Cgroups: cgroups, Registerer: reg, Refresh: refresh})
+	srv, err = proxy.New(cfg, proxy.Deps{Hooks: dispatcher, Cgroups: cgroups, RDT: rdt, Registerer: reg, Refresh: refresh})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
 // collectorTargets lists the store's containers for the collector, rebuilt only when the store changed:
@@ -48,9 +49,10 @@ func collectorTargets(st *store.Store) func() []collector.Target {
 			if p == nil {
 				continue
 			}
-			class := c.Annotations[qos.AnnotationClass]
+			// The class the qos policy recorded: already resolved, so a plain conversion.
+			class := resqos.Class(c.Annotations[qos.AnnotationClass])
 			if class == "" {
-				class = p.Annotations[qos.AnnotationClass]
+				class = resqos.Class(p.Annotations[qos.AnnotationClass])
 			}
 			cached = append(cached, collector.Target{Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID,
 				Container: c.Name, ContainerID: c.ID, QoS: class, CgroupParent: p.CgroupParent})
@@ -67,7 +69,7 @@ func podRequests(st *store.Store) func() []reporter.PodRequest {
 		snap := st.Snapshot()
 		byPod := map[string]*reporter.PodRequest{}
 		for _, p := range snap.Pods {
-			byPod[p.ID] = &reporter.PodRequest{UID: p.UID, QoS: p.Annotations[qos.AnnotationClass]}
+			byPod[p.ID] = &reporter.PodRequest{UID: p.UID, QoS: resqos.Class(p.Annotations[qos.AnnotationClass])}
 		}
 		for _, c := range snap.Containers {
 			pr, ok := byPod[c.PodSandboxID]

@@ -46,8 +46,8 @@ func DefaultConfig() Config {
 
 // Deps are what the policies need from the node.
 type Deps struct {
-	// Cgroups tells which cgroup files the kernel offers and writes the container cgroups the runtime cannot
-	// (cgroup v1 has no unified files); nil switches off the policies that need it.
+	// Cgroups tells the cgroup version and which files the kernel offers (policies only probe it: the front
+	// end writes what they return); nil switches off the policies that need it.
 	Cgroups cgroup.Writer
 	// CPUSet holds the exclusive CPUs and which containers use them, shared by every cpuset hook a
 	// configuration change rebuilds; nil (no topology) switches the cpuset policy off.
@@ -67,10 +67,8 @@ type Deps struct {
 	BEStarted func()
 	// MemoryRequests gives memory requests from the pod spec; optional.
 	MemoryRequests memoryqos.Requests
-	// ResctrlRoot is the resctrl mount ("" = /sys/fs/resctrl); ResctrlPIDs lists a container's tasks,
-	// nil switches resctrl off.
+	// ResctrlRoot is the resctrl mount ("" = /sys/fs/resctrl).
 	ResctrlRoot string
-	ResctrlPIDs resctrl.PIDLister
 }
 
 // Names lists the built-in policies in execution order.
@@ -125,22 +123,18 @@ func all(cfg Config, deps Deps) []hooks.Registration {
 		// Pod-level settings, and a notice when a BE container started: it never competes with the
 		// container-level policies for a field.
 		{Name: cpuidle.Name, Order: 400, New: func() (hooks.Hook, error) {
-			var p cpuidle.Prober
-			if deps.Cgroups != nil {
-				p = deps.Cgroups
-			}
-			return cpuidle.New(cfg.CPUIdle, p, deps.BEStarted)
+			return cpuidle.New(cfg.CPUIdle, deps.Cgroups, deps.BEStarted)
 		}},
 		// After cpuset and batchresource: the burst follows the quota the container ends up with.
 		{Name: cpuburst.Name, Order: 500, New: func() (hooks.Hook, error) {
-			return cpuburst.New(cfg.CPUBurst, cpuburst.Deps{Cgroups: deps.Cgroups, ContainerCgroup: cpuburst.ContainerdCgroup})
+			return cpuburst.New(cfg.CPUBurst, deps.Cgroups)
 		}},
 		{Name: memoryqos.Name, Order: 600, Timeout: 3 * time.Second, New: func() (hooks.Hook, error) {
-			return memoryqos.New(cfg.MemoryQoS, memoryqos.Deps{Cgroups: deps.Cgroups, ContainerCgroup: cpuburst.ContainerdCgroup, Requests: deps.MemoryRequests})
+			return memoryqos.New(cfg.MemoryQoS, memoryqos.Deps{Cgroups: deps.Cgroups, Requests: deps.MemoryRequests})
 		}},
-		// Last: it changes no field, and acts after the start, when the container has tasks.
+		// Last: it sets only the RDT class, which no other policy claims.
 		{Name: resctrl.Name, Order: 700, New: func() (hooks.Hook, error) {
-			return resctrl.New(cfg.Resctrl, resctrl.Deps{Root: deps.ResctrlRoot, PIDs: deps.ResctrlPIDs})
+			return resctrl.New(cfg.Resctrl, resctrl.Deps{Root: deps.ResctrlRoot})
 		}},
 	}
 }

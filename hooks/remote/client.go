@@ -2,8 +2,8 @@ package remote
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc"
@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/hooks/remote/unary"
 	"github.com/tandemkit/tandem/hooks/remote/v1alpha1"
 )
 
@@ -114,39 +113,55 @@ func callContainer(ctx context.Context, c *Client, rpc string, f containerRPC, p
 // call sends one request. Payloads are logged at V(5) only: they carry pod annotations and environment.
 func call[Req, Resp any](ctx context.Context, c *Client, rpc string, req Req, f func(v1alpha1.RuntimeHookServiceClient, Req) (Resp, error)) (Resp, error) {
 	var zero Resp
-	api, err := c.conn.api()
+	api, done, err := c.conn.api()
 	if err != nil {
-		return zero, fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable)
+		return zero, fmt.Errorf("connection to hook server %s is closed: %w: %w", c.conn.endpoint, err, errdefs.ErrUnavailable)
 	}
+	defer done()
 	logger := klog.FromContext(ctx)
 	logger.V(5).Info("Hook server request", "hook", c.name, "rpc", rpc, "endpoint", c.conn.endpoint, "request", req)
 	resp, err := f(api, req)
 	if err != nil {
-		return zero, c.callError(ctx, rpc, err)
+		return zero, c.callError(ctx, rpc, fmt.Sprintf("%T", zero), err)
 	}
 	logger.V(5).Info("Hook server response", "hook", c.name, "rpc", rpc, "response", resp)
 	return resp, nil
 }
 
+// undecodable starts grpc-go's message for an answer that does not decode as the response: the client's
+// verdict, which a server's status never carries (grpc-go servers word their own decoding failures
+// "grpc: error unmarshalling request").
+const undecodable = "grpc: failed to unmarshal the received message"
+
 // callError gives a failed call the class the dispatcher and the proxy act on. The gRPC status itself
 // is not wrapped: the proxy would pass it to kubelet as it is, without the hook's name.
-func (c *Client) callError(ctx context.Context, rpc string, err error) error {
+func (c *Client) callError(ctx context.Context, rpc, respType string, err error) error {
 	// The dispatcher counts a call that ran out of time by its context error.
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
+	st := status.Convert(err)
 	// An answer that is not the protocol is Internal, as grpc-go makes an answer it cannot decode: the
 	// server is there and broken, which the operator must tell from one that is down (Unavailable).
-	var pe *unary.ProtocolError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("hook server %s answered %s with something that is not gRPC (protocol error: the hook server is broken, not down; check that this socket is the hook server its hooks.d file names, serving runtime.v1alpha1.RuntimeHookService): %s: %w",
-			c.conn.endpoint, rpc, pe.Detail(), errdefs.ErrInternal)
+	notGRPC := ""
+	switch {
+	case st.Code() == codes.Unavailable:
+		notGRPC = c.conn.notGRPCDetail()
+	case st.Code() == codes.Internal && strings.HasPrefix(st.Message(), undecodable):
+		notGRPC = fmt.Sprintf("the answer does not decode as %s: %s", strings.TrimPrefix(respType, "*"), st.Message())
 	}
-	st := status.Convert(err)
+	if notGRPC != "" {
+		return fmt.Errorf("hook server %s answered %s with something that is not gRPC (protocol error: the hook server is broken, not down; check that this socket is the hook server its hooks.d file names, serving runtime.v1alpha1.RuntimeHookService): %s: %w",
+			c.conn.endpoint, rpc, notGRPC, errdefs.ErrInternal)
+	}
 	switch st.Code() {
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%s on %s: %s: %w", rpc, c.conn.endpoint, st.Message(), context.DeadlineExceeded)
 	case codes.Canceled:
+		// The caller's context did not end: grpc-go ended the call as the connection was closed.
+		if c.conn.isClosed() {
+			return fmt.Errorf("connection to hook server %s is closed: %w: %w", c.conn.endpoint, errConnClosed, errdefs.ErrUnavailable)
+		}
 		return fmt.Errorf("%s on %s: %s: %w", rpc, c.conn.endpoint, st.Message(), context.Canceled)
 	case codes.Unavailable:
 		return fmt.Errorf("hook server %s is unreachable (check that it is running and listening on that socket, and that its hooks.d file names the right endpoint): %s: %w",

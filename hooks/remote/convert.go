@@ -1,9 +1,6 @@
 package remote
 
 import (
-	"maps"
-	"slices"
-
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/remote/v1alpha1"
 )
@@ -50,55 +47,9 @@ func protoResources(r *hooks.Resources) *v1alpha1.LinuxContainerResources {
 	if r == nil {
 		return nil
 	}
-	out := &v1alpha1.LinuxContainerResources{
-		CpuPeriod:              r.CPUPeriod,
-		CpuQuota:               r.CPUQuota,
-		CpuShares:              r.CPUShares,
-		MemoryLimitInBytes:     r.MemoryLimitInBytes,
-		OomScoreAdj:            r.OomScoreAdj,
-		CpusetCpus:             r.CpusetCpus,
-		CpusetMems:             r.CpusetMems,
-		Unified:                r.Unified,
-		MemorySwapLimitInBytes: r.MemorySwapLimitInBytes,
-	}
-	// Sorted, so that the same resources always make the same bytes.
-	for _, size := range slices.Sorted(maps.Keys(r.HugepageLimits)) {
-		out.HugepageLimits = append(out.HugepageLimits, &v1alpha1.HugepageLimit{PageSize: size, Limit: r.HugepageLimits[size]})
-	}
+	out := &v1alpha1.LinuxContainerResources{}
+	hooks.ApplyToProto(out.ProtoReflect(), hooks.Whole(r))
 	return out
-}
-
-// resourceAdjustment reads the non-zero fields of a response's resources; nil when there are none.
-func resourceAdjustment(r *v1alpha1.LinuxContainerResources) *hooks.ResourceAdjustment {
-	if r == nil {
-		return nil
-	}
-	a := &hooks.ResourceAdjustment{
-		CPUPeriod:              nonZero(r.GetCpuPeriod()),
-		CPUQuota:               nonZero(r.GetCpuQuota()),
-		CPUShares:              nonZero(r.GetCpuShares()),
-		MemoryLimitInBytes:     nonZero(r.GetMemoryLimitInBytes()),
-		MemorySwapLimitInBytes: nonZero(r.GetMemorySwapLimitInBytes()),
-		OomScoreAdj:            nonZero(r.GetOomScoreAdj()),
-		CpusetCpus:             nonZero(r.GetCpusetCpus()),
-		CpusetMems:             nonZero(r.GetCpusetMems()),
-	}
-	if len(r.GetUnified()) > 0 {
-		a.Unified = r.GetUnified()
-	}
-	for _, h := range r.GetHugepageLimits() {
-		if h.GetPageSize() == "" {
-			continue
-		}
-		if a.HugepageLimits == nil {
-			a.HugepageLimits = map[string]uint64{}
-		}
-		a.HugepageLimits[h.GetPageSize()] = h.GetLimit()
-	}
-	if (&hooks.Adjustment{Resources: a}).Empty() {
-		return nil
-	}
-	return a
 }
 
 func nonZero[T comparable](v T) *T {
@@ -122,7 +73,7 @@ func sandboxAdjustment(resp *v1alpha1.PodSandboxHookResponse) *hooks.Adjustment 
 		Labels:       nonEmpty(resp.GetLabels()),
 		Annotations:  nonEmpty(resp.GetAnnotations()),
 		CgroupParent: nonZero(resp.GetCgroupParent()),
-		PodResources: resourceAdjustment(resp.GetResources()),
+		PodResources: hooks.AdjustmentFromProto(resp.GetResources().ProtoReflect()),
 	}
 	if a.Empty() {
 		return nil
@@ -134,7 +85,7 @@ func sandboxAdjustment(resp *v1alpha1.PodSandboxHookResponse) *hooks.Adjustment 
 func containerAdjustment(resp *v1alpha1.ContainerResourceHookResponse) *hooks.Adjustment {
 	a := &hooks.Adjustment{
 		Annotations: nonEmpty(resp.GetContainerAnnotations()),
-		Resources:   resourceAdjustment(resp.GetContainerResources()),
+		Resources:   hooks.AdjustmentFromProto(resp.GetContainerResources().ProtoReflect()),
 		Env:         nonEmpty(resp.GetContainerEnvs()),
 	}
 	if a.Empty() {

@@ -26,6 +26,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // Target is a container the node runs, as the proxy's store knows it; cmd/tandem-proxy builds the list
@@ -33,8 +35,8 @@ import (
 // tandem.io/qos-class, pod cgroup parent).
 type Target struct {
 	Namespace, Pod, PodUID, Container, ContainerID string
-	QoS                                            string // "LSE","LSR","LS","BE","SYSTEM" or ""
-	CgroupParent                                   string // the pod's cgroup parent as kubelet named it
+	QoS                                            qos.Class // "" when unknown
+	CgroupParent                                   string    // the pod's cgroup parent as kubelet named it
 }
 
 // Usage is what something uses.

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // TestCollectorRunExports runs the whole collector on a fake cgroup v2 node and scrapes it as
@@ -29,11 +31,11 @@ func TestCollectorRunExports(t *testing.T) {
 	fakeV2Cgroup(t, cg, podRel+"/cri-containerd-aaa.scope", ctrCounters{cpuNanos: 1e9, usage: 300 << 20, inactive: 100 << 20, throttled: 4, total: 40})
 	fakeV2Cgroup(t, cg, podRel+"/cri-containerd-sidecar.scope", ctrCounters{usage: 1 << 20})
 	targets := []Target{
-		{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "app", ContainerID: "aaa", QoS: "LS", CgroupParent: "kubepods-burstable-poduid_web.slice"},
-		{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "log", ContainerID: "sidecar", QoS: "LS", CgroupParent: "kubepods-burstable-poduid_web.slice"},
+		{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "app", ContainerID: "aaa", QoS: qos.LS, CgroupParent: "kubepods-burstable-poduid_web.slice"},
+		{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "log", ContainerID: "sidecar", QoS: qos.LS, CgroupParent: "kubepods-burstable-poduid_web.slice"},
 		// Restarted: the old attempt is still in the store and its cgroup is still there; the
 		// registry must not see the same series twice.
-		{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "log", ContainerID: "sidecar-old", QoS: "LS", CgroupParent: "kubepods-burstable-poduid_web.slice"},
+		{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "log", ContainerID: "sidecar-old", QoS: qos.LS, CgroupParent: "kubepods-burstable-poduid_web.slice"},
 	}
 	fakeV2Cgroup(t, cg, podRel+"/cri-containerd-sidecar-old.scope", ctrCounters{usage: 5 << 20})
 

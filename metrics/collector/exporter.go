@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 var (
@@ -73,7 +75,7 @@ func (e *exporter) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func ctrValues(node string, t Target) []string {
-	return []string{node, t.Namespace, t.Pod, t.Container, t.QoS}
+	return []string{node, t.Namespace, t.Pod, t.Container, string(t.QoS)}
 }
 
 func (e *exporter) Collect(ch chan<- prometheus.Metric) {
@@ -106,7 +108,10 @@ func (e *exporter) Collect(ch chan<- prometheus.Metric) {
 		gauge(e.systemCPU, float64(s.System.CPUMilli)/1000, node)
 		gauge(e.systemMem, float64(s.System.MemoryBytes), node)
 		gauge(e.lastSample, float64(s.Time.UnixNano())/1e9, node)
-		type podKey struct{ ns, pod, qos string }
+		type podKey struct {
+			ns, pod string
+			qos     qos.Class
+		}
 		pods := map[podKey]*Usage{}
 		var order []podKey
 		for _, c := range s.Containers {
@@ -129,8 +134,8 @@ func (e *exporter) Collect(ch chan<- prometheus.Metric) {
 			counter(e.ctrPeriods, float64(c.Periods), l...)
 		}
 		for _, k := range order {
-			gauge(e.podCPU, float64(pods[k].CPUMilli)/1000, node, k.ns, k.pod, k.qos)
-			gauge(e.podMem, float64(pods[k].MemoryBytes), node, k.ns, k.pod, k.qos)
+			gauge(e.podCPU, float64(pods[k].CPUMilli)/1000, node, k.ns, k.pod, string(k.qos))
+			gauge(e.podMem, float64(pods[k].MemoryBytes), node, k.ns, k.pod, string(k.qos))
 		}
 	}
 	if p := e.c.psi.latest.Load(); p != nil {
@@ -144,16 +149,17 @@ func (e *exporter) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		for _, pp := range p.pods {
-			if !fresh(e.podPressureSome, []string{pp.Namespace, pp.Pod, pp.QoS}) {
+			class := string(pp.QoS)
+			if !fresh(e.podPressureSome, []string{pp.Namespace, pp.Pod, class}) {
 				continue
 			}
 			for i, r := range psiResources {
 				if !pp.ok[i] {
 					continue
 				}
-				counter(e.podPressureSome, float64(pp.res[i].someMicros)/1e6, node, pp.Namespace, pp.Pod, pp.QoS, r)
+				counter(e.podPressureSome, float64(pp.res[i].someMicros)/1e6, node, pp.Namespace, pp.Pod, class, r)
 				if pp.res[i].hasFull {
-					counter(e.podPressureFull, float64(pp.res[i].fullMicros)/1e6, node, pp.Namespace, pp.Pod, pp.QoS, r)
+					counter(e.podPressureFull, float64(pp.res[i].fullMicros)/1e6, node, pp.Namespace, pp.Pod, class, r)
 				}
 			}
 		}

@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 func TestUsageSample(t *testing.T) {
 	t.Parallel()
-	ls := Target{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "app", ContainerID: "aaa", QoS: "LS"}
-	be := Target{Namespace: "batch", Pod: "job", PodUID: "uid-job", Container: "work", ContainerID: "bbb", QoS: "BE"}
+	ls := Target{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "app", ContainerID: "aaa", QoS: qos.LS}
+	be := Target{Namespace: "batch", Pod: "job", PodUID: "uid-job", Container: "work", ContainerID: "bbb", QoS: qos.BE}
 	tests := []struct {
 		name   string
 		v2     bool

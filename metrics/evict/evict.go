@@ -33,6 +33,7 @@ import (
 
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // Reason is why a pod was evicted; it is the reason label of tandem_evictions_total.
@@ -314,7 +315,7 @@ func (l *Loop) candidates(snap *collector.Snapshot) []*candidate {
 		if key == "" {
 			key = c.Namespace + "/" + c.Pod
 		}
-		if c.QoS != "BE" {
+		if c.QoS != qos.BE {
 			notBE[key] = true
 			continue
 		}

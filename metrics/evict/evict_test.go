@@ -14,13 +14,15 @@ import (
 
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 const gib = int64(1) << 30
 
 // ctr is one container of a hand-built snapshot.
 type ctr struct {
-	pod, qos string
+	pod      string
+	qos      qos.Class
 	memGiB   int64
 	cpuMilli int64
 }
@@ -78,8 +80,8 @@ func TestMemoryEvict(t *testing.T) {
 	t.Parallel()
 	// 100 GiB node at 75 GiB: down to 65% means freeing 10 GiB.
 	pods := []ctr{
-		{"be-a", "BE", 6, 0}, {"be-b", "BE", 3, 0}, {"be-c", "BE", 5, 0},
-		{"web", "LS", 50, 0}, {"mixed", "BE", 9, 0}, {"mixed", "LS", 1, 0},
+		{"be-a", qos.BE, 6, 0}, {"be-b", qos.BE, 3, 0}, {"be-c", qos.BE, 5, 0},
+		{"web", qos.LS, 50, 0}, {"mixed", qos.BE, 9, 0}, {"mixed", qos.LS, 1, 0},
 	}
 	tests := []struct {
 		name     string
@@ -163,7 +165,7 @@ func TestCoolDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods := []ctr{{"be-a", "BE", 6, 0}, {"be-b", "BE", 3, 0}, {"be-c", "BE", 2, 0}}
+	pods := []ctr{{"be-a", qos.BE, 6, 0}, {"be-b", qos.BE, 3, 0}, {"be-c", qos.BE, 2, 0}}
 	steps := []struct {
 		after time.Duration
 		used  int64
@@ -192,8 +194,8 @@ func TestCoolDown(t *testing.T) {
 func TestCPUSatisfaction(t *testing.T) {
 	t.Parallel()
 	requests := map[string]int64{"be-a": 2000, "be-b": 4000, "be-c": 2000}
-	pods := []ctr{{"be-a", "BE", 1, 900}, {"be-b", "BE", 1, 500}, {"be-c", "BE", 1, 500}, {"web", "LS", 1, 9000}}
-	idle := []ctr{{"be-a", "BE", 1, 100}, {"be-b", "BE", 1, 100}, {"be-c", "BE", 1, 100}, {"web", "LS", 1, 9000}}
+	pods := []ctr{{"be-a", qos.BE, 1, 900}, {"be-b", qos.BE, 1, 500}, {"be-c", qos.BE, 1, 500}, {"web", qos.LS, 1, 9000}}
+	idle := []ctr{{"be-a", qos.BE, 1, 100}, {"be-b", qos.BE, 1, 100}, {"be-c", qos.BE, 1, 100}, {"web", qos.LS, 1, 9000}}
 	type sample struct {
 		at   time.Duration
 		ctrs []ctr
@@ -272,7 +274,7 @@ func TestDisabledEvictsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := l.Step(ctx, snapshot(time.Unix(1, 0), 16, 100, 99, ctr{"be-a", "BE", 50, 0})); ev != nil || len(rec.evicted) > 0 {
+	if ev := l.Step(ctx, snapshot(time.Unix(1, 0), 16, 100, 99, ctr{"be-a", qos.BE, 50, 0})); ev != nil || len(rec.evicted) > 0 {
 		t.Errorf("disabled loop evicted %v", rec.evicted)
 	}
 	// A reload that enables eviction takes effect at the next sample; a bad one is refused.
@@ -284,7 +286,7 @@ func TestDisabledEvictsNothing(t *testing.T) {
 	if err := l.Reconfigure(memConfig()); err != nil {
 		t.Fatal(err)
 	}
-	l.Step(ctx, snapshot(time.Unix(2, 0), 16, 100, 99, ctr{"be-a", "BE", 50, 0}))
+	l.Step(ctx, snapshot(time.Unix(2, 0), 16, 100, 99, ctr{"be-a", qos.BE, 50, 0}))
 	if !slices.Equal(rec.evicted, []string{"be-a"}) {
 		t.Errorf("after enabling: evicted %v, want [be-a]", rec.evicted)
 	}
@@ -335,11 +337,11 @@ func TestNoCandidateNoCoolDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := l.Step(ctx, snapshot(clk.t, 16, 100, 80, ctr{"web", "LS", 70, 0})); ev != nil || len(rec.evicted) > 0 {
+	if ev := l.Step(ctx, snapshot(clk.t, 16, 100, 80, ctr{"web", qos.LS, 70, 0})); ev != nil || len(rec.evicted) > 0 {
 		t.Fatalf("evicted %v with only an LS pod on the node", rec.evicted)
 	}
 	clk.t = clk.t.Add(time.Second)
-	l.Step(ctx, snapshot(clk.t, 16, 100, 80, ctr{"web", "LS", 70, 0}, ctr{"be-a", "BE", 10, 0}))
+	l.Step(ctx, snapshot(clk.t, 16, 100, 80, ctr{"web", qos.LS, 70, 0}, ctr{"be-a", qos.BE, 10, 0}))
 	if !slices.Equal(rec.evicted, []string{"be-a"}) {
 		t.Errorf("evicted %v a second later, want [be-a]", rec.evicted)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // TestAPIEvictor runs the loop with the Eviction API evictor on a fake clientset (unit tests have no
@@ -56,7 +57,7 @@ func TestAPIEvictor(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 10 GiB to free: be-a (refused), be-gone (already gone: counts), be-c.
-	ev := l.Step(ctx, snapshot(clk.t, 16, 100, 75, ctr{"be-a", "BE", 8, 0}, ctr{"be-gone", "BE", 6, 0}, ctr{"be-c", "BE", 5, 0}, ctr{"be-d", "BE", 1, 0}))
+	ev := l.Step(ctx, snapshot(clk.t, 16, 100, 75, ctr{"be-a", qos.BE, 8, 0}, ctr{"be-gone", qos.BE, 6, 0}, ctr{"be-c", qos.BE, 5, 0}, ctr{"be-d", qos.BE, 1, 0}))
 	if want := []string{"be-a", "be-gone", "be-c"}; !slices.Equal(asked, want) {
 		t.Errorf("eviction requests for %v, want %v", asked, want)
 	}

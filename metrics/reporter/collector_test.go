@@ -5,6 +5,7 @@ import (
 
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/reclaim"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 type fixedCollector struct{ s *collector.Snapshot }
@@ -22,8 +23,8 @@ func TestFromSnapshot(t *testing.T) {
 		Node:     collector.Usage{CPUMilli: 9000, MemoryBytes: 40 * gi},
 		System:   collector.Usage{CPUMilli: 1000, MemoryBytes: 2 * gi},
 		Containers: []collector.ContainerUsage{
-			{Target: collector.Target{PodUID: "a", Container: "app", QoS: "LS"}, Usage: collector.Usage{CPUMilli: 3000, MemoryBytes: gi}},
-			{Target: collector.Target{PodUID: "a", Container: "sidecar", QoS: "LS"}, Usage: collector.Usage{CPUMilli: 1000, MemoryBytes: gi}},
+			{Target: collector.Target{PodUID: "a", Container: "app", QoS: qos.LS}, Usage: collector.Usage{CPUMilli: 3000, MemoryBytes: gi}},
+			{Target: collector.Target{PodUID: "a", Container: "sidecar", QoS: qos.LS}, Usage: collector.Usage{CPUMilli: 1000, MemoryBytes: gi}},
 			{Target: collector.Target{Container: "unknown"}, Usage: collector.Usage{CPUMilli: 500}},
 		},
 	}

@@ -48,17 +48,15 @@ import (
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
+	"github.com/tandemkit/tandem/resource/qos"
 )
-
-// QoSBE is the one QoS class whose pods are not high-priority.
-const QoSBE = "BE"
 
 // PodUsage is one pod's usage in a Sample (its containers summed).
 type PodUsage struct {
 	UID string
-	// QoS is the pod's Tandem QoS class ("LSE", "LSR", "LS", "BE", "SYSTEM" or ""); every class
-	// but BE counts as high-priority, unknown included, which errs towards less batch capacity.
-	QoS   string
+	// QoS is the pod's class, "" when unknown; every class but BE counts as high-priority,
+	// unknown included, which errs towards less batch capacity.
+	QoS   qos.Class
 	Usage reclaim.Resources
 }
 
@@ -75,7 +73,7 @@ type Sample struct {
 // not at hand.
 type PodRequest struct {
 	UID     string
-	QoS     string
+	QoS     qos.Class
 	Request reclaim.Resources
 }
 
@@ -347,7 +345,7 @@ func (r *Reporter) observe(settings slo.ColocationSettings) {
 	}
 	hp := make(map[string]reclaim.Resources, len(s.Pods))
 	for _, p := range s.Pods {
-		if p.QoS == QoSBE {
+		if p.QoS == qos.BE {
 			continue
 		}
 		u := hp[p.UID]
@@ -406,7 +404,7 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 		if r.deps.Requests != nil {
 			requests = map[string]reclaim.Resources{}
 			for _, p := range r.deps.Requests() {
-				if p.QoS != QoSBE {
+				if p.QoS != qos.BE {
 					requests[p.UID] = p.Request
 				}
 			}

@@ -35,6 +35,7 @@ import (
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 const (
@@ -91,10 +92,10 @@ var steady = load{aCPU: 4000, bCPU: 3000}
 
 func (l load) sample(at time.Time) *Sample {
 	pods := []PodUsage{
-		{UID: "a", QoS: "LS", Usage: reclaim.Resources{CPUMilli: l.aCPU / 2, MemoryBytes: 10 * gi}},
-		{UID: "a", QoS: "LS", Usage: reclaim.Resources{CPUMilli: l.aCPU - l.aCPU/2, MemoryBytes: 10 * gi}}, // a second container
-		{UID: "b", QoS: "LSR", Usage: reclaim.Resources{CPUMilli: l.bCPU, MemoryBytes: 10 * gi}},
-		{UID: "c", QoS: QoSBE, Usage: reclaim.Resources{CPUMilli: 5000, MemoryBytes: 8 * gi}},
+		{UID: "a", QoS: qos.LS, Usage: reclaim.Resources{CPUMilli: l.aCPU / 2, MemoryBytes: 10 * gi}},
+		{UID: "a", QoS: qos.LS, Usage: reclaim.Resources{CPUMilli: l.aCPU - l.aCPU/2, MemoryBytes: 10 * gi}}, // a second container
+		{UID: "b", QoS: qos.LSR, Usage: reclaim.Resources{CPUMilli: l.bCPU, MemoryBytes: 10 * gi}},
+		{UID: "c", QoS: qos.BE, Usage: reclaim.Resources{CPUMilli: 5000, MemoryBytes: 8 * gi}},
 	}
 	return &Sample{
 		Time:     at,
@@ -744,7 +745,7 @@ func BenchmarkStep(b *testing.B) {
 	sample := func(at time.Time) *Sample {
 		s := steady.sample(at)
 		for i := range 50 {
-			s.Pods = append(s.Pods, PodUsage{UID: fmt.Sprint("ls-", i), QoS: "LS", Usage: reclaim.Resources{CPUMilli: int64(300 + i%7), MemoryBytes: gi}})
+			s.Pods = append(s.Pods, PodUsage{UID: fmt.Sprint("ls-", i), QoS: qos.LS, Usage: reclaim.Resources{CPUMilli: int64(300 + i%7), MemoryBytes: gi}})
 		}
 		return s
 	}
@@ -819,10 +820,10 @@ func TestRequestPolicies(t *testing.T) {
 	h := newHarness(t, settings, testNode())
 	h.r.deps.Requests = func() []PodRequest {
 		return []PodRequest{
-			{UID: "a", QoS: "LS", Request: reclaim.Resources{CPUMilli: 8000, MemoryBytes: 24 * gi}},
-			{UID: "b", QoS: "LSR", Request: reclaim.Resources{CPUMilli: 2000, MemoryBytes: 8 * gi}},
-			{UID: "new", QoS: "LS", Request: reclaim.Resources{CPUMilli: 1000, MemoryBytes: 2 * gi}},
-			{UID: "c", QoS: QoSBE, Request: reclaim.Resources{CPUMilli: 4000, MemoryBytes: 16 * gi}},
+			{UID: "a", QoS: qos.LS, Request: reclaim.Resources{CPUMilli: 8000, MemoryBytes: 24 * gi}},
+			{UID: "b", QoS: qos.LSR, Request: reclaim.Resources{CPUMilli: 2000, MemoryBytes: 8 * gi}},
+			{UID: "new", QoS: qos.LS, Request: reclaim.Resources{CPUMilli: 1000, MemoryBytes: 2 * gi}},
+			{UID: "c", QoS: qos.BE, Request: reclaim.Resources{CPUMilli: 4000, MemoryBytes: 16 * gi}},
 		}
 	}
 	h.setSample(steady.sample(t0))

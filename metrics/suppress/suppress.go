@@ -75,6 +75,7 @@ import (
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // Policy is how BE CPU is suppressed; the values are resource-threshold-config's cpuSuppressPolicy.
@@ -508,7 +509,7 @@ func (c Config) Want(snap *collector.Snapshot) int64 {
 	capacity := snap.Capacity.CPUMilli
 	var hp int64
 	for _, ctr := range snap.Containers {
-		if ctr.QoS != "BE" {
+		if ctr.QoS != qos.BE {
 			hp = cgroup.Add(hp, max(ctr.CPUMilli, 0))
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
 )
 
@@ -31,9 +32,9 @@ func snap(t time.Time, cpus, lsMilli, beMilli, sysMilli int64) *collector.Snapsh
 	}
 	// Two LS-side containers of different classes, to check every non-BE class counts.
 	s.Containers = append(s.Containers,
-		collector.ContainerUsage{Target: collector.Target{Namespace: "default", Pod: "web", Container: "app", QoS: "LS"}, Usage: collector.Usage{CPUMilli: lsMilli / 2}},
-		collector.ContainerUsage{Target: collector.Target{Namespace: "default", Pod: "db", Container: "db", QoS: "LSR"}, Usage: collector.Usage{CPUMilli: lsMilli - lsMilli/2}},
-		collector.ContainerUsage{Target: collector.Target{Namespace: "batch", Pod: "job", Container: "work", QoS: "BE"}, Usage: collector.Usage{CPUMilli: beMilli}},
+		collector.ContainerUsage{Target: collector.Target{Namespace: "default", Pod: "web", Container: "app", QoS: qos.LS}, Usage: collector.Usage{CPUMilli: lsMilli / 2}},
+		collector.ContainerUsage{Target: collector.Target{Namespace: "default", Pod: "db", Container: "db", QoS: qos.LSR}, Usage: collector.Usage{CPUMilli: lsMilli - lsMilli/2}},
+		collector.ContainerUsage{Target: collector.Target{Namespace: "batch", Pod: "job", Container: "work", QoS: qos.BE}, Usage: collector.Usage{CPUMilli: beMilli}},
 	)
 	return s
 }
@@ -91,7 +92,7 @@ func TestWantDoesNotWrap(t *testing.T) {
 		s := snap(time.Unix(0, 0), 16, 0, 0, 400)
 		s.Containers = nil
 		for _, m := range milli {
-			s.Containers = append(s.Containers, collector.ContainerUsage{Target: collector.Target{QoS: "LS"}, Usage: collector.Usage{CPUMilli: m}})
+			s.Containers = append(s.Containers, collector.ContainerUsage{Target: collector.Target{QoS: qos.LS}, Usage: collector.Usage{CPUMilli: m}})
 		}
 		return s
 	}
@@ -126,8 +127,8 @@ func FuzzWant(f *testing.F) {
 			return &collector.Snapshot{
 				Capacity: collector.Usage{CPUMilli: capacity}, System: collector.Usage{CPUMilli: sys},
 				Containers: []collector.ContainerUsage{
-					{Target: collector.Target{QoS: "LS"}, Usage: collector.Usage{CPUMilli: ls1}},
-					{Target: collector.Target{QoS: "LSR"}, Usage: collector.Usage{CPUMilli: ls2}},
+					{Target: collector.Target{QoS: qos.LS}, Usage: collector.Usage{CPUMilli: ls1}},
+					{Target: collector.Target{QoS: qos.LSR}, Usage: collector.Usage{CPUMilli: ls2}},
 				},
 			}
 		}

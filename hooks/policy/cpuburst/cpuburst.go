@@ -14,10 +14,7 @@ package cpuburst
 import (
 	"context"
 	"fmt"
-	"path"
 	"strconv"
-
-	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
@@ -37,67 +34,44 @@ const (
 // maxCFSRuntimeUs is the kernel's bound on quota + burst (max_cfs_runtime, 2^44-1 µs).
 const maxCFSRuntimeUs = cgroup.MaxQuota
 
-// Cgroups is what the hook needs of the node's cgroups; resource/cgroup's Writer is one.
-type Cgroups interface {
+// Prober tells the cgroup version and which files the kernel offers; resource/cgroup's writers are one.
+type Prober interface {
 	Supports(file string) bool
 	Version() int
-	Write(parent string, s cgroup.Settings) error
-}
-
-// Deps are the hook's dependencies.
-type Deps struct {
-	// Cgroups detects the burst file and writes container cgroups directly where the runtime cannot.
-	Cgroups Cgroups
-	// ContainerCgroup names a container's cgroup as the runtime created it (ContainerdCgroup for
-	// containerd). Nil switches off direct writes: on cgroup v1 containers then get no burst, only pods.
-	ContainerCgroup func(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) string
-}
-
-// ContainerdCgroup is containerd's naming of a container's cgroup: <pod cgroup>/<id> with the cgroupfs
-// driver, <pod slice path>/cri-containerd-<id>.scope with the systemd driver.
-func ContainerdCgroup(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) string {
-	p := cgroup.Path(pod.CgroupParent)
-	if path.Ext(pod.CgroupParent) == ".slice" {
-		return path.Join(p, "cri-containerd-"+ctr.ID+".scope")
-	}
-	return path.Join(p, ctr.ID)
 }
 
 // CPUBurst is the hook.
 type CPUBurst struct {
-	cfg       Config
-	cg        Cgroups
-	file      string
-	ctrCgroup func(*hooks.PodInfo, *hooks.ContainerInfo) string
+	cfg  Config
+	file string
 }
 
 var (
 	_ hooks.PreRunPodSandboxHook            = (*CPUBurst)(nil)
 	_ hooks.PreCreateContainerHook          = (*CPUBurst)(nil)
-	_ hooks.PostStartContainerHook          = (*CPUBurst)(nil)
 	_ hooks.PreUpdateContainerResourcesHook = (*CPUBurst)(nil)
 )
 
 // New validates cfg and detects the burst file. It returns an error wrapping hooks.ErrSkip when the
 // policy sets no CFS burst or the kernel lacks it (Linux before 5.14).
-func New(cfg Config, d Deps) (*CPUBurst, error) {
+func New(cfg Config, p Prober) (*CPUBurst, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cpu burst config: %w", err)
 	}
 	if !cfg.cfsBurst() {
 		return nil, fmt.Errorf("cpu burst policy %q sets no CFS burst (the CFS quota burst waits for node usage metrics): %w", cfg.Policy, hooks.ErrSkip)
 	}
-	if d.Cgroups == nil {
+	if p == nil {
 		return nil, fmt.Errorf("no cgroup hierarchy: %w", hooks.ErrSkip)
 	}
 	file := FileV1
-	if d.Cgroups.Version() == 2 {
+	if p.Version() == 2 {
 		file = FileV2
 	}
-	if !d.Cgroups.Supports(file) {
+	if !p.Supports(file) {
 		return nil, fmt.Errorf("kernel offers no %s (CFS burst needs Linux 5.14+): %w", file, hooks.ErrSkip)
 	}
-	return &CPUBurst{cfg: cfg, cg: d.Cgroups, file: file, ctrCgroup: d.ContainerCgroup}, nil
+	return &CPUBurst{cfg: cfg, file: file}, nil
 }
 
 // Name implements hooks.Hook.
@@ -113,69 +87,34 @@ func Burst(quota, percent int64) int64 {
 	return min(cgroup.Scale(quota, percent, 100), quota, maxCFSRuntimeUs-quota)
 }
 
-// burst returns the burst file's value for a container's resources, or "" when it should not be touched.
-func (b *CPUBurst) burst(class resqos.Class, r *hooks.Resources) string {
+// burst returns the adjustment that sets the burst file for a pod's (pod true) or container's resources,
+// or nil when it should not be touched.
+func (b *CPUBurst) burst(class resqos.Class, r *hooks.Resources, pod bool) *hooks.Adjustment {
 	if class != resqos.LS || r == nil || r.CPUQuota <= 0 {
-		return ""
+		return nil
 	}
-	return strconv.FormatInt(Burst(r.CPUQuota, b.cfg.CPUBurstPercent), 10)
+	res := &hooks.ResourceAdjustment{Unified: map[string]string{b.file: strconv.FormatInt(Burst(r.CPUQuota, b.cfg.CPUBurstPercent), 10)}}
+	if pod {
+		return &hooks.Adjustment{PodResources: res}
+	}
+	return &hooks.Adjustment{Resources: res}
 }
 
 // PreRunPodSandbox sets the pod cgroup's burst from the pod-level quota kubelet sends (the sum of its
 // containers' limits): a container's burst is of no use while its pod is throttled.
 func (b *CPUBurst) PreRunPodSandbox(_ context.Context, pod *hooks.PodInfo) (*hooks.Adjustment, error) {
-	v := b.burst(qos.Class(pod, nil), pod.Resources)
-	if v == "" {
-		return nil, nil
-	}
-	return &hooks.Adjustment{PodResources: &hooks.ResourceAdjustment{Unified: map[string]string{b.file: v}}}, nil
+	return b.burst(qos.Class(pod, nil), pod.Resources, true), nil
 }
 
-// PreCreateContainer sets the burst through the runtime on cgroup v2. runc refuses unified files on
-// cgroup v1, so there PostStartContainer writes the container's cgroup instead.
+// PreCreateContainer sets the container's burst. The front end has the runtime write it, or, on cgroup
+// v1 where runc refuses unified files, writes it into the container's cgroup after the start.
 func (b *CPUBurst) PreCreateContainer(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
-	if b.cg.Version() != 2 {
-		return nil, nil
-	}
-	v := b.burst(qos.Class(pod, ctr), ctr.Resources)
-	if v == "" {
-		return nil, nil
-	}
-	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{Unified: map[string]string{b.file: v}}}, nil
+	return b.burst(qos.Class(pod, ctr), ctr.Resources, false), nil
 }
 
-// PostStartContainer writes the burst into the container's cgroup on cgroup v1, which exists by now.
-func (b *CPUBurst) PostStartContainer(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
-	if b.cg.Version() == 2 || b.ctrCgroup == nil {
-		return nil
-	}
-	v := b.burst(qos.Class(pod, ctr), ctr.Resources)
-	if v == "" {
-		return nil
-	}
-	if err := b.cg.Write(b.ctrCgroup(pod, ctr), cgroup.Settings{Files: map[string]string{b.file: v}}); err != nil {
-		return fmt.Errorf("set CFS burst of container %s: %w", ctr.ID, err)
-	}
-	return nil
-}
-
-// PreUpdateContainerResources follows a new quota. The kernel refuses a quota below the current burst,
-// so the hook lowers the burst in the container's cgroup before the runtime lowers the quota; without
-// that a downward resize would fail. Raising the burst above the old quota fails at this point and is
-// expected: on cgroup v2 the runtime writes the raised burst after the quota; on v1 the container keeps
-// its old (valid) burst until it restarts.
-func (b *CPUBurst) PreUpdateContainerResources(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
-	v := b.burst(qos.Class(pod, ctr), ctr.Resources)
-	if v == "" {
-		return nil, nil
-	}
-	if b.ctrCgroup != nil {
-		if err := b.cg.Write(b.ctrCgroup(pod, ctr), cgroup.Settings{Files: map[string]string{b.file: v}}); err != nil {
-			klog.FromContext(ctx).V(2).Info("CFS burst not changed before the quota", "container", ctr.ID, "burst", v, "err", err)
-		}
-	}
-	if b.cg.Version() != 2 {
-		return nil, nil
-	}
-	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{Unified: map[string]string{b.file: v}}}, nil
+// PreUpdateContainerResources follows a new quota. The kernel refuses a quota below the current burst;
+// the front end writes a running container's cgroup files before it forwards the update, so a lowered
+// burst is in place before the runtime lowers the quota, and again after it, for a raised one.
+func (b *CPUBurst) PreUpdateContainerResources(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	return b.burst(qos.Class(pod, ctr), ctr.Resources, false), nil
 }

@@ -19,8 +19,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"k8s.io/klog/v2"
-
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -40,11 +38,10 @@ const (
 	FileHigh = "memory.high"
 )
 
-// Cgroups is what the hook needs of the node's cgroups; resource/cgroup's Writer is one.
-type Cgroups interface {
+// Prober tells the cgroup version and which files the kernel offers; resource/cgroup's writers are one.
+type Prober interface {
 	Supports(file string) bool
 	Version() int
-	Write(parent string, s cgroup.Settings) error
 }
 
 // Requests tells memory requests from the pod spec. ctr nil asks for the pod's total. ok is false when
@@ -55,28 +52,21 @@ type Requests interface {
 
 // Deps are the hook's dependencies.
 type Deps struct {
-	Cgroups Cgroups
-	// ContainerCgroup names a container's cgroup (cpuburst.ContainerdCgroup for containerd); cgroup v1
-	// containers are written through it, since runc refuses unified files there. Nil leaves v1 containers
-	// alone and sets their pods only.
-	ContainerCgroup func(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) string
+	Cgroups Prober
 	// Requests is optional; see the package doc.
 	Requests Requests
 }
 
 // MemoryQoS is the hook.
 type MemoryQoS struct {
-	cfg       Config
-	cg        Cgroups
-	files     map[string]bool // the files the kernel offers
-	ctrCgroup func(*hooks.PodInfo, *hooks.ContainerInfo) string
-	requests  Requests
+	cfg      Config
+	files    map[string]bool // the files the kernel offers
+	requests Requests
 }
 
 var (
 	_ hooks.PreRunPodSandboxHook            = (*MemoryQoS)(nil)
 	_ hooks.PreCreateContainerHook          = (*MemoryQoS)(nil)
-	_ hooks.PostStartContainerHook          = (*MemoryQoS)(nil)
 	_ hooks.PreUpdateContainerResourcesHook = (*MemoryQoS)(nil)
 )
 
@@ -92,7 +82,7 @@ func New(cfg Config, d Deps) (*MemoryQoS, error) {
 	if d.Cgroups == nil {
 		return nil, fmt.Errorf("no cgroup hierarchy: %w", hooks.ErrSkip)
 	}
-	m := &MemoryQoS{cfg: cfg, cg: d.Cgroups, files: map[string]bool{}, ctrCgroup: d.ContainerCgroup, requests: d.Requests}
+	m := &MemoryQoS{cfg: cfg, files: map[string]bool{}, requests: d.Requests}
 	for _, f := range []string{FileMin, FileLow, FileHigh} {
 		if d.Cgroups.Supports(f) {
 			m.files[f] = true
@@ -185,53 +175,27 @@ func (m *MemoryQoS) PreRunPodSandbox(ctx context.Context, pod *hooks.PodInfo) (*
 	return &hooks.Adjustment{PodResources: &hooks.ResourceAdjustment{Unified: files}}, nil
 }
 
-// PreCreateContainer records the request and, on cgroup v2, sets the files through the runtime. runc
-// refuses unified files on cgroup v1; there PostStartContainer writes them.
+// PreCreateContainer records the request and sets the files. The front end has the runtime write them,
+// or, on cgroup v1 where runc refuses unified files, writes them into the container's cgroup after the
+// start.
 func (m *MemoryQoS) PreCreateContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
 	req := m.request(ctx, pod, ctr, true)
 	files := m.settings(pod, ctr, req, ctr.Resources)
 	if files == nil {
 		return nil, nil
 	}
-	adj := &hooks.Adjustment{}
+	adj := &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{Unified: files}}
 	if req > 0 {
 		adj.Annotations = map[string]string{AnnotationMemoryRequest: strconv.FormatInt(req, 10)}
-	}
-	if m.cg.Version() == 2 {
-		adj.Resources = &hooks.ResourceAdjustment{Unified: files}
 	}
 	return adj, nil
 }
 
-// PostStartContainer writes the files into the container's cgroup on cgroup v1.
-func (m *MemoryQoS) PostStartContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
-	if m.cg.Version() == 2 || m.ctrCgroup == nil {
-		return nil
-	}
-	files := m.settings(pod, ctr, m.request(ctx, pod, ctr, false), ctr.Resources)
-	if files == nil {
-		return nil
-	}
-	if err := m.cg.Write(m.ctrCgroup(pod, ctr), cgroup.Settings{Files: files}); err != nil {
-		return fmt.Errorf("set memory QoS of container %s: %w", ctr.ID, err)
-	}
-	return nil
-}
-
-// PreUpdateContainerResources follows a new limit: through the runtime on cgroup v2, into the container's
-// cgroup on v1. A failed v1 write is logged and does not hold up the update.
+// PreUpdateContainerResources follows a new limit.
 func (m *MemoryQoS) PreUpdateContainerResources(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
 	files := m.settings(pod, ctr, m.request(ctx, pod, ctr, false), ctr.Resources)
 	if files == nil {
 		return nil, nil
 	}
-	if m.cg.Version() == 2 {
-		return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{Unified: files}}, nil
-	}
-	if m.ctrCgroup != nil {
-		if err := m.cg.Write(m.ctrCgroup(pod, ctr), cgroup.Settings{Files: files}); err != nil {
-			klog.FromContext(ctx).Error(err, "Memory QoS not updated", "container", ctr.ID)
-		}
-	}
-	return nil, nil
+	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{Unified: files}}, nil
 }

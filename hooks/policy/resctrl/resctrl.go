@@ -3,52 +3,39 @@
 // memory bandwidth, and moves every started container's tasks into its class's group, so batch work
 // cannot evict the cache lines latency-sensitive work depends on.
 //
-// Tasks exist only once a container runs, so the move happens at PostStartContainer, with the task IDs
-// from a PIDLister the proxy provides. A task started by the container afterwards inherits the group
-// from its parent; PreUpdateContainerResources moves the container's tasks again, which repairs a task
-// forked between the start and the move.
+// The hook names the group as the container's RDT class in its Adjustment; the front end moves the
+// container's tasks once it runs, and again at every update, which repairs a task forked between the start
+// and the move (a task started later inherits the group from its parent).
 package resctrl
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/containerd/errdefs"
-	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
-	"github.com/tandemkit/tandem/resource/cgroup"
 	rdt "github.com/tandemkit/tandem/resource/resctrl"
 )
 
 // Name is the hook's name in logs, metrics and conflict messages.
 const Name = "resctrl"
 
-// PIDLister lists a running container's tasks (thread IDs). The runtime knows them; CgroupTasks reads
-// them from the container's cgroup.
-type PIDLister interface {
-	PIDs(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) ([]int, error)
-}
-
 // Deps are the hook's dependencies.
 type Deps struct {
 	// Root is the resctrl mount; empty means /sys/fs/resctrl.
 	Root string
-	PIDs PIDLister
 }
 
 // Resctrl is the hook.
 type Resctrl struct {
-	fs     *rdt.FS
 	groups map[string]bool // the groups of enabled classes
-	pids   PIDLister
 }
 
 var (
-	_ hooks.PostStartContainerHook          = (*Resctrl)(nil)
+	_ hooks.PreCreateContainerHook          = (*Resctrl)(nil)
 	_ hooks.PreUpdateContainerResourcesHook = (*Resctrl)(nil)
 )
 
@@ -68,9 +55,6 @@ func New(cfg Config, d Deps) (*Resctrl, error) {
 	if len(enabled) == 0 {
 		return nil, fmt.Errorf("RDT is disabled for every class: %w", hooks.ErrSkip)
 	}
-	if d.PIDs == nil {
-		return nil, fmt.Errorf("no way to list a container's tasks: %w", hooks.ErrSkip)
-	}
 	root := d.Root
 	if root == "" {
 		root = rdt.DefaultRoot
@@ -86,7 +70,7 @@ func New(cfg Config, d Deps) (*Resctrl, error) {
 	if n := fs.NumClosids(); len(enabled) >= n {
 		return nil, fmt.Errorf("the hardware has %d CLOSIDs, too few for the root group and %d class groups: %w", n, len(enabled), hooks.ErrSkip)
 	}
-	r := &Resctrl{fs: fs, groups: map[string]bool{}, pids: d.PIDs}
+	r := &Resctrl{groups: map[string]bool{}}
 	for _, c := range enabled {
 		var s rdt.Schemata
 		if fs.L3 != nil {
@@ -110,52 +94,21 @@ func New(cfg Config, d Deps) (*Resctrl, error) {
 // Name implements hooks.Hook.
 func (r *Resctrl) Name() string { return Name }
 
-func (r *Resctrl) assign(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
+// group returns the adjustment that puts the container in its class's group; nil for classes without one.
+func (r *Resctrl) group(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) *hooks.Adjustment {
 	group := GroupOf(qos.Class(pod, ctr))
 	if !r.groups[group] {
 		return nil
 	}
-	pids, err := r.pids.PIDs(ctx, pod, ctr)
-	if err != nil {
-		return fmt.Errorf("list tasks of container %s: %w", ctr.ID, err)
-	}
-	if err := r.fs.AddTasks(group, pids); err != nil {
-		return err
-	}
-	klog.FromContext(ctx).V(4).Info("Container in resctrl group", "container", ctr.ID, "group", group, "tasks", len(pids))
-	return nil
+	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{RDTClass: hooks.String(group)}}
 }
 
-// PostStartContainer moves the container's tasks into its class's group.
-func (r *Resctrl) PostStartContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
-	return r.assign(ctx, pod, ctr)
+// PreCreateContainer puts the container in its class's group.
+func (r *Resctrl) PreCreateContainer(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	return r.group(pod, ctr), nil
 }
 
-// PreUpdateContainerResources moves the container's tasks again, catching tasks forked before the move
-// at start. It changes no resources, and a failure is logged, not returned: RDT must not hold up a
-// resize.
-func (r *Resctrl) PreUpdateContainerResources(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
-	if err := r.assign(ctx, pod, ctr); err != nil {
-		klog.FromContext(ctx).Error(err, "Container not moved to its resctrl group", "container", ctr.ID)
-	}
-	return nil, nil
-}
-
-// CgroupTasks is a PIDLister that reads the container's cgroup: the cpu controller's tasks file on
-// cgroup v1, cgroup.threads on v2. Both list threads, which is what resctrl assigns.
-type CgroupTasks struct {
-	// Root is the cgroup mount (/sys/fs/cgroup).
-	Root    string
-	Version int
-	// ContainerCgroup names the container's cgroup (cpuburst.ContainerdCgroup for containerd).
-	ContainerCgroup func(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) string
-}
-
-// PIDs implements PIDLister.
-func (c CgroupTasks) PIDs(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) ([]int, error) {
-	dir := filepath.Join(c.Root, "cpu", c.ContainerCgroup(pod, ctr))
-	if c.Version == 2 {
-		dir = filepath.Join(c.Root, c.ContainerCgroup(pod, ctr))
-	}
-	return cgroup.Threads(dir)
+// PreUpdateContainerResources puts a container created before its class's group existed in the group.
+func (r *Resctrl) PreUpdateContainerResources(_ context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	return r.group(pod, ctr), nil
 }

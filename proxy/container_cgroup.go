@@ -1,0 +1,158 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"path"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/resource/cgroup"
+)
+
+// What the runtime cannot carry of a container's resources, the proxy applies itself: the unified cgroup
+// files on cgroup v1, where runc refuses them, and the RDT class, which CRI has no field for. Policies
+// return both in their Adjustment like any other field; this file is where they reach the node.
+
+// ContainerCgroup names a container's cgroup as containerd creates it, relative to the hierarchy:
+// <pod cgroup>/<id> with the cgroupfs driver, <pod slice path>/cri-containerd-<id>.scope with the systemd
+// driver.
+func ContainerCgroup(podCgroupParent, id string) string {
+	p := cgroup.Path(podCgroupParent)
+	if path.Ext(podCgroupParent) == ".slice" {
+		return path.Join(p, "cri-containerd-"+id+".scope")
+	}
+	return path.Join(p, id)
+}
+
+// RDT moves a container's tasks into a resctrl group; resource/resctrl's FS with the cgroup's thread list
+// is one (see cmd/tandem-proxy).
+type RDT interface {
+	// Assign moves the tasks of the container whose cgroup is ctrCgroup (relative to the hierarchy) into
+	// group.
+	Assign(ctx context.Context, group, ctrCgroup string) error
+}
+
+// unsentFiles takes out of r what the runtime would refuse, the unified files on cgroup v1, and returns
+// them for the proxy to write. Nil when the runtime takes everything.
+func (s *Server) unsentFiles(r *runtimeapi.LinuxContainerResources) map[string]string {
+	if s.cgroups == nil || s.cgroups.Version() != 1 || len(r.GetUnified()) == 0 {
+		return nil
+	}
+	files := r.Unified
+	r.Unified = nil
+	return files
+}
+
+// recorded is what the store keeps of a container's resources: what the runtime was sent, the files the
+// proxy writes instead, and the RDT class.
+func recorded(sent *runtimeapi.LinuxContainerResources, unsent map[string]string, rdtClass string) *hooks.Resources {
+	r := resourcesFromCRI(sent)
+	if len(unsent) == 0 && rdtClass == "" {
+		return r
+	}
+	if r == nil {
+		r = &hooks.Resources{}
+	}
+	r.Unified = mergeMap(r.Unified, unsent)
+	r.RDTClass = rdtClass
+	return r
+}
+
+// rdtClass is the class an adjustment sets, else the one the container had.
+func rdtClass(prev *hooks.Resources, a *hooks.ResourceAdjustment) string {
+	switch {
+	case a != nil && a.RDTClass != nil:
+		return *a.RDTClass
+	case prev != nil:
+		return prev.RDTClass
+	}
+	return ""
+}
+
+// v1Files returns a container's unified files where the proxy writes them itself (cgroup v1), else nil.
+func (s *Server) v1Files(r *hooks.Resources) map[string]string {
+	if r == nil || s.cgroups == nil || s.cgroups.Version() != 1 {
+		return nil
+	}
+	return r.Unified
+}
+
+// update sends the runtime a container's new resources (req, with the hooks' adjustment a applied), records
+// them, and applies what the runtime cannot carry. pod is nil when the store does not know it: the update
+// is then forwarded and recorded only.
+func (s *Server) update(ctx context.Context, pod *store.Pod, c *store.Container, req *runtimeapi.UpdateContainerResourcesRequest,
+	a *hooks.ResourceAdjustment, opts []grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	// A created container has no cgroup yet: what the runtime cannot carry waits for the start.
+	running := pod != nil && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()
+	if running && a != nil {
+		s.writeBeforeUpdate(ctx, pod, c.ID, a.Unified)
+	}
+	unsent := s.unsentFiles(req.GetLinux())
+	resp, err := s.rt.UpdateContainerResources(ctx, req, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetLinux() == nil {
+		return resp, nil
+	}
+	applied := recorded(req.GetLinux(), unsent, rdtClass(c.Resources, a))
+	s.store.UpdateContainer(c.ID, func(sc *store.Container) { sc.Resources = applied })
+	if running && applied != nil {
+		s.applyUnsent(ctx, pod, c.ID, unsent, applied.RDTClass)
+	}
+	return resp, nil
+}
+
+// applyUnsent writes a started container's cgroup files that the runtime could not take (files nil on
+// cgroup v2) and moves its tasks into its RDT class. The runtime has acted, so failures are logged and
+// counted, not returned.
+func (s *Server) applyUnsent(ctx context.Context, pod *store.Pod, ctrID string, files map[string]string, rdtClass string) {
+	if len(files) == 0 && rdtClass == "" {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if pod.CgroupParent == "" {
+		logger.Info("Container settings not applied: the pod has no cgroup parent", "files", files, "rdtClass", rdtClass)
+		return
+	}
+	dir := ContainerCgroup(pod.CgroupParent, ctrID)
+	if len(files) > 0 {
+		if err := s.cgroups.Write(dir, cgroup.Settings{Files: files}); err != nil {
+			s.metrics.ctrCgroupErrors.Inc()
+			logger.Error(err, "Container cgroup files not written", "cgroup", dir, "files", files)
+		} else {
+			logger.V(4).Info("Container cgroup files written", "cgroup", dir, "files", files)
+		}
+	}
+	if rdtClass == "" {
+		return
+	}
+	if s.rdt == nil {
+		logger.Info("Container not moved to its RDT class: resctrl is not available to tandem-proxy", "rdtClass", rdtClass)
+		return
+	}
+	if err := s.rdt.Assign(ctx, rdtClass, dir); err != nil {
+		s.metrics.ctrCgroupErrors.Inc()
+		logger.Error(err, "Container not moved to its RDT class", "rdtClass", rdtClass, "cgroup", dir)
+	}
+}
+
+// writeBeforeUpdate writes the cgroup files a hook set for a running container before the update goes to
+// the runtime: the kernel checks some files against others (a CFS quota below the current burst is
+// refused), so a lowered burst must be in place before the runtime lowers the quota. A raised one may
+// fail here and is written again after the update (by the runtime on cgroup v2, by applyUnsent on v1).
+func (s *Server) writeBeforeUpdate(ctx context.Context, pod *store.Pod, ctrID string, files map[string]string) {
+	if s.cgroups == nil || len(files) == 0 || pod.CgroupParent == "" {
+		return
+	}
+	dir := ContainerCgroup(pod.CgroupParent, ctrID)
+	if err := s.cgroups.Write(dir, cgroup.Settings{Files: files}); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		klog.FromContext(ctx).V(2).Info("Container cgroup files not written before the update; written after it", "cgroup", dir, "err", err)
+	}
+}
