@@ -22,7 +22,6 @@ import (
 	"github.com/tandemkit/tandem/e2e/framework"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
-	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
@@ -207,7 +206,7 @@ func startSuppressHarness(t *testing.T, ctx context.Context, flavor string) *sup
 	}
 	pol := policy.DefaultConfig()
 	pol.Enabled = []string{"qos", "cpuset"}
-	d, err := hooks.NewDispatcher(ctx, policy.Builtin(pol, policy.Deps{Cgroups: cgroups, CPUSet: cpuset.NewState(cpus), PoolsChanged: poolsChanged}), nil)
+	d, err := hooks.NewDispatcher(ctx, policy.Builtin(pol, policy.Deps{Cgroups: cgroups, CPUSet: cpus, PoolsChanged: poolsChanged}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +407,7 @@ func (u *usageReader) targets() []collector.Target {
 			continue
 		}
 		out = append(out, collector.Target{Namespace: pod.Namespace, Pod: pod.Name, PodUID: pod.UID, Container: c.Name, ContainerID: c.ID,
-			QoS: string(qos.Class(pod, &hooks.ContainerInfo{Annotations: c.Annotations})), CgroupParent: pod.CgroupParent})
+			QoS: qos.Class(pod, &hooks.ContainerInfo{Annotations: c.Annotations}), CgroupParent: pod.CgroupParent})
 	}
 	return out
 }

@@ -80,8 +80,10 @@ type fakeRuntime struct {
 	ctrCfg     map[string]*runtimeapi.ContainerConfig
 	lastCreate *runtimeapi.CreateContainerRequest
 	lastUpdate *runtimeapi.UpdateContainerResourcesRequest
-	createErr  error
-	events     chan *runtimeapi.ContainerEventResponse
+	// onUpdate, when set, acts as the runtime would on an update (writes the quota into a real cgroup).
+	onUpdate  func(*runtimeapi.UpdateContainerResourcesRequest) error
+	createErr error
+	events    chan *runtimeapi.ContainerEventResponse
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -235,6 +237,11 @@ func (f *fakeRuntime) UpdateContainerResources(_ context.Context, req *runtimeap
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastUpdate = req
+	if f.onUpdate != nil {
+		if err := f.onUpdate(req); err != nil {
+			return nil, status.Error(codes.Unknown, err.Error())
+		}
+	}
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
 
@@ -297,6 +304,7 @@ type harness struct {
 type harnessOpts struct {
 	hooks      []hooks.Registration
 	cgroups    cgroup.Writer
+	rdt        RDT
 	stateDir   string
 	rt         *fakeRuntime
 	registerer prometheus.Registerer
@@ -355,7 +363,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, Deps{Hooks: d, Cgroups: o.cgroups})
+	srv, err := New(cfg, Deps{Hooks: d, Cgroups: o.cgroups, RDT: o.rdt})
 	if err != nil {
 		t.Fatal(err)
 	}

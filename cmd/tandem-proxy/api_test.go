@@ -100,7 +100,7 @@ func TestRestoreExclusive(t *testing.T) {
 	if len(recorded) != 1 || recorded[0].Class != resqos.LSE {
 		t.Fatalf("recorded = %+v, want the running LSE container only", recorded)
 	}
-	if n := restoreExclusive(ctx, cpuset.NewState(cpus), st.Snapshot()); n != 1 {
+	if n := restoreExclusive(ctx, cpus, st.Snapshot()); n != 1 {
 		t.Fatalf("restored %d, want 1", n)
 	}
 	if got := cpus.Pools().LSE.String(); got != "2-3" {

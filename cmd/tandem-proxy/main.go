@@ -38,6 +38,7 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy/podspec"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/hooks/remote"
+	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
@@ -283,16 +284,11 @@ func run(ctx context.Context, args []string) error {
 			rdt = resctrl.CgroupMover{FS: fs, CgroupRoot: st.cgroupRoot, CgroupVersion: cgroups.Version()}
 		}
 	}
-	var cpusetState *cpuset.State
-	if cpus != nil {
-		// One state for every cpuset hook a configuration change rebuilds.
-		cpusetState = cpuset.NewState(cpus)
-	}
 	// A BE container started: the BE thread scheduling loop sweeps at once; one pending notice is enough.
 	beStarted := make(chan struct{}, 1)
 	policyDeps := policy.Deps{
 		Cgroups: cgroups,
-		CPUSet:  cpusetState,
+		CPUSet:  cpus,
 		BEStarted: func() {
 			select {
 			case beStarted <- struct{}{}:
@@ -327,13 +323,18 @@ func run(ctx context.Context, args []string) error {
 	} else if err := dispatcher.SetRemote(ctx, regs); err != nil {
 		logger.Error(err, "Remote hooks rejected; starting without them", "hooksDir", st.hooksDir)
 	}
-	// Every goroutine started below ends when ctx does. On the way out the proxy waits for them before it
-	// closes the runtime connection: the suppress loop lifts its clamp through it.
-	var wg sync.WaitGroup
+	// Every loop started below runs under one group and ends when ctx does; one that stops earlier is
+	// logged and started again, and /healthz names it meanwhile. On the way out the proxy waits for them
+	// before it closes the runtime connection: the suppress loop lifts its clamp through it.
 	ctx, cancel := context.WithCancel(ctx)
+	loops, err := supervise.New(ctx, reg, supervise.Backoff())
+	if err != nil {
+		cancel()
+		return err
+	}
 	defer func() {
 		cancel()
-		wg.Wait()
+		loops.Wait()
 		if srv != nil {
 			_ = srv.Close()
 		}
@@ -348,17 +349,14 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		wg.Go(func() { _ = fileSource.Run(ctx) })
+		loops.Go("slo-config-file", fileSource.Run)
 		select {
 		case <-applied:
 		case <-ctx.Done():
 		}
 	}
-	wg.Go(func() {
-		if err := remote.NewWatcher(loader, dispatcher.SetRemote).Run(ctx); err != nil {
-			logger.Error(err, "Hook directory not watched; changes need a restart", "hooksDir", st.hooksDir)
-		}
-	})
+	// A watcher that cannot watch (inotify instances exhausted) is started again until it can.
+	loops.Go("hooks-dir", remote.NewWatcher(loader, dispatcher.SetRemote).Run)
 	srv, err = proxy.New(cfg, proxy.Deps{Hooks: dispatcher, Cgroups: cgroups, RDT: rdt, Registerer: reg, Refresh: refresh})
 	if err != nil {
 		return err
@@ -368,7 +366,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	// Before the first call is served: the pools, /debug/pools and the policies see the recovered
 	// allocations from the start.
-	if n := restoreExclusive(ctx, cpusetState, srv.Store().Snapshot()); n > 0 {
+	if n := restoreExclusive(ctx, cpus, srv.Store().Snapshot()); n > 0 {
 		p := cpus.Pools()
 		logger.Info("Exclusive CPUs of recovered containers restored", "count", n, "lse", p.LSE.String(), "lsr", p.LSR.String(), "ls", p.LS.String(), "be", p.BE.String())
 		policyDeps.PoolsChanged()
@@ -386,7 +384,7 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("listen on --metrics-addr %s (choose a free address, or empty to disable): %w", st.metricsAddr, err)
 		}
 		logger.Info("Serving metrics and health", "addr", mlis.Addr().String())
-		defer serveHTTP(ctx, mlis, metricsMux(srv, reg))()
+		defer serveHTTP(ctx, mlis, metricsMux(srv, reg, loops))()
 	}
 	dlis, err := listenDebug(ctx, st.debugSocket)
 	if err != nil {
@@ -402,27 +400,22 @@ func run(ctx context.Context, args []string) error {
 		_ = lis.Close()
 		return err
 	}
-	wg.Go(func() {
-		if err := col.Run(ctx); err != nil {
-			logger.Error(err, "Collectors stopped")
-		}
-	})
+	loops.Go("collector", col.Run)
 	evictor := newSwitchEvictor(evict.NewCRIEvictor(srv))
-	if err := startNodeLoops(ctx, &wg, st, col, cpus, cgroups, policyDeps.PoolsChanged, evictor, srv, reg, cons); err != nil {
+	if err := startNodeLoops(ctx, loops, st, col, cpus, cgroups, policyDeps.PoolsChanged, evictor, srv, reg, cons); err != nil {
 		_ = lis.Close()
 		return err
 	}
-	if err := startYield(ctx, &wg, st, cgroups, beStarted, reg, cons); err != nil {
+	if err := startYield(ctx, loops, st, cgroups, beStarted, reg, cons); err != nil {
 		_ = lis.Close()
 		return err
 	}
 	// API access comes when it can: the CRI socket never waits for it.
-	wg.Go(func() {
-		client := connectAPI(ctx, st.podSpec.Kubeconfig, st.podSpec.NodeName, st.apiRetry)
-		if client == nil {
-			return
+	loops.Once("connect-api", func(ctx context.Context) error {
+		if client := connectAPI(ctx, st.podSpec.Kubeconfig, st.podSpec.NodeName, st.apiRetry); client != nil {
+			startAPI(ctx, loops, st, client, cons, evictor, fileSource, col, srv, reg)
 		}
-		startAPI(ctx, &wg, st, client, cons, evictor, fileSource, col, srv, reg)
+		return nil
 	})
 	return srv.Serve(ctx, lis)
 }
@@ -430,13 +423,13 @@ func run(ctx context.Context, args []string) error {
 // startAPI starts what needs the API server, once it answers: this node's pod specs for the policies,
 // evictions through the Eviction API, the node reporter and, without a file, the slo-controller-config
 // ConfigMap.
-func startAPI(ctx context.Context, wg *sync.WaitGroup, st settings, client *kubeclient.Client, cons *consumers, evictor *switchEvictor,
+func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *kubeclient.Client, cons *consumers, evictor *switchEvictor,
 	fileSource *source.Source, col *collector.Collector, srv *proxy.Server, reg prometheus.Registerer) {
 	logger := klog.FromContext(ctx)
 	if pods, err := podspec.NewForClient(client, st.podSpec); err != nil {
 		logger.Error(err, "Pod specs not read; batch resources come from annotations only")
 	} else {
-		wg.Go(func() { pods.Run(ctx) })
+		loops.Go("pod-specs", func(ctx context.Context) error { pods.Run(ctx); return nil })
 		cons.setPodSpecs(ctx, func(d *policy.Deps) { d.BatchResources, d.MemoryRequests = pods, pods })
 	}
 	evictor.set(evict.NewAPIEvictor(client, st.podSpec.NodeName))
@@ -451,7 +444,7 @@ func startAPI(ctx context.Context, wg *sync.WaitGroup, st settings, client *kube
 			// The reporter must not wait for a configuration that will never come.
 			cons.releaseFirst()
 		} else {
-			wg.Go(func() { _ = src.Run(ctx) })
+			loops.Go("slo-configmap", src.Run)
 		}
 	}
 	rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
@@ -462,19 +455,17 @@ func startAPI(ctx context.Context, wg *sync.WaitGroup, st settings, client *kube
 		logger.Error(err, "Node reporter not started")
 		return
 	}
-	wg.Go(func() {
+	loops.Go("reporter", func(ctx context.Context) error {
 		// Publish only what the operator's configuration says (see consumers.firstApplied). A node with
 		// neither a file nor a ConfigMap has its defaults from the start.
 		if fileSource != nil || st.sloConfigMap != "" {
 			select {
 			case <-cons.firstApplied:
 			case <-ctx.Done():
-				return
+				return nil
 			}
 		}
-		if err := rep.Run(ctx); err != nil {
-			logger.Error(err, "Node reporter stopped")
-		}
+		return rep.Run(ctx)
 	})
 }
 
@@ -486,13 +477,13 @@ func collectorConfig(st settings) collector.Config {
 	return c
 }
 
-// restoreExclusive gives the recovered containers their exclusive CPUs back; nil state (no topology)
-// restores nothing.
-func restoreExclusive(ctx context.Context, state *cpuset.State, snap *store.Snapshot) int {
-	if state == nil {
+// restoreExclusive gives the recovered containers their exclusive CPUs back; a nil allocator (no
+// topology) restores nothing.
+func restoreExclusive(ctx context.Context, cpus *alloc.Allocator, snap *store.Snapshot) int {
+	if cpus == nil {
 		return 0
 	}
-	return state.Restore(ctx, recordedCPUs(snap))
+	return cpuset.Restore(ctx, cpus, recordedCPUs(snap))
 }
 
 // recordedCPUs lists the exclusive cpusets live containers hold, from the store the proxy rebuilt.
@@ -542,10 +533,17 @@ func configFrom(v *viper.Viper) (proxy.Config, error) {
 }
 
 // metricsMux serves what any local user, or Prometheus over the network, may read.
-func metricsMux(srv *proxy.Server, reg *prometheus.Registry) *http.ServeMux {
+func metricsMux(srv *proxy.Server, reg *prometheus.Registry, loops *supervise.Group) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	// Healthy while every node loop runs: the CRI path does not depend on them, but colocation does.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := loops.Check(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := srv.Ready(r.Context()); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

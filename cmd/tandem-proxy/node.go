@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/reclaim"
@@ -90,7 +91,7 @@ func podRequests(st *store.Store) func() []reporter.PodRequest {
 
 // startNodeLoops starts CPU suppression and eviction, configured by resource-threshold-config (off unless
 // the operator enables it, as in Koordinator) and reconfigured by cons on every change of it.
-func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *collector.Collector, cpus *alloc.Allocator,
+func startNodeLoops(ctx context.Context, loops *supervise.Group, st settings, col *collector.Collector, cpus *alloc.Allocator,
 	cgroups cgroup.Writer, poolsChanged func(), evictor evict.Evictor, srv *proxy.Server, reg prometheus.Registerer, cons *consumers) error {
 	logger := klog.FromContext(ctx)
 	thresholds := st.colocation.Load().ResourceThreshold
@@ -117,11 +118,7 @@ func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *c
 		logger.Error(err, "CPU suppression off")
 		sup = nil
 	} else {
-		wg.Go(func() {
-			if err := sup.Run(ctx); err != nil {
-				logger.Error(err, "CPU suppression stopped")
-			}
-		})
+		loops.Go("suppress", sup.Run)
 	}
 	edeps := evict.Deps{Latest: col.Latest, Evictor: evictor, Registerer: reg, Pods: podMeta(srv.Store())}
 	if sup != nil {
@@ -132,11 +129,7 @@ func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *c
 	if err != nil {
 		return fmt.Errorf("eviction: %w", err)
 	}
-	wg.Go(func() {
-		if err := el.Run(ctx); err != nil {
-			logger.Error(err, "Eviction stopped")
-		}
-	})
+	loops.Go("evict", el.Run)
 	cons.setLoops(ctx, col, sup, supBase, el, evBase)
 	if sup != nil {
 		// BE containers created while BE is clamped must fit under the clamp (cgroup v1).
@@ -148,7 +141,7 @@ func startNodeLoops(ctx context.Context, wg *sync.WaitGroup, st settings, col *c
 // startYield starts the loop that makes BE threads yield to every other thread (metrics/yield), switched by resource-qos-config's
 // beClass.cpuQOS.yieldThreads and reconfigured by cons on every change of it. A node without a cgroup
 // hierarchy has no BE cgroup to sweep.
-func startYield(ctx context.Context, wg *sync.WaitGroup, st settings, cgroups cgroup.Writer, kick <-chan struct{},
+func startYield(ctx context.Context, loops *supervise.Group, st settings, cgroups cgroup.Writer, kick <-chan struct{},
 	reg prometheus.Registerer, cons *consumers) error {
 	if cgroups == nil {
 		klog.FromContext(ctx).Info("BE threads keep the default scheduling: no cgroup hierarchy to find them in", "cgroupRoot", st.cgroupRoot)
@@ -171,11 +164,7 @@ func startYield(ctx context.Context, wg *sync.WaitGroup, st settings, cgroups cg
 	if err != nil {
 		return fmt.Errorf("BE thread scheduling loop: %w", err)
 	}
-	wg.Go(func() {
-		if err := l.Run(ctx); err != nil {
-			klog.FromContext(ctx).Error(err, "BE thread scheduling loop stopped")
-		}
-	})
+	loops.Go("yield", l.Run)
 	cons.setYield(ctx, l, base)
 	return nil
 }

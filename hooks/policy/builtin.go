@@ -18,6 +18,7 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/hooks/policy/resctrl"
 	"github.com/tandemkit/tandem/resource/cgroup"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
 
 // Config holds every built-in policy's configuration.
@@ -51,7 +52,7 @@ type Deps struct {
 	Cgroups cgroup.Writer
 	// CPUSet holds the exclusive CPUs and which containers use them, shared by every cpuset hook a
 	// configuration change rebuilds; nil (no topology) switches the cpuset policy off.
-	CPUSet *cpuset.State
+	CPUSet *alloc.Allocator
 	// PoolsChanged is called when exclusive CPUs were taken or returned, so running LS and BE containers
 	// move to the new pools.
 	PoolsChanged func()

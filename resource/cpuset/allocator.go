@@ -120,17 +120,23 @@ func (c Config) Validate() error {
 type Allocation struct {
 	Class Class
 	CPUs  cpuset.CPUSet
+	// Container is the ID of the container using the CPUs (see Bind), "" until one starts. It lives
+	// here, with the allocation, because the hooks that allocate are rebuilt at every configuration
+	// change and the binding must outlive them.
+	Container string
 }
 
 // allocationJSON is the checkpoint form: the CPU list in the kernel's format, readable in a file.
 type allocationJSON struct {
-	Class Class  `json:"class"`
-	CPUs  string `json:"cpus"`
+	Class     Class  `json:"class"`
+	CPUs      string `json:"cpus"`
+	Container string `json:"container,omitempty"`
 }
 
-// MarshalJSON writes {"class":"LSE","cpus":"0-1"}; cpuset.CPUSet alone would marshal as {}.
+// MarshalJSON writes {"class":"LSE","cpus":"0-1","container":"<id>"}; cpuset.CPUSet alone would marshal
+// as {}.
 func (a Allocation) MarshalJSON() ([]byte, error) {
-	return json.Marshal(allocationJSON{Class: a.Class, CPUs: a.CPUs.String()})
+	return json.Marshal(allocationJSON{Class: a.Class, CPUs: a.CPUs.String(), Container: a.Container})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -143,7 +149,7 @@ func (a *Allocation) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("allocation: %w: %w", err, errdefs.ErrInvalidArgument)
 	}
-	*a = Allocation{Class: j.Class, CPUs: cpus}
+	*a = Allocation{Class: j.Class, CPUs: cpus, Container: j.Container}
 	return nil
 }
 
@@ -350,12 +356,46 @@ func (a *Allocator) Restore(owner string, class Class, cpus cpuset.CPUSet) error
 	return nil
 }
 
+// Bind records that container id uses owner's CPUs now; false when owner holds none. A restarted
+// container takes over the CPUs of the one it replaces, so the later removal of that one (ReleaseFor)
+// keeps them.
+func (a *Allocator) Bind(owner, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	have, ok := a.allocs[owner]
+	if ok {
+		have.Container = id
+		a.allocs[owner] = have
+	}
+	return ok
+}
+
 // Release frees owner's CPUs and reports whether it held any; releasing twice is harmless.
 func (a *Allocator) Release(owner string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	have, ok := a.allocs[owner]
-	if !ok {
+	return a.releaseLocked(owner, func(Allocation) bool { return true })
+}
+
+// ReleaseFor frees owner's CPUs as container id goes away, unless another container took them over
+// (Bind). It reports whether it freed any.
+func (a *Allocator) ReleaseFor(owner, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.releaseLocked(owner, func(have Allocation) bool { return have.Container == "" || have.Container == id })
+}
+
+// ReleaseUnbound frees owner's CPUs unless a container uses them: the rollback of an allocation made
+// for a container the runtime then refused. It reports whether it freed any.
+func (a *Allocator) ReleaseUnbound(owner string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.releaseLocked(owner, func(have Allocation) bool { return have.Container == "" })
+}
+
+func (a *Allocator) releaseLocked(owner string, ok func(Allocation) bool) bool {
+	have, held := a.allocs[owner]
+	if !held || !ok(have) {
 		return false
 	}
 	delete(a.allocs, owner)

@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -105,11 +104,11 @@ func TestNew(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d := Deps{}
+			var p Prober
 			if !tt.nilCG {
-				_, d.Cgroups = fakeTree(t, max(tt.version, 1), tt.file, "x")
+				_, p = fakeTree(t, max(tt.version, 1), tt.file, "x")
 			}
-			_, err := New(tt.cfg, d)
+			_, err := New(tt.cfg, p)
 			switch {
 			case tt.wantSkip:
 				if !errors.Is(err, hooks.ErrSkip) {
@@ -163,12 +162,13 @@ func TestAdjustments(t *testing.T) {
 		percent int64
 		class   string
 		quota   int64
-		// want is the burst file's value in the container's adjustment (v2) and the pod's; "" is none.
+		// want is the burst file's value in the container's adjustment and the pod's; "" is none. The
+		// front end has the runtime write the container's on cgroup v2 and writes it itself on v1.
 		wantCtr, wantPod string
 	}{
 		{name: "LS on v2", version: 2, percent: 50, class: "LS", quota: 200000, wantCtr: "100000", wantPod: "100000"},
 		{name: "LS on v2, seed 004 percent", version: 2, percent: 1000, class: "LS", quota: 150000, wantCtr: "150000", wantPod: "150000"},
-		{name: "LS on v1: pod only, the container is written after start", version: 1, percent: 50, class: "LS", quota: 200000, wantPod: "100000"},
+		{name: "LS on v1", version: 1, percent: 50, class: "LS", quota: 200000, wantCtr: "100000", wantPod: "100000"},
 		{name: "LS without limit", version: 2, percent: 50, class: "LS", quota: -1},
 		{name: "LSR does not burst", version: 2, percent: 50, class: "LSR", quota: 200000},
 		{name: "LSE does not burst", version: 2, percent: 50, class: "LSE", quota: 200000},
@@ -179,7 +179,7 @@ func TestAdjustments(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
 			_, w := fakeTree(t, tt.version, true)
-			b, err := New(auto(tt.percent), Deps{Cgroups: w})
+			b, err := New(auto(tt.percent), w)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,117 +222,6 @@ func unified(a *hooks.Adjustment, pod bool) map[string]string {
 		return nil
 	}
 	return r.Unified
-}
-
-func TestDirectWrites(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		version int
-		parent  string
-		class   string
-		// wantPath is the file written, relative to the controller's root; "" when nothing is written.
-		wantPath, want string
-	}{
-		{name: "v1 cgroupfs", version: 1, parent: "/kubepods/burstable/pod1", class: "LS", wantPath: "kubepods/burstable/pod1/c1/" + FileV1, want: "50000"},
-		{name: "v1 systemd", version: 1, parent: "kubepods-burstable-pod1.slice", class: "LS",
-			wantPath: "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-c1.scope/" + FileV1, want: "50000"},
-		{name: "v1 BE untouched", version: 1, parent: "/kubepods/besteffort/pod1", class: "BE"},
-		{name: "v2 goes through the runtime", version: 2, parent: "/kubepods/burstable/pod1", class: "LS"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, ctx := ktesting.NewTestContext(t)
-			p := pod(tt.class, 0)
-			p.CgroupParent = tt.parent
-			c := ctr(100000)
-			ctrDir := ContainerdCgroup(p, c)
-			base, w := fakeTree(t, tt.version, true, ctrDir)
-			b, err := New(auto(50), Deps{Cgroups: w, ContainerCgroup: ContainerdCgroup})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.PostStartContainer(ctx, p, c); err != nil {
-				t.Fatal(err)
-			}
-			if tt.wantPath == "" {
-				file := map[int]string{1: FileV1, 2: FileV2}[tt.version]
-				if got := read(t, filepath.Join(base, ctrDir, file)); got != "" {
-					t.Fatalf("container burst written: %q", got)
-				}
-				return
-			}
-			if got := read(t, filepath.Join(base, tt.wantPath)); got != tt.want {
-				t.Fatalf("%s = %q, want %q", tt.wantPath, got, tt.want)
-			}
-		})
-	}
-}
-
-func read(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// TestRealKernel runs on the host's own cgroup v1 cpu controller, where the kernel enforces what the fake
-// tree cannot: a burst above the quota is refused, and so is a quota below the burst, which is why
-// PreUpdateContainerResources lowers the burst before the runtime lowers the quota.
-func TestRealKernel(t *testing.T) {
-	cpuRoot := "/sys/fs/cgroup/cpu"
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a cgroup under " + cpuRoot)
-	}
-	w, err := cgroup.New("/sys/fs/cgroup")
-	if err != nil || w.Version() != 1 || !w.Supports(FileV1) {
-		t.Skipf("needs cgroup v1 with %s (have: %v)", FileV1, err)
-	}
-	_, ctx := ktesting.NewTestContext(t)
-	parent := "tandem-cpuburst-test-" + strconv.Itoa(os.Getpid())
-	p := pod("LS", 0)
-	p.CgroupParent = "/" + parent
-	c := ctr(200000)
-	dir := filepath.Join(cpuRoot, ContainerdCgroup(p, c))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = os.Remove(dir)
-		_ = os.Remove(filepath.Join(cpuRoot, parent))
-	})
-	setQuota := func(q int64) error {
-		return os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(q, 10)), 0)
-	}
-	if err := setQuota(200000); err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(auto(1000), Deps{Cgroups: w, ContainerCgroup: ContainerdCgroup})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.PostStartContainer(ctx, p, c); err != nil {
-		t.Fatalf("the kernel refused the burst: %v", err)
-	}
-	if got := read(t, filepath.Join(dir, FileV1)); got != "200000" {
-		t.Fatalf("burst after start = %s, want 200000 (1000%% capped at the quota)", got)
-	}
-	if setQuota(100000) == nil {
-		t.Fatal("the kernel took a quota below the burst; the ordering in PreUpdateContainerResources is moot")
-	}
-	// A downward resize: the hook runs before the runtime writes the new quota.
-	if _, err := b.PreUpdateContainerResources(ctx, p, ctr(100000)); err != nil {
-		t.Fatal(err)
-	}
-	if err := setQuota(100000); err != nil {
-		t.Fatalf("the runtime's quota write fails after the hook: %v", err)
-	}
-	if got := read(t, filepath.Join(dir, FileV1)); got != "100000" {
-		t.Fatalf("burst after resize = %s, want 100000", got)
-	}
 }
 
 // FuzzBurst: the burst is never negative, never above the quota, keeps quota + burst within the

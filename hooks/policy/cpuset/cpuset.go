@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	"github.com/containerd/errdefs"
 	"k8s.io/klog/v2"
@@ -35,27 +34,13 @@ type Recorded struct {
 	CPUs                           string
 }
 
-// CPUSet is the hook.
+// CPUSet is the hook. It keeps no state of its own: the allocations, and which container uses each,
+// live in the allocator, which outlives the hooks tandem-proxy rebuilds at every configuration change.
 type CPUSet struct {
+	alloc *alloc.Allocator
 	// poolsChanged is told whenever exclusive CPUs were taken or given back.
 	poolsChanged func()
-	*State
 }
-
-// State is what the policy keeps across rebuilds of its hook: the allocator and which container uses
-// each allocation. tandem-proxy builds a new hook at every configuration change, and the allocations and
-// the containers using them must outlive it.
-type State struct {
-	alloc *alloc.Allocator
-
-	mu sync.Mutex
-	// bound maps an allocation's owner to the container now using it. A restarted container reuses its
-	// predecessor's CPUs; removing the predecessor later must not free them.
-	bound map[string]string
-}
-
-// NewState returns the state one tandem-proxy process shares between the hooks it builds.
-func NewState(a *alloc.Allocator) *State { return &State{alloc: a, bound: map[string]string{}} }
 
 var (
 	_ hooks.PreCreateContainerHook          = (*CPUSet)(nil)
@@ -65,15 +50,15 @@ var (
 	_ hooks.RollbackHook                    = (*CPUSet)(nil)
 )
 
-// New returns the hook; a nil state (no CPU topology) is hooks.ErrSkip. poolsChanged may be nil.
-func New(state *State, poolsChanged func()) (*CPUSet, error) {
-	if state == nil || state.alloc == nil {
+// New returns the hook; a nil allocator (no CPU topology) is hooks.ErrSkip. poolsChanged may be nil.
+func New(a *alloc.Allocator, poolsChanged func()) (*CPUSet, error) {
+	if a == nil {
 		return nil, fmt.Errorf("no CPU topology: %w", hooks.ErrSkip)
 	}
 	if poolsChanged == nil {
 		poolsChanged = func() {}
 	}
-	return &CPUSet{poolsChanged: poolsChanged, State: state}, nil
+	return &CPUSet{alloc: a, poolsChanged: poolsChanged}, nil
 }
 
 // Restore re-registers the allocations that running containers held before tandem-proxy restarted and
@@ -82,11 +67,11 @@ func New(state *State, poolsChanged func()) (*CPUSet, error) {
 // call. Restoring later, at some hook's first call, would read a later store that can still list a
 // container whose removal is under way and bring its just-released allocation back for good. It
 // returns how many allocations it restored; each one refused is logged.
-func (s *State) Restore(ctx context.Context, recorded []Recorded) int {
+func Restore(ctx context.Context, a *alloc.Allocator, recorded []Recorded) int {
 	logger := klog.FromContext(ctx)
 	n := 0
 	for _, r := range recorded {
-		if err := s.restore(r); err != nil {
+		if err := restore(a, r); err != nil {
 			logger.Error(err, "Exclusive CPUs not restored; the container keeps its cpuset but the CPUs may be handed out again",
 				"owner", Owner(r.PodUID, r.Container), "containerID", r.ContainerID)
 			continue
@@ -96,18 +81,16 @@ func (s *State) Restore(ctx context.Context, recorded []Recorded) int {
 	return n
 }
 
-func (s *State) restore(r Recorded) error {
+func restore(a *alloc.Allocator, r Recorded) error {
 	set, err := topology.ParseCPUList(r.CPUs)
 	if err != nil {
 		return fmt.Errorf("cpuset %q: %v: %w", r.CPUs, err, errdefs.ErrInvalidArgument)
 	}
 	o := Owner(r.PodUID, r.Container)
-	if err := s.alloc.Restore(o, alloc.Class(r.Class), set); err != nil {
+	if err := a.Restore(o, alloc.Class(r.Class), set); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.bound[o] = r.ContainerID
-	s.mu.Unlock()
+	a.Bind(o, r.ContainerID)
 	return nil
 }
 
@@ -202,11 +185,7 @@ func (c *CPUSet) PreStartContainer(ctx context.Context, pod *hooks.PodInfo, ctr 
 	if err != nil || ctr.ID == "" {
 		return adj, err
 	}
-	if _, ok := c.alloc.Get(owner(pod, ctr)); ok {
-		c.mu.Lock()
-		c.bound[owner(pod, ctr)] = ctr.ID
-		c.mu.Unlock()
-	}
+	c.alloc.Bind(owner(pod, ctr), ctr.ID)
 	return adj, nil
 }
 
@@ -219,16 +198,8 @@ func (c *CPUSet) PreUpdateContainerResources(ctx context.Context, pod *hooks.Pod
 // PostRemoveContainer gives the CPUs back when the container using them is gone.
 func (c *CPUSet) PostRemoveContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) error {
 	o := owner(pod, ctr)
-	c.mu.Lock()
-	b, ok := c.bound[o]
-	if ok && b != ctr.ID {
-		// A restart took the CPUs over; the old container's removal does not free them.
-		c.mu.Unlock()
-		return nil
-	}
-	delete(c.bound, o)
-	c.mu.Unlock()
-	if c.alloc.Release(o) {
+	// A restart may have taken the CPUs over; the old container's removal then keeps them.
+	if c.alloc.ReleaseFor(o, ctr.ID) {
 		klog.FromContext(ctx).V(2).Info("Exclusive CPUs released", "owner", o, "containerID", ctr.ID)
 		c.poolsChanged()
 	}
@@ -242,10 +213,7 @@ func (c *CPUSet) Rollback(ctx context.Context, stage hooks.Stage, pod *hooks.Pod
 		return
 	}
 	o := owner(pod, ctr)
-	c.mu.Lock()
-	_, inUse := c.bound[o]
-	c.mu.Unlock()
-	if !inUse && c.alloc.Release(o) {
+	if c.alloc.ReleaseUnbound(o) {
 		klog.FromContext(ctx).V(2).Info("Exclusive CPUs rolled back", "owner", o)
 		c.poolsChanged()
 	}

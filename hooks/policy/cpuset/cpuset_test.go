@@ -72,7 +72,7 @@ func TestSeed000(t *testing.T) {
 	var changed atomic.Int32
 	d, err := hooks.NewDispatcher(ctx, []hooks.Registration{
 		{Name: qos.Name, Order: 100, New: func() (hooks.Hook, error) { return qos.New(qos.Config{}) }},
-		{Name: Name, Order: 200, New: func() (hooks.Hook, error) { return New(NewState(a), func() { changed.Add(1) }) }},
+		{Name: Name, Order: 200, New: func() (hooks.Hook, error) { return New(a, func() { changed.Add(1) }) }},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestBadInputAllocatesNothing(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
 			a := machine16(t)
-			h, _ := New(NewState(a), nil)
+			h, _ := New(a, nil)
 			pod, ctr := podOf(tt.pod)
 			_, err := h.PreCreateContainer(ctx, pod, ctr)
 			if !tt.wantErr(err) || !strings.Contains(err.Error(), tt.wantMsg) {
@@ -147,7 +147,7 @@ func TestRestartRollbackAndRestore(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	a := machine16(t)
-	h, _ := New(NewState(a), nil)
+	h, _ := New(a, nil)
 	pod, ctr := podOf(seedPod{"db", "LSE", 4000, nil})
 	ctr.Annotations = map[string]string{qos.AnnotationClass: "LSE"}
 
@@ -187,11 +187,10 @@ func TestRestartRollbackAndRestore(t *testing.T) {
 	// After a proxy restart, recorded allocations come back exactly, and are not handed out again.
 	b := machine16(t)
 	rec := []Recorded{{PodUID: "uid-db", Container: "nginx", ContainerID: "c9", Class: "LSE", CPUs: "4-7"}}
-	state := NewState(b)
-	if n := state.Restore(ctx, rec); n != 1 {
+	if n := Restore(ctx, b, rec); n != 1 {
 		t.Fatalf("restored %d allocations, want 1", n)
 	}
-	h2, _ := New(state, nil)
+	h2, _ := New(b, nil)
 	other, otherCtr := podOf(seedPod{"cache", "LSE", 4000, nil})
 	adj, err := h2.PreCreateContainer(ctx, other, otherCtr)
 	if err != nil {
@@ -214,18 +213,17 @@ func TestRebuildKeepsReleased(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	a := machine16(t)
-	state := NewState(a)
 	rec := []Recorded{
 		{PodUID: "uid-db", Container: "nginx", ContainerID: "c9", Class: "LSE", CPUs: "4-7"},
 		{PodUID: "uid-kv", Container: "kv", ContainerID: "c10", Class: "LSR", CPUs: "8-9"},
 	}
-	if n := state.Restore(ctx, rec); n != 2 {
+	if n := Restore(ctx, a, rec); n != 2 {
 		t.Fatalf("restored %d allocations, want 2", n)
 	}
 	db := &hooks.PodInfo{UID: "uid-db", Namespace: "default", Name: "db"}
 	kv := &hooks.PodInfo{UID: "uid-kv", Namespace: "default", Name: "kv"}
 
-	h1, _ := New(state, nil)
+	h1, _ := New(a, nil)
 	if err := h1.PostRemoveContainer(ctx, db, &hooks.ContainerInfo{ID: "c9", Name: "nginx"}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +231,7 @@ func TestRebuildKeepsReleased(t *testing.T) {
 		t.Fatal("removing the LSE container kept its CPUs")
 	}
 
-	h2, _ := New(state, nil) // the configuration changed
+	h2, _ := New(a, nil) // the configuration changed
 	ls, lsCtr := podOf(seedPod{"web", "LS", 1000, nil})
 	if _, err := h2.PreUpdateContainerResources(ctx, ls, lsCtr); err != nil {
 		t.Fatal(err)
@@ -259,13 +257,12 @@ func TestRestoreRefusesOverlap(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	a := machine16(t)
-	state := NewState(a)
 	rec := []Recorded{
 		{PodUID: "u1", Container: "a", ContainerID: "c1", Class: "LSE", CPUs: "2-3"},
 		{PodUID: "u2", Container: "b", ContainerID: "c2", Class: "LSR", CPUs: "3-4"},
 		{PodUID: "u3", Container: "c", ContainerID: "c3", Class: "LSE", CPUs: "not-a-list"},
 	}
-	if n := state.Restore(ctx, rec); n != 1 {
+	if n := Restore(ctx, a, rec); n != 1 {
 		t.Fatalf("restored %d allocations, want 1 (the overlapping and the malformed one refused)", n)
 	}
 	if got := a.Pools().LSE.String(); got != "2-3" {
