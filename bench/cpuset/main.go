@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
 )
 
@@ -60,7 +61,7 @@ func run() error {
 	policy := func() cpuset.BindPolicy {
 		return []cpuset.BindPolicy{cpuset.FullPCPUs, cpuset.SpreadByPCPUs}[rng.IntN(2)]
 	}
-	class := func(i int) cpuset.Class { return []cpuset.Class{cpuset.LSE, cpuset.LSR}[i%2] }
+	class := func(i int) qos.Class { return []qos.Class{qos.LSE, qos.LSR}[i%2] }
 
 	var held []string
 	for i := 0; len(held) < *exclusive; i++ {

@@ -208,7 +208,7 @@ func TestCPUSetHysteresis(t *testing.T) {
 			a := allocator(t, tt.shape)
 			var lse string
 			if tt.lse > 0 {
-				got, err := a.Allocate("lse", alloc.LSE, tt.lse, alloc.FullPCPUs)
+				got, err := a.Allocate("lse", qos.LSE, tt.lse, alloc.FullPCPUs)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -54,20 +54,9 @@ import (
 	"github.com/containerd/errdefs"
 	"k8s.io/utils/cpuset"
 
+	"github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
 )
-
-// Class is the QoS class of an exclusive allocation. Only LSE and LSR hold CPUs of their own; LS and BE
-// run in the pools the allocator derives.
-type Class string
-
-// The classes that hold exclusive CPUs.
-const (
-	LSE Class = "LSE"
-	LSR Class = "LSR"
-)
-
-func (c Class) valid() bool { return c == LSE || c == LSR }
 
 // BindPolicy says how an allocation is laid out over physical cores, as in Koordinator's
 // scheduling.koordinator.sh/resource-spec preferredCPUBindPolicy.
@@ -118,7 +107,9 @@ func (c Config) Validate() error {
 
 // Allocation is the set of CPUs one owner holds.
 type Allocation struct {
-	Class Class
+	// Class is LSE or LSR, the classes that hold CPUs of their own (qos.Class.Exclusive); LS and BE
+	// run in the pools the allocator derives.
+	Class qos.Class
 	CPUs  cpuset.CPUSet
 	// Container is the ID of the container using the CPUs (see Bind), "" until one starts. It lives
 	// here, with the allocation, because the hooks that allocate are rebuilt at every configuration
@@ -128,9 +119,9 @@ type Allocation struct {
 
 // allocationJSON is the checkpoint form: the CPU list in the kernel's format, readable in a file.
 type allocationJSON struct {
-	Class     Class  `json:"class"`
-	CPUs      string `json:"cpus"`
-	Container string `json:"container,omitempty"`
+	Class     qos.Class `json:"class"`
+	CPUs      string    `json:"cpus"`
+	Container string    `json:"container,omitempty"`
 }
 
 // MarshalJSON writes {"class":"LSE","cpus":"0-1","container":"<id>"}; cpuset.CPUSet alone would marshal
@@ -178,7 +169,7 @@ type Allocator struct {
 	mu sync.Mutex
 	// owner and class are indexed by CPU ID; "" marks a free CPU.
 	owner  []string
-	class  []Class
+	class  []qos.Class
 	allocs map[string]Allocation
 	free   int
 	// pools caches Pools between changes: hooks read it for every LS and BE container, far more often
@@ -231,7 +222,7 @@ func New(topo *topology.Topology, cfg Config) (*Allocator, error) {
 		minShared: cfg.MinSharedCPUs,
 		cpuCore:   make([]int, maxID+1),
 		owner:     make([]string, maxID+1),
-		class:     make([]Class, maxID+1),
+		class:     make([]qos.Class, maxID+1),
 		allocs:    map[string]Allocation{},
 		free:      usable.Size(),
 	}
@@ -277,11 +268,11 @@ func (a *Allocator) Usable() cpuset.CPUSet { return a.usable }
 // holds n CPUs of the same class gets the same set back, whatever the policy. An owner that holds a
 // different allocation gets an error wrapping errdefs.ErrAlreadyExists. Too few free CPUs gives an
 // error wrapping errdefs.ErrResourceExhausted that says "want N, free M"; nothing is allocated then.
-func (a *Allocator) Allocate(owner string, class Class, n int, policy BindPolicy) (cpuset.CPUSet, error) {
+func (a *Allocator) Allocate(owner string, class qos.Class, n int, policy BindPolicy) (cpuset.CPUSet, error) {
 	if owner == "" {
 		return cpuset.New(), fmt.Errorf("cpuset allocation needs an owner: %w", errdefs.ErrInvalidArgument)
 	}
-	if !class.valid() {
+	if !class.Exclusive() {
 		return cpuset.New(), fmt.Errorf("owner %s: class %q holds no exclusive CPUs, only LSE and LSR do: %w", owner, class, errdefs.ErrInvalidArgument)
 	}
 	if n < 1 {
@@ -318,11 +309,11 @@ func (a *Allocator) Allocate(owner string, class Class, n int, policy BindPolicy
 // that are not usable (errdefs.ErrInvalidArgument: offline, isolated or reserved now) or that overlaps
 // another owner's CPUs (errdefs.ErrAlreadyExists), so a bad checkpoint can never create overlapping
 // exclusive sets. Restoring the same allocation again is a no-op.
-func (a *Allocator) Restore(owner string, class Class, cpus cpuset.CPUSet) error {
+func (a *Allocator) Restore(owner string, class qos.Class, cpus cpuset.CPUSet) error {
 	if owner == "" {
 		return fmt.Errorf("restored cpuset allocation needs an owner: %w", errdefs.ErrInvalidArgument)
 	}
-	if !class.valid() {
+	if !class.Exclusive() {
 		return fmt.Errorf("owner %s: class %q holds no exclusive CPUs, only LSE and LSR do: %w", owner, class, errdefs.ErrInvalidArgument)
 	}
 	if cpus.IsEmpty() {
@@ -445,9 +436,9 @@ func (a *Allocator) poolsLocked() Pools {
 	var lse, lsr, ls, be []int
 	for _, id := range a.usable.List() {
 		switch a.class[id] {
-		case LSE:
+		case qos.LSE:
 			lse = append(lse, id)
-		case LSR:
+		case qos.LSR:
 			lsr = append(lsr, id)
 			be = append(be, id)
 		default:
@@ -514,7 +505,7 @@ func (a *Allocator) suppressedBE(ls, lsr []int) cpuset.CPUSet {
 	return cpuset.New(keep...)
 }
 
-func (a *Allocator) commit(owner string, class Class, cpus []int) {
+func (a *Allocator) commit(owner string, class qos.Class, cpus []int) {
 	for _, id := range cpus {
 		a.owner[id] = owner
 		a.class[id] = class

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	tcpuset "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
 	"github.com/tandemkit/tandem/resource/topology/topologytest"
 )
@@ -53,7 +54,7 @@ func set(s string) cpuset.CPUSet {
 // held is an allocation a test starts from, put in place with Restore.
 type held struct {
 	owner string
-	class tcpuset.Class
+	class qos.Class
 	cpus  string
 }
 
@@ -71,11 +72,11 @@ func restoreAll(t *testing.T, a *tcpuset.Allocator, hs []held) {
 func TestSeed000(t *testing.T) {
 	t.Parallel()
 	a := newAllocator(t, discover(t, tree16), tcpuset.DefaultConfig())
-	lse, err := a.Allocate("nginx-lse", tcpuset.LSE, 2, tcpuset.SpreadByPCPUs)
+	lse, err := a.Allocate("nginx-lse", qos.LSE, 2, tcpuset.SpreadByPCPUs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lsr, err := a.Allocate("nginx-lsr", tcpuset.LSR, 2, tcpuset.SpreadByPCPUs)
+	lsr, err := a.Allocate("nginx-lsr", qos.LSR, 2, tcpuset.SpreadByPCPUs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,21 +114,21 @@ func TestPlacement(t *testing.T) {
 		{name: "full: odd count splits one core only when no core is partly used", shape: tree16, n: 3,
 			policy: tcpuset.FullPCPUs, want: "0-1,8"},
 		{name: "full: odd remainder fills a partly used core instead of splitting a whole one", shape: tree16, n: 3,
-			held: []held{{"other", tcpuset.LSR, "1"}}, policy: tcpuset.FullPCPUs, want: "0,8-9"},
+			held: []held{{"other", qos.LSR, "1"}}, policy: tcpuset.FullPCPUs, want: "0,8-9"},
 		{name: "full: one CPU goes to a partly used core", shape: tree16, n: 1,
-			held: []held{{"other", tcpuset.LSE, "2"}}, policy: tcpuset.FullPCPUs, want: "10"},
+			held: []held{{"other", qos.LSE, "2"}}, policy: tcpuset.FullPCPUs, want: "10"},
 		{name: "full: whole cores are skipped past partly used ones", shape: tree16, n: 2,
-			held: []held{{"other", tcpuset.LSE, "0,9"}}, policy: tcpuset.FullPCPUs, want: "2,10"},
+			held: []held{{"other", qos.LSE, "0,9"}}, policy: tcpuset.FullPCPUs, want: "2,10"},
 		{name: "full: a node with whole cores beats a fuller node without", shape: tree16, n: 2,
-			held: []held{{"other", tcpuset.LSE, "0-3"}}, policy: tcpuset.FullPCPUs, want: "4,12"},
+			held: []held{{"other", qos.LSE, "0-3"}}, policy: tcpuset.FullPCPUs, want: "4,12"},
 		{name: "full: best fit picks the fuller node", shape: tree16, n: 4,
-			held: []held{{"other", tcpuset.LSE, "4"}}, policy: tcpuset.FullPCPUs, want: "5-6,13-14"},
+			held: []held{{"other", qos.LSE, "4"}}, policy: tcpuset.FullPCPUs, want: "5-6,13-14"},
 		{name: "full: a core with a reserved sibling is never whole", shape: tree16, n: 2,
 			cfg: tcpuset.Config{Reserved: set("0"), MinSharedCPUs: 1}, policy: tcpuset.FullPCPUs, want: "1,9"},
 		{name: "full: too big for one node spans both, whole cores", shape: tree16, n: 10, policy: tcpuset.FullPCPUs,
 			want: "0-4,8-12"},
 		{name: "full: no whole core left anywhere", shape: tree16, n: 2,
-			held: []held{{"other", tcpuset.LSE, "0-7"}}, policy: tcpuset.FullPCPUs, want: "8-9"},
+			held: []held{{"other", qos.LSE, "0-7"}}, policy: tcpuset.FullPCPUs, want: "8-9"},
 		{name: "full: 96 CPUs, 24 CPUs fill NUMA0's first 12 cores", shape: tree96, n: 24, policy: tcpuset.FullPCPUs,
 			want: "0-11,48-59"},
 		{name: "full: no SMT", shape: tree2, n: 1, policy: tcpuset.FullPCPUs, want: "0"},
@@ -136,11 +137,11 @@ func TestPlacement(t *testing.T) {
 		{name: "spread: two cores", shape: tree16, n: 2, policy: tcpuset.SpreadByPCPUs, want: "0-1"},
 		{name: "spread: every core of NUMA0", shape: tree16, n: 4, policy: tcpuset.SpreadByPCPUs, want: "0-3"},
 		{name: "spread: whole cores before partly used ones", shape: tree16, n: 2,
-			held: []held{{"lse", tcpuset.LSE, "0-1"}}, policy: tcpuset.SpreadByPCPUs, want: "2-3"},
+			held: []held{{"lse", qos.LSE, "0-1"}}, policy: tcpuset.SpreadByPCPUs, want: "2-3"},
 		{name: "spread: second threads only after every core gave one", shape: tree16, n: 6,
 			policy: tcpuset.SpreadByPCPUs, want: "0-3,8-9"},
 		{name: "spread: a node where every thread gets its own core beats a fuller one", shape: tree16, n: 3,
-			held: []held{{"other", tcpuset.LSE, "0-1,8-9"}}, policy: tcpuset.SpreadByPCPUs, want: "4-6"},
+			held: []held{{"other", qos.LSE, "0-1,8-9"}}, policy: tcpuset.SpreadByPCPUs, want: "4-6"},
 		{name: "spread: too big for one node", shape: tree16, n: 10, policy: tcpuset.SpreadByPCPUs, want: "0-9"},
 		{name: "spread: 96 CPUs, 24 threads on 24 cores", shape: tree96, n: 24, policy: tcpuset.SpreadByPCPUs,
 			want: "0-23"},
@@ -154,7 +155,7 @@ func TestPlacement(t *testing.T) {
 			}
 			a := newAllocator(t, discover(t, tc.shape), cfg)
 			restoreAll(t, a, tc.held)
-			got, err := a.Allocate("pod", tcpuset.LSE, tc.n, tc.policy)
+			got, err := a.Allocate("pod", qos.LSE, tc.n, tc.policy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,11 +176,11 @@ func TestFullPCPUsNeverSplits(t *testing.T) {
 		a := newAllocator(t, topo, tcpuset.DefaultConfig())
 		// Hold a random scatter of single threads so that many cores are partly used.
 		for j := range rng.IntN(40) {
-			_, _ = a.Allocate(fmt.Sprintf("scatter-%d", j), tcpuset.LSR, 1, tcpuset.SpreadByPCPUs)
+			_, _ = a.Allocate(fmt.Sprintf("scatter-%d", j), qos.LSR, 1, tcpuset.SpreadByPCPUs)
 		}
 		n := 2 * (1 + rng.IntN(12))
 		before := wholeFreeCoresPerNode(topo, a)
-		got, err := a.Allocate("pod", tcpuset.LSE, n, tcpuset.FullPCPUs)
+		got, err := a.Allocate("pod", qos.LSE, n, tcpuset.FullPCPUs)
 		if err != nil {
 			t.Fatalf("state %d: %v", i, err)
 		}
@@ -236,11 +237,11 @@ func TestNUMALocality(t *testing.T) {
 	}{
 		{name: "empty machine, full", policy: tcpuset.FullPCPUs},
 		{name: "empty machine, spread", policy: tcpuset.SpreadByPCPUs},
-		{name: "NUMA0 half used, full", held: []held{{"a", tcpuset.LSE, "0-1,8-9"}}, policy: tcpuset.FullPCPUs},
-		{name: "NUMA0 half used, spread", held: []held{{"a", tcpuset.LSE, "0-1,8-9"}}, policy: tcpuset.SpreadByPCPUs},
-		{name: "both nodes scattered, full", held: []held{{"a", tcpuset.LSR, "0,5,10,15"}}, policy: tcpuset.FullPCPUs},
-		{name: "both nodes scattered, spread", held: []held{{"a", tcpuset.LSR, "0,5,10,15"}}, policy: tcpuset.SpreadByPCPUs},
-		{name: "only NUMA1 has room", held: []held{{"a", tcpuset.LSE, "0-2,8-10"}}, policy: tcpuset.FullPCPUs},
+		{name: "NUMA0 half used, full", held: []held{{"a", qos.LSE, "0-1,8-9"}}, policy: tcpuset.FullPCPUs},
+		{name: "NUMA0 half used, spread", held: []held{{"a", qos.LSE, "0-1,8-9"}}, policy: tcpuset.SpreadByPCPUs},
+		{name: "both nodes scattered, full", held: []held{{"a", qos.LSR, "0,5,10,15"}}, policy: tcpuset.FullPCPUs},
+		{name: "both nodes scattered, spread", held: []held{{"a", qos.LSR, "0,5,10,15"}}, policy: tcpuset.SpreadByPCPUs},
+		{name: "only NUMA1 has room", held: []held{{"a", qos.LSE, "0-2,8-10"}}, policy: tcpuset.FullPCPUs},
 	}
 	topo := discover(t, tree16)
 	for _, tc := range tests {
@@ -248,7 +249,7 @@ func TestNUMALocality(t *testing.T) {
 			t.Parallel()
 			a := newAllocator(t, topo, tcpuset.DefaultConfig())
 			restoreAll(t, a, tc.held)
-			got, err := a.Allocate("pod", tcpuset.LSR, 4, tc.policy)
+			got, err := a.Allocate("pod", qos.LSR, 4, tc.policy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -286,12 +287,12 @@ func TestExhaustion(t *testing.T) {
 		{name: "the shared pool keeps one CPU", cfg: tcpuset.DefaultConfig(), n: 16, wantErr: "want 16, free 15"},
 		{name: "all but the shared CPU", cfg: tcpuset.DefaultConfig(), n: 15},
 		{name: "every CPU when the shared pool may be empty", cfg: tcpuset.Config{}, n: 16},
-		{name: "partly held", cfg: tcpuset.DefaultConfig(), held: []held{{"a", tcpuset.LSE, "0-9"}}, n: 6,
+		{name: "partly held", cfg: tcpuset.DefaultConfig(), held: []held{{"a", qos.LSE, "0-9"}}, n: 6,
 			wantErr: "want 6, free 5"},
 		{name: "reserved CPUs are not free", cfg: tcpuset.Config{Reserved: set("0-3")}, n: 13, wantErr: "want 13, free 12"},
 		{name: "a node whose only usable CPU is the shared one", cfg: tcpuset.Config{Reserved: set("0-14"), MinSharedCPUs: 1}, n: 1,
 			wantErr: "want 1, free 0"},
-		{name: "LSR CPUs are not free for LSE either", cfg: tcpuset.Config{}, held: []held{{"a", tcpuset.LSR, "0-13"}}, n: 3,
+		{name: "LSR CPUs are not free for LSE either", cfg: tcpuset.Config{}, held: []held{{"a", qos.LSR, "0-13"}}, n: 3,
 			wantErr: "want 3, free 2"},
 	}
 	for _, tc := range tests {
@@ -300,7 +301,7 @@ func TestExhaustion(t *testing.T) {
 			a := newAllocator(t, topo, tc.cfg)
 			restoreAll(t, a, tc.held)
 			poolsBefore := a.Pools()
-			got, err := a.Allocate("pod", tcpuset.LSE, tc.n, tcpuset.FullPCPUs)
+			got, err := a.Allocate("pod", qos.LSE, tc.n, tcpuset.FullPCPUs)
 			if tc.wantErr == "" {
 				if err != nil || got.Size() != tc.n {
 					t.Fatalf("Allocate(%d) = %q, %v; want %d CPUs", tc.n, got.String(), err, tc.n)
@@ -325,17 +326,17 @@ func TestInvalidArguments(t *testing.T) {
 	tests := []struct {
 		name   string
 		owner  string
-		class  tcpuset.Class
+		class  qos.Class
 		n      int
 		policy tcpuset.BindPolicy
 	}{
-		{name: "zero CPUs", owner: "pod", class: tcpuset.LSE, n: 0},
-		{name: "negative CPUs", owner: "pod", class: tcpuset.LSR, n: -2},
+		{name: "zero CPUs", owner: "pod", class: qos.LSE, n: 0},
+		{name: "negative CPUs", owner: "pod", class: qos.LSR, n: -2},
 		{name: "LS holds no exclusive CPUs", owner: "pod", class: "LS", n: 1},
 		{name: "BE holds no exclusive CPUs", owner: "pod", class: "BE", n: 1},
 		{name: "no class", owner: "pod", n: 1},
-		{name: "no owner", class: tcpuset.LSE, n: 1},
-		{name: "unknown policy", owner: "pod", class: tcpuset.LSE, n: 1, policy: "Spread"},
+		{name: "no owner", class: qos.LSE, n: 1},
+		{name: "unknown policy", owner: "pod", class: qos.LSE, n: 1, policy: "Spread"},
 	}
 	a := newAllocator(t, discover(t, tree16), tcpuset.DefaultConfig())
 	for _, tc := range tests {
@@ -361,21 +362,21 @@ func TestAllocateTwice(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
-		class  tcpuset.Class
+		class  qos.Class
 		n      int
 		policy tcpuset.BindPolicy
 		same   bool // true: the first set back; false: an already-exists error
 	}{
-		{name: "same request", class: tcpuset.LSE, n: 2, policy: tcpuset.FullPCPUs, same: true},
-		{name: "same class and size, other policy", class: tcpuset.LSE, n: 2, policy: tcpuset.SpreadByPCPUs, same: true},
-		{name: "other size", class: tcpuset.LSE, n: 4, policy: tcpuset.FullPCPUs},
-		{name: "other class", class: tcpuset.LSR, n: 2, policy: tcpuset.FullPCPUs},
+		{name: "same request", class: qos.LSE, n: 2, policy: tcpuset.FullPCPUs, same: true},
+		{name: "same class and size, other policy", class: qos.LSE, n: 2, policy: tcpuset.SpreadByPCPUs, same: true},
+		{name: "other size", class: qos.LSE, n: 4, policy: tcpuset.FullPCPUs},
+		{name: "other class", class: qos.LSR, n: 2, policy: tcpuset.FullPCPUs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			a := newAllocator(t, discover(t, tree16), tcpuset.DefaultConfig())
-			first, err := a.Allocate("pod", tcpuset.LSE, 2, tcpuset.FullPCPUs)
+			first, err := a.Allocate("pod", qos.LSE, 2, tcpuset.FullPCPUs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -387,7 +388,7 @@ func TestAllocateTwice(t *testing.T) {
 			} else if !errdefs.IsAlreadyExists(err) {
 				t.Fatalf("second Allocate = %q, %v; want an already-exists error", again.String(), err)
 			}
-			if al, _ := a.Get("pod"); !al.CPUs.Equals(first) || al.Class != tcpuset.LSE || len(a.Allocations()) != 1 {
+			if al, _ := a.Get("pod"); !al.CPUs.Equals(first) || al.Class != qos.LSE || len(a.Allocations()) != 1 {
 				t.Errorf("after the second call the allocation is %+v, want LSE %q only", al, first.String())
 			}
 		})
@@ -397,14 +398,14 @@ func TestAllocateTwice(t *testing.T) {
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	a := newAllocator(t, discover(t, tree16), tcpuset.DefaultConfig())
-	lse, err := a.Allocate("lse", tcpuset.LSE, 4, tcpuset.FullPCPUs)
+	lse, err := a.Allocate("lse", qos.LSE, 4, tcpuset.FullPCPUs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Allocate("lsr", tcpuset.LSR, 4, tcpuset.FullPCPUs); err != nil {
+	if _, err := a.Allocate("lsr", qos.LSR, 4, tcpuset.FullPCPUs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Allocate("big", tcpuset.LSE, 11, tcpuset.FullPCPUs); !errdefs.IsResourceExhausted(err) {
+	if _, err := a.Allocate("big", qos.LSE, 11, tcpuset.FullPCPUs); !errdefs.IsResourceExhausted(err) {
 		t.Fatalf("Allocate(11) with 8 CPUs held = %v; want resource exhausted", err)
 	}
 	if !a.Release("lse") {
@@ -421,7 +422,7 @@ func TestRelease(t *testing.T) {
 		t.Errorf("released CPUs %q are not back in LS and BE: %+v", lse.String(), p)
 	}
 	// The released CPUs can be handed out again: 16 − 4 (LSR) − 1 (shared) = 11.
-	if got, err := a.Allocate("big", tcpuset.LSE, 11, tcpuset.FullPCPUs); err != nil || got.Intersection(lse).Size() < 3 {
+	if got, err := a.Allocate("big", qos.LSE, 11, tcpuset.FullPCPUs); err != nil || got.Intersection(lse).Size() < 3 {
 		t.Errorf("Allocate(11) after release = %q, %v; want 11 CPUs, 3 or more of them from %q", got.String(), err, lse.String())
 	}
 }
@@ -436,25 +437,25 @@ func TestRestore(t *testing.T) {
 		restore held
 		wantErr func(error) bool // nil: success
 	}{
-		{name: "free CPUs", restore: held{"pod", tcpuset.LSE, "0-1"}},
-		{name: "same allocation twice", held: []held{{"pod", tcpuset.LSE, "0-1"}}, restore: held{"pod", tcpuset.LSE, "0-1"}},
-		{name: "overlap with another LSE owner", held: []held{{"a", tcpuset.LSE, "0-1"}},
-			restore: held{"pod", tcpuset.LSE, "1-2"}, wantErr: errdefs.IsAlreadyExists},
-		{name: "overlap between LSE and LSR", held: []held{{"a", tcpuset.LSR, "2-3"}},
-			restore: held{"pod", tcpuset.LSE, "3"}, wantErr: errdefs.IsAlreadyExists},
-		{name: "overlap between LSR owners", held: []held{{"a", tcpuset.LSR, "2-3"}},
-			restore: held{"pod", tcpuset.LSR, "3-4"}, wantErr: errdefs.IsAlreadyExists},
-		{name: "same owner, other CPUs", held: []held{{"pod", tcpuset.LSE, "0-1"}},
-			restore: held{"pod", tcpuset.LSE, "4-5"}, wantErr: errdefs.IsAlreadyExists},
-		{name: "same owner, other class", held: []held{{"pod", tcpuset.LSE, "0-1"}},
-			restore: held{"pod", tcpuset.LSR, "0-1"}, wantErr: errdefs.IsAlreadyExists},
+		{name: "free CPUs", restore: held{"pod", qos.LSE, "0-1"}},
+		{name: "same allocation twice", held: []held{{"pod", qos.LSE, "0-1"}}, restore: held{"pod", qos.LSE, "0-1"}},
+		{name: "overlap with another LSE owner", held: []held{{"a", qos.LSE, "0-1"}},
+			restore: held{"pod", qos.LSE, "1-2"}, wantErr: errdefs.IsAlreadyExists},
+		{name: "overlap between LSE and LSR", held: []held{{"a", qos.LSR, "2-3"}},
+			restore: held{"pod", qos.LSE, "3"}, wantErr: errdefs.IsAlreadyExists},
+		{name: "overlap between LSR owners", held: []held{{"a", qos.LSR, "2-3"}},
+			restore: held{"pod", qos.LSR, "3-4"}, wantErr: errdefs.IsAlreadyExists},
+		{name: "same owner, other CPUs", held: []held{{"pod", qos.LSE, "0-1"}},
+			restore: held{"pod", qos.LSE, "4-5"}, wantErr: errdefs.IsAlreadyExists},
+		{name: "same owner, other class", held: []held{{"pod", qos.LSE, "0-1"}},
+			restore: held{"pod", qos.LSR, "0-1"}, wantErr: errdefs.IsAlreadyExists},
 		{name: "reserved CPU", cfg: tcpuset.Config{Reserved: set("0")},
-			restore: held{"pod", tcpuset.LSE, "0-1"}, wantErr: errdefs.IsInvalidArgument},
-		{name: "offline CPU", restore: held{"pod", tcpuset.LSE, "15-16"}, wantErr: errdefs.IsInvalidArgument},
-		{name: "no CPUs", restore: held{"pod", tcpuset.LSE, ""}, wantErr: errdefs.IsInvalidArgument},
+			restore: held{"pod", qos.LSE, "0-1"}, wantErr: errdefs.IsInvalidArgument},
+		{name: "offline CPU", restore: held{"pod", qos.LSE, "15-16"}, wantErr: errdefs.IsInvalidArgument},
+		{name: "no CPUs", restore: held{"pod", qos.LSE, ""}, wantErr: errdefs.IsInvalidArgument},
 		{name: "no class", restore: held{"pod", "", "0"}, wantErr: errdefs.IsInvalidArgument},
-		{name: "restore may take the last shared CPU", held: []held{{"a", tcpuset.LSE, "0-14"}},
-			restore: held{"pod", tcpuset.LSR, "15"}},
+		{name: "restore may take the last shared CPU", held: []held{{"a", qos.LSE, "0-14"}},
+			restore: held{"pod", qos.LSR, "15"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -510,7 +511,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	a := newAllocator(t, topo, tcpuset.DefaultConfig())
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 30 {
-		class := []tcpuset.Class{tcpuset.LSE, tcpuset.LSR}[i%2]
+		class := []qos.Class{qos.LSE, qos.LSR}[i%2]
 		if _, err := a.Allocate(fmt.Sprintf("ctr-%d", i), class, 1+rng.IntN(4), tcpuset.SpreadByPCPUs); err != nil {
 			t.Fatal(err)
 		}
@@ -564,7 +565,7 @@ func TestIsolatedAndReservedStayOut(t *testing.T) {
 		t.Errorf("pools = %+v; want LS and BE 1-2,4-6", p)
 	}
 	// Everything that can be allocated: 5 usable − 1 shared.
-	got, err := a.Allocate("all", tcpuset.LSE, 4, tcpuset.FullPCPUs)
+	got, err := a.Allocate("all", qos.LSE, 4, tcpuset.FullPCPUs)
 	if err != nil {
 		t.Fatal(err)
 	}

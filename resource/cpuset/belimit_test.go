@@ -4,13 +4,14 @@ import (
 	"testing"
 
 	tcpuset "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // TestSetBELimit checks CPU suppression's cap on the BE pool: BE never gets LSE CPUs, keeps whole cores
 // from the top of the shared pool, gives LSR CPUs back before shared ones, and never drops below one CPU.
 func TestSetBELimit(t *testing.T) {
 	t.Parallel()
-	seed000 := []held{{"nginx-lse", tcpuset.LSE, "0-1"}, {"nginx-lsr", tcpuset.LSR, "2-3"}}
+	seed000 := []held{{"nginx-lse", qos.LSE, "0-1"}, {"nginx-lsr", qos.LSR, "2-3"}}
 	tests := []struct {
 		name        string
 		tree        string
@@ -63,7 +64,7 @@ func TestBELimitFollowsAllocations(t *testing.T) {
 	if got := a.Pools().BE.String(); got != "7,15" {
 		t.Fatalf("BE with cap 2 = %q, want 7,15", got)
 	}
-	if _, err := a.Allocate("big", tcpuset.LSE, 15, tcpuset.FullPCPUs); err != nil {
+	if _, err := a.Allocate("big", qos.LSE, 15, tcpuset.FullPCPUs); err != nil {
 		t.Fatal(err)
 	}
 	p := a.Pools()

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	tcpuset "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // benchSizes is the mix of exclusive requests, in CPUs: mostly 1 and 2, some 4 (2.1 on average).
@@ -83,8 +84,8 @@ func BenchmarkPools96(b *testing.B) {
 	}
 }
 
-func benchClass(i int) tcpuset.Class {
-	return []tcpuset.Class{tcpuset.LSE, tcpuset.LSR}[i%2]
+func benchClass(i int) qos.Class {
+	return []qos.Class{qos.LSE, qos.LSR}[i%2]
 }
 
 func benchPolicy(rng *rand.Rand) tcpuset.BindPolicy {

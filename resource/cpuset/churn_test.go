@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	tcpuset "github.com/tandemkit/tandem/resource/cpuset"
+	"github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
 	"github.com/tandemkit/tandem/resource/topology/topologytest"
 )
@@ -62,7 +63,7 @@ func TestChurn(t *testing.T) {
 					held = held[:len(held)-1]
 				} else {
 					owner := fmt.Sprintf("ctr-%d", step)
-					class := []tcpuset.Class{tcpuset.LSE, tcpuset.LSR}[rng.IntN(2)]
+					class := []qos.Class{qos.LSE, qos.LSR}[rng.IntN(2)]
 					policy := []tcpuset.BindPolicy{tcpuset.FullPCPUs, tcpuset.SpreadByPCPUs}[rng.IntN(2)]
 					n := 1 + rng.IntN(tc.maxN)
 					before := snapshot(a)
@@ -96,7 +97,7 @@ func TestChurn(t *testing.T) {
 			}
 			// The free counts came back too, not only the sets: the largest request fits again.
 			all := a.Usable().Size() - tc.cfg.MinSharedCPUs
-			if got, err := a.Allocate("all", tcpuset.LSE, all, tcpuset.FullPCPUs); err != nil || got.Size() != all {
+			if got, err := a.Allocate("all", qos.LSE, all, tcpuset.FullPCPUs); err != nil || got.Size() != all {
 				t.Fatalf("Allocate(%d) on the emptied allocator = %q, %v", all, got.String(), err)
 			}
 			if granted < 1000 || refused < 10 {
@@ -218,7 +219,7 @@ func checkInvariants(t *testing.T, step int, a *tcpuset.Allocator, cfg tcpuset.C
 	holder := map[int]string{}
 	var lseIDs, lsrIDs []int
 	for owner, al := range allocs {
-		if al.Class != tcpuset.LSE && al.Class != tcpuset.LSR {
+		if al.Class != qos.LSE && al.Class != qos.LSR {
 			t.Fatalf("step %d: %s has class %q", step, owner, al.Class)
 		}
 		for _, id := range al.CPUs.UnsortedList() {
@@ -230,7 +231,7 @@ func checkInvariants(t *testing.T, step int, a *tcpuset.Allocator, cfg tcpuset.C
 					step, al.Class, owner, al.CPUs.String(), allocs[other].Class, other, id)
 			}
 			holder[id] = owner
-			if al.Class == tcpuset.LSE {
+			if al.Class == qos.LSE {
 				lseIDs = append(lseIDs, id)
 			} else {
 				lsrIDs = append(lsrIDs, id)
@@ -280,7 +281,7 @@ func TestConcurrent(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for s := range steps {
 				owner := fmt.Sprintf("w%d-%d", w, s)
-				class := []tcpuset.Class{tcpuset.LSE, tcpuset.LSR}[s%2]
+				class := []qos.Class{qos.LSE, qos.LSR}[s%2]
 				if _, err := a.Allocate(owner, class, 1+rng.IntN(4), tcpuset.SpreadByPCPUs); err != nil && !errdefs.IsResourceExhausted(err) {
 					t.Errorf("Allocate: %v", err)
 					return

@@ -87,7 +87,7 @@ func restore(a *alloc.Allocator, r Recorded) error {
 		return fmt.Errorf("cpuset %q: %v: %w", r.CPUs, err, errdefs.ErrInvalidArgument)
 	}
 	o := Owner(r.PodUID, r.Container)
-	if err := a.Restore(o, alloc.Class(r.Class), set); err != nil {
+	if err := a.Restore(o, r.Class, set); err != nil {
 		return err
 	}
 	a.Bind(o, r.ContainerID)
@@ -155,7 +155,7 @@ func (c *CPUSet) cpus(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.Contai
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		got, err := c.alloc.Allocate(o, alloc.Class(class), n, policy)
+		got, err := c.alloc.Allocate(o, class, n, policy)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s container %s: %s: %w", pod.Namespace, pod.Name, ctr.Name, class, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/tandemkit/tandem/proxy/store"
+	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
 // ErrPoolsOff is returned by Client.Pools when tandem-proxy runs without the cpuset policy.
@@ -68,8 +69,8 @@ type PoolsDump struct {
 
 // AllocationDump is one exclusive allocation.
 type AllocationDump struct {
-	Class string `json:"class"`
-	CPUs  string `json:"cpus"`
+	Class resqos.Class `json:"class"`
+	CPUs  string       `json:"cpus"`
 }
 
 // Pools returns the proxy's CPU pools; ErrPoolsOff when its cpuset policy is off.

@@ -12,6 +12,7 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
+	resqos "github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
 )
 
@@ -30,20 +31,20 @@ type Field struct {
 
 // Container is one row of `tandemctl pods`.
 type Container struct {
-	Namespace   string `json:"namespace"`
-	Pod         string `json:"pod"`
-	PodUID      string `json:"podUID,omitempty"`
-	PodID       string `json:"podID"`
-	Name        string `json:"container"`
-	ID          string `json:"containerID"`
-	State       string `json:"state"`
-	QoS         string `json:"qosClass,omitempty"`
-	Cgroup      string `json:"cgroup,omitempty"`
-	Cpuset      Field  `json:"cpuset"`
-	CPUQuota    Field  `json:"cpuQuota"`
-	CPUShares   Field  `json:"cpuShares"`
-	CPUIdle     Field  `json:"cpuIdle"`
-	MemoryLimit Field  `json:"memoryLimit"`
+	Namespace   string       `json:"namespace"`
+	Pod         string       `json:"pod"`
+	PodUID      string       `json:"podUID,omitempty"`
+	PodID       string       `json:"podID"`
+	Name        string       `json:"container"`
+	ID          string       `json:"containerID"`
+	State       string       `json:"state"`
+	QoS         resqos.Class `json:"qosClass,omitempty"`
+	Cgroup      string       `json:"cgroup,omitempty"`
+	Cpuset      Field        `json:"cpuset"`
+	CPUQuota    Field        `json:"cpuQuota"`
+	CPUShares   Field        `json:"cpuShares"`
+	CPUIdle     Field        `json:"cpuIdle"`
+	MemoryLimit Field        `json:"memoryLimit"`
 }
 
 // Pods is the whole `tandemctl pods` report.
@@ -100,7 +101,7 @@ func buildContainer(p *store.Pod, c *store.Container, k *Kernel) Container {
 	row := Container{
 		Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID, PodID: p.ID,
 		Name: c.Name, ID: c.ID, State: c.State,
-		QoS:    string(qos.Class(podInfo, &hooks.ContainerInfo{Annotations: c.Annotations})),
+		QoS:    qos.Class(podInfo, &hooks.ContainerInfo{Annotations: c.Annotations}),
 		Cgroup: files.path(),
 	}
 	row.Cpuset = cpusetField(files, k.version, res.CpusetCpus)

@@ -7,26 +7,27 @@ import (
 	"strings"
 
 	"github.com/tandemkit/tandem/proxy/store"
+	resqos "github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
 )
 
 // Pool is one class's CPU pool.
 type Pool struct {
-	Class string `json:"class"`
-	CPUs  string `json:"cpus"`
-	Count int    `json:"count"`
+	Class resqos.Class `json:"class"`
+	CPUs  string       `json:"cpus"`
+	Count int          `json:"count"`
 }
 
 // Allocation is the exclusive CPUs of one container, named from the store where the proxy knows its pod.
 type Allocation struct {
-	Owner     string `json:"owner"`
-	Namespace string `json:"namespace,omitempty"`
-	Pod       string `json:"pod,omitempty"`
-	PodUID    string `json:"podUID"`
-	Container string `json:"container"`
-	Class     string `json:"class"`
-	CPUs      string `json:"cpus"`
-	Count     int    `json:"count"`
+	Owner     string       `json:"owner"`
+	Namespace string       `json:"namespace,omitempty"`
+	Pod       string       `json:"pod,omitempty"`
+	PodUID    string       `json:"podUID"`
+	Container string       `json:"container"`
+	Class     resqos.Class `json:"class"`
+	CPUs      string       `json:"cpus"`
+	Count     int          `json:"count"`
 }
 
 // Pools is the whole `tandemctl pools` report.
@@ -38,7 +39,10 @@ type Pools struct {
 // BuildPools lists the four pools in class order and the allocations by namespace, pod and container.
 func BuildPools(d *PoolsDump, snap *store.Snapshot) (*Pools, error) {
 	out := &Pools{Allocations: []Allocation{}}
-	for _, p := range []struct{ class, cpus string }{{"LSE", d.LSE}, {"LSR", d.LSR}, {"LS", d.LS}, {"BE", d.BE}} {
+	for _, p := range []struct {
+		class resqos.Class
+		cpus  string
+	}{{resqos.LSE, d.LSE}, {resqos.LSR, d.LSR}, {resqos.LS, d.LS}, {resqos.BE, d.BE}} {
 		n, err := countCPUs(p.cpus)
 		if err != nil {
 			return nil, fmt.Errorf("pool %s from tandem-proxy: %w", p.class, err)

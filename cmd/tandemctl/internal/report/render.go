@@ -70,7 +70,7 @@ func WritePods(w io.Writer, p *Pods, format Format) error {
 	type note struct{ who, why string }
 	var fromStore []note
 	for _, c := range p.Containers {
-		qos := c.QoS
+		qos := string(c.QoS)
 		if qos == "" {
 			qos = "-"
 		}
