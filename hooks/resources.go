@@ -122,13 +122,7 @@ func ResourcesFromProto(m protoreflect.Message) *Resources {
 		f.fromProto(m, r)
 	}
 	fields := m.Descriptor().Fields()
-	m.Get(fields.ByName(protoUnified)).Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
-		if r.Unified == nil {
-			r.Unified = map[string]string{}
-		}
-		r.Unified[k.String()] = v.String()
-		return true
-	})
+	r.Unified = unifiedFromProto(m.Get(fields.ByName(protoUnified)).Map())
 	r.HugepageLimits = hugepagesFromProto(m.Get(fields.ByName(protoHugepages)).List(), false)
 	return r
 }
@@ -144,18 +138,25 @@ func AdjustmentFromProto(m protoreflect.Message) *ResourceAdjustment {
 		f.adjustmentFromProto(m, a)
 	}
 	fields := m.Descriptor().Fields()
-	if u := m.Get(fields.ByName(protoUnified)).Map(); u.Len() > 0 {
-		a.Unified = make(map[string]string, u.Len())
-		u.Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
-			a.Unified[k.String()] = v.String()
-			return true
-		})
-	}
+	a.Unified = unifiedFromProto(m.Get(fields.ByName(protoUnified)).Map())
 	a.HugepageLimits = hugepagesFromProto(m.Get(fields.ByName(protoHugepages)).List(), true)
 	if a.empty() {
 		return nil
 	}
 	return a
+}
+
+// unifiedFromProto copies the unified map; nil when it is empty.
+func unifiedFromProto(u protoreflect.Map) map[string]string {
+	if u.Len() == 0 {
+		return nil
+	}
+	out := make(map[string]string, u.Len())
+	u.Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+		out[k.String()] = v.String()
+		return true
+	})
+	return out
 }
 
 func hugepagesFromProto(l protoreflect.List, skipUnnamed bool) map[string]uint64 {

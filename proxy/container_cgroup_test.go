@@ -129,12 +129,7 @@ func TestContainerSettingsTheRuntimeCannotCarry(t *testing.T) {
 			// The runtime makes the container's cgroup; here the test does.
 			ctrDir := ContainerCgroup(parent, ctr.ContainerId)
 			file := filepath.Join(hierarchy, ctrDir, burstFile)
-			if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(file, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			touch(t, file)
 			sent := h.rt.lastCreate.GetConfig().GetLinux().GetResources().GetUnified()[burstFile]
 			if want := map[int]string{1: "", 2: "50000"}[version]; sent != want {
 				t.Fatalf("runtime got %s = %q at create, want %q", burstFile, sent, want)

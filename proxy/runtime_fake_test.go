@@ -37,13 +37,7 @@ func fakeCgroupV1(t testing.TB, parent string, files ...string) *fakeCg {
 	root := t.TempDir()
 	for _, f := range files {
 		ctrl, _, _ := strings.Cut(f, ".")
-		p := filepath.Join(root, ctrl, parent, f)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		touch(t, filepath.Join(root, ctrl, parent, f))
 	}
 	if err := os.MkdirAll(filepath.Join(root, "cpu"), 0o755); err != nil {
 		t.Fatal(err)
@@ -53,6 +47,17 @@ func fakeCgroupV1(t testing.TB, parent string, files ...string) *fakeCg {
 		t.Fatal(err)
 	}
 	return &fakeCg{root: root, parent: parent, writer: w}
+}
+
+// touch makes an empty file and its directories, as a cgroup file stands in a fake tree.
+func touch(t testing.TB, p string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (c *fakeCg) read(t testing.TB, file string) string {
