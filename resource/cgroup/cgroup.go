@@ -31,15 +31,21 @@ type Settings struct {
 	Files       map[string]string
 }
 
-// Writer writes settings into a cgroup named as kubelet names a pod's cgroup parent.
-type Writer interface {
-	// Write applies s to the cgroup; it fails with errdefs.ErrNotFound when the cgroup does not exist.
-	Write(parent string, s Settings) error
+// Prober tells what the hierarchy is and offers: all a policy may know of the node's cgroups, since the
+// front end, not the policy, writes them.
+type Prober interface {
 	// Version is 1 or 2.
 	Version() int
 	// Supports reports whether the kernel offers a cgroup file ("cpu.idle", "cpu.cfs_burst_us"), so a
 	// policy can switch itself off with one log line instead of failing every pod.
 	Supports(file string) bool
+}
+
+// Writer writes settings into a cgroup named as kubelet names a pod's cgroup parent.
+type Writer interface {
+	Prober
+	// Write applies s to the cgroup; it fails with errdefs.ErrNotFound when the cgroup does not exist.
+	Write(parent string, s Settings) error
 }
 
 // New detects the hierarchy under root: cgroup v2 when root has cgroup.controllers, else v1.

@@ -34,12 +34,6 @@ const (
 // maxCFSRuntimeUs is the kernel's bound on quota + burst (max_cfs_runtime, 2^44-1 µs).
 const maxCFSRuntimeUs = cgroup.MaxQuota
 
-// Prober tells the cgroup version and which files the kernel offers; resource/cgroup's writers are one.
-type Prober interface {
-	Supports(file string) bool
-	Version() int
-}
-
 // CPUBurst is the hook.
 type CPUBurst struct {
 	cfg  Config
@@ -54,7 +48,7 @@ var (
 
 // New validates cfg and detects the burst file. It returns an error wrapping hooks.ErrSkip when the
 // policy sets no CFS burst or the kernel lacks it (Linux before 5.14).
-func New(cfg Config, p Prober) (*CPUBurst, error) {
+func New(cfg Config, p cgroup.Prober) (*CPUBurst, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cpu burst config: %w", err)
 	}

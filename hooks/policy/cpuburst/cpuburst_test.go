@@ -104,7 +104,7 @@ func TestNew(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var p Prober
+			var p cgroup.Prober
 			if !tt.nilCG {
 				_, p = fakeTree(t, max(tt.version, 1), tt.file, "x")
 			}

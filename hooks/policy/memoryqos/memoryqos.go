@@ -38,12 +38,6 @@ const (
 	FileHigh = "memory.high"
 )
 
-// Prober tells the cgroup version and which files the kernel offers; resource/cgroup's writers are one.
-type Prober interface {
-	Supports(file string) bool
-	Version() int
-}
-
 // Requests tells memory requests from the pod spec. ctr nil asks for the pod's total. ok is false when
 // the spec is unknown or has no request.
 type Requests interface {
@@ -52,7 +46,7 @@ type Requests interface {
 
 // Deps are the hook's dependencies.
 type Deps struct {
-	Cgroups Prober
+	Cgroups cgroup.Prober
 	// Requests is optional; see the package doc.
 	Requests Requests
 }
