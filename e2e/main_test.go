@@ -89,6 +89,8 @@ type env struct {
 
 type envOptions struct {
 	cni bool
+	// proxyArgs are added to tandem-proxy's flags.
+	proxyArgs []string
 }
 
 // forEachRuntime runs fn as a subtest per containerd flavor, each with a
@@ -163,7 +165,7 @@ func newEnv(t *testing.T, ctx context.Context, flavor string, opts envOptions) *
 		t.Fatalf("start containerd %s: %v", flavor, err)
 	}
 	e.proxy, err = framework.StartProxy(ctx, framework.ProxyOptions{
-		Binary: bin, RuntimeEndpoint: e.containerd.Endpoint, Dir: filepath.Join(dir, "proxy"),
+		Binary: bin, RuntimeEndpoint: e.containerd.Endpoint, Dir: filepath.Join(dir, "proxy"), ExtraArgs: opts.proxyArgs,
 	})
 	if err != nil {
 		t.Fatalf("start tandem-proxy: %v", err)
