@@ -409,22 +409,25 @@ func TestExampleSLOConfig(t *testing.T) {
 	if !ok || cm.Namespace != "koordinator-system" || cm.Name != "slo-controller-config" {
 		t.Fatalf("slo-controller-config.yaml holds %s %v, want ConfigMap koordinator-system/slo-controller-config", objs[0].kind, objs[0].obj)
 	}
-	strict := func(key string, into any) {
-		t.Helper()
-		dec := json.NewDecoder(strings.NewReader(cm.Data[key]))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(into); err != nil {
-			t.Fatalf("%s: %v", key, err)
-		}
+	// Parse decodes every section strictly: a key that is not Tandem's refuses its section.
+	cfg := slo.Parse(cm.Data)
+	if refused := cfg.Refused(); len(refused) != 0 {
+		t.Fatalf("refused: %v", refused)
 	}
-	var colo slo.ColocationConfig
-	strict(slo.ColocationConfigKey, &colo)
-	if colo.Enable == nil || !*colo.Enable {
-		t.Errorf("%s enable = %v, want true", slo.ColocationConfigKey, colo.Enable)
+	r, err := cfg.ForNode(nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var thr slo.ResourceThresholdConfig
-	strict(slo.ResourceThresholdConfigKey, &thr)
-	if thr.ClusterStrategy == nil || thr.ClusterStrategy.Enable == nil || *thr.ClusterStrategy.Enable {
+	if !r.Colocation.Enable {
+		t.Errorf("%s enable = false, want true", slo.ColocationConfigKey)
+	}
+	var thr struct {
+		ClusterStrategy map[string]any `json:"clusterStrategy"`
+	}
+	if err := json.Unmarshal([]byte(cm.Data[slo.ResourceThresholdConfigKey]), &thr); err != nil {
+		t.Fatal(err)
+	}
+	if enable, ok := thr.ClusterStrategy["enable"]; !ok || enable != false || r.ResourceThreshold.Enable {
 		t.Errorf("%s clusterStrategy.enable present and false, got %+v", slo.ResourceThresholdConfigKey, thr.ClusterStrategy)
 	}
 	if len(cm.Data) != 2 {

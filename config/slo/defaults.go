@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"math"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,130 +11,134 @@ import (
 const (
 	// evictLowerGapPercent is how far below an eviction threshold eviction stops when no lower bound is set.
 	evictLowerGapPercent = 2
-	// defaultCPUEvictBEUsageThresholdPercent applies when cpuEvictBEUsageThresholdPercent is unset.
-	defaultCPUEvictBEUsageThresholdPercent = 90
 	// defaultCPUEvictThresholdPercent applies when cpuEvictThresholdPercent is unset.
 	defaultCPUEvictThresholdPercent = 65
+	// unset stands, in the defaults, for the knobs whose resolved value depends on whether the operator
+	// set them (lower bounds derived from their thresholds, the CPU satisfaction pair) until
+	// finishResourceThreshold replaces it. Validate skips it: no operator means this number.
+	unset = math.MinInt64
 )
 
-// DefaultConfig returns Koordinator's defaults written out as a Config, as if the operator had put every
-// default in the ConfigMap: ForNode on it equals ForNode on an empty Config. The values follow Koordinator's
-// current sloconfig defaults (cpuBurstPercent 100, system-config unset); older Koordinator releases
-// defaulted cpuBurstPercent to 1000 and system-config to 100/150/0, which only matters when the key is absent.
-func DefaultConfig() *Config {
-	return &Config{
-		Colocation:        &ColocationConfig{ColocationStrategy: defaultColocationStrategy()},
-		ResourceThreshold: &ResourceThresholdConfig{ClusterStrategy: defaultResourceThresholdStrategy()},
-		ResourceQOS:       &ResourceQOSConfig{ClusterStrategy: defaultResourceQOSStrategy()},
-		CPUBurst:          &CPUBurstConfig{ClusterStrategy: defaultCPUBurstStrategy()},
-		System:            &SystemConfig{ClusterStrategy: defaultSystemStrategy()},
+// DefaultConfig returns a Config with no section: each resolves to Koordinator's defaults. The values follow
+// Koordinator's current sloconfig defaults (cpuBurstPercent 100, system-config unset); older Koordinator
+// releases defaulted cpuBurstPercent to 1000 and system-config to 100/150/0, which only matters when the key
+// is absent.
+func DefaultConfig() *Config { return &Config{} }
+
+// defaultResolved is every section's defaults, the bottom layer of ForNode and of Validate's views.
+func defaultResolved() Resolved {
+	return Resolved{
+		Colocation:        defaultColocation(),
+		ResourceThreshold: defaultResourceThreshold(),
+		ResourceQOS:       defaultResourceQOS(),
+		CPUBurst:          defaultCPUBurst(),
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
+// settings returns the field of r that section key resolves into.
+func (r *Resolved) settings(key string) any {
+	switch key {
+	case ColocationConfigKey:
+		return &r.Colocation
+	case ResourceThresholdConfigKey:
+		return &r.ResourceThreshold
+	case ResourceQOSConfigKey:
+		return &r.ResourceQOS
+	case CPUBurstConfigKey:
+		return &r.CPUBurst
+	case SystemConfigKey:
+		return &r.System
+	}
+	return nil
+}
 
-func defaultColocationStrategy() ColocationStrategy {
-	return ColocationStrategy{
-		Enable:                         ptr(false),
-		MetricAggregateDurationSeconds: ptr[int64](300),
-		MetricReportIntervalSeconds:    ptr[int64](60),
-		MetricAggregatePolicy: &AggregatePolicy{Durations: []metav1.Duration{
+func defaultColocation() ColocationSettings {
+	return ColocationSettings{
+		MetricAggregateDurationSeconds: 300,
+		MetricReportIntervalSeconds:    60,
+		MetricAggregatePolicy: AggregatePolicy{Durations: []metav1.Duration{
 			{Duration: 5 * time.Minute}, {Duration: 10 * time.Minute}, {Duration: 30 * time.Minute},
 		}},
-		MetricMemoryCollectPolicy:      ptr(UsageWithoutPageCache),
-		CPUReclaimThresholdPercent:     ptr[int64](60),
-		CPUCalculatePolicy:             ptr(CalculateByPodUsage),
-		MemoryReclaimThresholdPercent:  ptr[int64](65),
-		MemoryCalculatePolicy:          ptr(CalculateByPodUsage),
-		DegradeTimeMinutes:             ptr[int64](15),
-		UpdateTimeThresholdSeconds:     ptr[int64](300),
-		ResourceDiffThreshold:          ptr(0.1),
-		MidCPUThresholdPercent:         ptr[int64](100),
-		MidMemoryThresholdPercent:      ptr[int64](100),
-		MidUnallocatedPercent:          ptr[int64](0),
-		MidStaticCPUReservedPercent:    ptr[int64](0),
-		MidStaticMemoryReservedPercent: ptr[int64](0),
-		// batch thresholds stay unset: no cap beyond what the node has free.
+		MetricMemoryCollectPolicy:     UsageWithoutPageCache,
+		CPUReclaimThresholdPercent:    60,
+		CPUCalculatePolicy:            CalculateByPodUsage,
+		MemoryReclaimThresholdPercent: 65,
+		MemoryCalculatePolicy:         CalculateByPodUsage,
+		DegradeTimeMinutes:            15,
+		UpdateTimeThresholdSeconds:    300,
+		ResourceDiffThreshold:         0.1,
+		MidCPUThresholdPercent:        100,
+		MidMemoryThresholdPercent:     100,
+		BatchCPUThresholdPercent:      100,
+		BatchMemoryThresholdPercent:   100,
 	}
 }
 
-func defaultResourceThresholdStrategy() *ResourceThresholdStrategy {
-	return &ResourceThresholdStrategy{
-		Enable:                      ptr(false),
-		CPUSuppressThresholdPercent: ptr[int64](65),
-		CPUSuppressPolicy:           CPUSuppressByCPUSet,
-		MemoryEvictThresholdPercent: ptr[int64](70),
-		CPUEvictPolicy:              EvictByRealLimit,
+func defaultResourceThreshold() ResourceThresholdSettings {
+	return ResourceThresholdSettings{
+		CPUSuppressThresholdPercent:        65,
+		CPUSuppressPolicy:                  CPUSuppressByCPUSet,
+		MemoryEvictThresholdPercent:        70,
+		MemoryEvictLowerPercent:            unset,
+		CPUEvictBESatisfactionUpperPercent: unset,
+		CPUEvictBESatisfactionLowerPercent: unset,
+		CPUEvictBEUsageThresholdPercent:    90,
+		CPUEvictTimeWindowSeconds:          unset,
+		CPUEvictThresholdPercent:           unset,
+		CPUEvictLowerPercent:               unset,
+		CPUEvictPolicy:                     EvictByRealLimit,
 	}
 }
 
-func defaultCPUQOS(groupIdentity int64, coreExpeller bool) *CPUQOSConfig {
-	return &CPUQOSConfig{Enable: ptr(false), GroupIdentity: ptr(groupIdentity), SchedIdle: ptr[int64](0), CoreExpeller: ptr(coreExpeller)}
+// finishResourceThreshold derives the knobs Koordinator derives from others once every layer is decoded.
+func finishResourceThreshold(s *ResourceThresholdSettings) {
+	s.CPUEvictBySatisfaction = s.CPUEvictBESatisfactionUpperPercent != unset && s.CPUEvictBESatisfactionLowerPercent != unset
+	orDefault(&s.MemoryEvictLowerPercent, s.MemoryEvictThresholdPercent-evictLowerGapPercent)
+	orDefault(&s.CPUEvictThresholdPercent, defaultCPUEvictThresholdPercent)
+	orDefault(&s.CPUEvictLowerPercent, s.CPUEvictThresholdPercent-evictLowerGapPercent)
+	orDefault(&s.CPUEvictTimeWindowSeconds, 0)
+	orDefault(&s.CPUEvictBESatisfactionUpperPercent, 0)
+	orDefault(&s.CPUEvictBESatisfactionLowerPercent, 0)
 }
 
-func withYieldThreads(c *CPUQOSConfig) *CPUQOSConfig {
-	c.YieldThreads = ptr(true)
-	return c
-}
-
-func defaultMemoryQOS(wmarkRatio, wmarkScalePermill, wmarkMinAdj int64) *MemoryQOSConfig {
-	return &MemoryQOSConfig{
-		Enable:            ptr(false),
-		MinLimitPercent:   ptr[int64](0),
-		LowLimitPercent:   ptr[int64](0),
-		ThrottlingPercent: ptr[int64](0),
-		WmarkRatio:        ptr(wmarkRatio),
-		WmarkScalePermill: ptr(wmarkScalePermill),
-		WmarkMinAdj:       ptr(wmarkMinAdj),
-		PriorityEnable:    ptr[int64](0),
-		Priority:          ptr[int64](0),
-		OomKillGroup:      ptr[int64](0),
+func orDefault(p *int64, v int64) {
+	if *p == unset {
+		*p = v
 	}
 }
 
-func defaultResctrlQOS(catEnd int64) *ResctrlQOSConfig {
-	return &ResctrlQOSConfig{Enable: ptr(false), CATRangeStartPercent: ptr[int64](0), CATRangeEndPercent: ptr(catEnd), MBAPercent: ptr[int64](100)}
+func defaultClass(groupIdentity int64, coreExpeller bool, wmarkScalePermill, wmarkMinAdj, catEnd int64) ClassSettings {
+	return ClassSettings{
+		CPUQOS:     CPUQOSSettings{GroupIdentity: groupIdentity, CoreExpeller: coreExpeller},
+		MemoryQOS:  MemoryQOSSettings{WmarkRatio: 95, WmarkScalePermill: wmarkScalePermill, WmarkMinAdj: wmarkMinAdj},
+		ResctrlQOS: ResctrlQOSSettings{CatRangeEndPercent: catEnd, MBAPercent: 100},
+	}
 }
 
-func defaultResourceQOSStrategy() *ResourceQOSStrategy {
-	return &ResourceQOSStrategy{
-		Policies: &ResourceQOSPolicies{CPUPolicy: ptr(CPUQOSPolicyGroupIdentity), NetQOSPolicy: ptr(NetQOSPolicyTC)},
-		LSRClass: &ResourceQOS{
-			CPUQOS:     defaultCPUQOS(2, true),
-			MemoryQOS:  defaultMemoryQOS(95, 20, -25),
-			ResctrlQOS: defaultResctrlQOS(100),
-		},
-		LSClass: &ResourceQOS{
-			CPUQOS:     defaultCPUQOS(2, true),
-			MemoryQOS:  defaultMemoryQOS(95, 20, -25),
-			ResctrlQOS: defaultResctrlQOS(100),
-		},
-		BEClass: &ResourceQOS{
-			// Tandem's default for BE, which Koordinator does not have: measured in docs/colocation.md.
-			CPUQOS:     withYieldThreads(defaultCPUQOS(-1, false)),
-			MemoryQOS:  defaultMemoryQOS(95, 20, 50),
-			ResctrlQOS: defaultResctrlQOS(30),
-		},
+func defaultResourceQOS() ResourceQOSSettings {
+	q := ResourceQOSSettings{
+		Policies: ResourceQOSPolicies{CPUPolicy: CPUQOSPolicyGroupIdentity, NetQOSPolicy: NetQOSPolicyTC},
+		LSR:      defaultClass(2, true, 20, -25, 100),
+		LS:       defaultClass(2, true, 20, -25, 100),
+		BE:       defaultClass(-1, false, 20, 50, 30),
 		// System pods get the "off" values: no async reclaim, no watermark adjustment.
-		SystemClass: &ResourceQOS{
-			CPUQOS:     defaultCPUQOS(0, false),
-			MemoryQOS:  defaultMemoryQOS(0, 50, 0),
-			ResctrlQOS: defaultResctrlQOS(100),
-		},
+		System: defaultClass(0, false, 50, 0, 100),
 	}
+	q.System.MemoryQOS.WmarkRatio = 0
+	// cgroupRoot is accepted, not applied: it gets systemClass's values so that what an operator writes
+	// there is checked against the same ranges.
+	q.CgroupRoot = q.System
+	// Tandem's default for BE, which Koordinator does not have: measured in docs/colocation.md.
+	q.BE.CPUQOS.YieldThreads = true
+	return q
 }
 
-func defaultCPUBurstStrategy() *CPUBurstStrategy {
-	return &CPUBurstStrategy{
+func defaultCPUBurst() CPUBurstSettings {
+	return CPUBurstSettings{
 		Policy:                     CPUBurstNone,
-		CPUBurstPercent:            ptr[int64](100),
-		CFSQuotaBurstPercent:       ptr[int64](300),
-		CFSQuotaBurstPeriodSeconds: ptr[int64](-1),
-		SharePoolThresholdPercent:  ptr[int64](50),
+		CPUBurstPercent:            100,
+		CFSQuotaBurstPercent:       300,
+		CFSQuotaBurstPeriodSeconds: -1,
+		SharePoolThresholdPercent:  50,
 	}
-}
-
-// defaultSystemStrategy sets nothing: Tandem must not change a sysctl the operator did not ask for.
-func defaultSystemStrategy() *SystemStrategy {
-	return &SystemStrategy{}
 }

@@ -26,8 +26,8 @@
 //     reaper) and Anolis scheduler knobs. Parsed, validated and resolved, but not yet applied by Tandem;
 //     unset knobs resolve to nil so that nothing is written the operator did not ask for.
 //
-// Sections are read one by one: a section that does not parse (its JSON is bad, a key is misspelt, a value
-// has the wrong type) or does not validate is refused and reported by Config.Refused, naming the key, while
+// Sections are read one by one: a section that does not parse (its JSON is bad, a key is misspelt or written
+// twice, a value has the wrong type) or does not validate is refused and reported by Config.Refused, naming the key, while
 // the others apply; KeepLastGood puts the caller's last good value back in its place. Other Koordinator keys
 // (host-application-config, cpu-normalization-config, resource-amplification-config) load with a warning;
 // any other top-level key is reported by Refused and ignored. JSON is not repaired: a missing comma refuses

@@ -46,7 +46,7 @@ func TestParseRefusesPerSection(t *testing.T) {
 			change:      map[string]string{CPUBurstConfigKey: `{"clusterStrategy": {"polcy": "none"}}`},
 			wantRefused: []string{"cpu-burst-config: cpu-burst-config.clusterStrategy.polcy"},
 			check: func(t *testing.T, r Resolved) {
-				if r.CPUBurst != burstSettings(defaultCPUBurstStrategy()) {
+				if r.CPUBurst != defaultCPUBurst() {
 					t.Errorf("cpu burst = %+v, want defaults", r.CPUBurst)
 				}
 				if !r.ResourceThreshold.Enable || r.ResourceThreshold.CPUSuppressThresholdPercent != 60 {

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 
+	sjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -33,8 +35,8 @@ func ignoredKoordinatorKey(key string) bool {
 // ConfigMap, so the same object means the same thing to both.
 //
 // Decoding is strict: a key that is not a field of its section (an operator's typo) refuses the section,
-// naming the key path, as does a value of the wrong type. Keys match case-insensitively, as Koordinator's
-// decoder does, with a warning. JSON is read as JSON: a missing comma refuses the section, as in
+// naming the key path, as does a value of the wrong type or a key written twice in one object (encoding/json
+// would take the last). Keys match case-insensitively, as Koordinator's decoder does, with a warning. JSON is read as JSON: a missing comma refuses the section, as in
 // Koordinator. A missing or empty section means Koordinator's defaults. A top-level key that is neither
 // one of the five sections nor another Koordinator key is reported by Refused and ignored, so that a
 // misspelt section name cannot silently fall back to defaults unnoticed.
@@ -61,19 +63,14 @@ func (c *Config) take(key string, one *Config, err error) {
 	c.setSection(key, one)
 }
 
-// setSection copies section key from src into c; src's nil leaves c's section unset.
+// setSection copies section key from src into c; src's nil leaves c's section unset. Sections are not
+// changed once parsed, so Configs may share them.
 func (c *Config) setSection(key string, src *Config) {
-	switch key {
-	case ColocationConfigKey:
-		c.Colocation = src.Colocation
-	case ResourceThresholdConfigKey:
-		c.ResourceThreshold = src.ResourceThreshold
-	case ResourceQOSConfigKey:
-		c.ResourceQOS = src.ResourceQOS
-	case CPUBurstConfigKey:
-		c.CPUBurst = src.CPUBurst
-	case SystemConfigKey:
-		c.System = src.System
+	if s := src.sections[key]; s != nil {
+		if c.sections == nil {
+			c.sections = map[string]*section{}
+		}
+		c.sections[key] = s
 	}
 }
 
@@ -85,6 +82,7 @@ func (c *Config) KeepLastGood(last *Config) *Config {
 	out := &Config{}
 	if c != nil {
 		*out = *c
+		out.sections = maps.Clone(c.sections)
 		out.warnings = slices.Clone(c.warnings)
 		out.refused = slices.Clone(c.refused)
 	}
@@ -171,29 +169,76 @@ func (c *Config) decodeText(key string, text []byte) error {
 	return c.decodeSection(key, text)
 }
 
-// decodeSection decodes one section's JSON strictly into its field of c.
+// decodeSection decodes one section's JSON strictly and keeps its strategies in c.
 func (c *Config) decodeSection(key string, js []byte) error {
-	var err error
-	switch key {
-	case ColocationConfigKey:
-		c.Colocation = &ColocationConfig{}
-		err = c.decodeStrict(key, js, c.Colocation)
-	case ResourceThresholdConfigKey:
-		c.ResourceThreshold = &ResourceThresholdConfig{}
-		err = c.decodeStrict(key, js, c.ResourceThreshold)
-	case ResourceQOSConfigKey:
-		c.ResourceQOS = &ResourceQOSConfig{}
-		err = c.decodeStrict(key, js, c.ResourceQOS)
-	case CPUBurstConfigKey:
-		c.CPUBurst = &CPUBurstConfig{}
-		err = c.decodeStrict(key, js, c.CPUBurst)
-	case SystemConfigKey:
-		c.System = &SystemConfig{}
-		err = c.decodeStrict(key, js, c.System)
-	default:
-		err = c.unknownSection(key)
+	if !isSection(key) {
+		return c.unknownSection(key)
 	}
-	return err
+	tree, err := decodeTree(key, js)
+	if err != nil {
+		return err
+	}
+	root, ok := tree.(map[string]any)
+	if !ok {
+		return &FieldError{Path: key, Message: "want a mapping, got " + describeJSON(tree)}
+	}
+	d := sectionDecoder{key: key}
+	s := &section{}
+	var nodes any
+	if key == ColocationConfigKey {
+		// Koordinator writes colocation-config's cluster strategy inline, beside nodeConfigs.
+		nodes = root["nodeConfigs"]
+		delete(root, "nodeConfigs")
+		s.cluster = d.strategy(key, root)
+	} else if d.check(key, root, checkStrict[struct {
+		ClusterStrategy any   `json:"clusterStrategy"`
+		NodeStrategies  []any `json:"nodeStrategies"`
+	}]) == nil {
+		if root["clusterStrategy"] != nil {
+			s.cluster = d.strategy(key+".clusterStrategy", root["clusterStrategy"])
+		}
+		nodes = root["nodeStrategies"]
+	}
+	list, ok := nodes.([]any)
+	if !ok && nodes != nil {
+		d.errs = append(d.errs, &FieldError{Path: key + "." + nodeList(key), Message: "want a list, got " + describeJSON(nodes)})
+	}
+	for i, n := range list {
+		path := fmt.Sprintf("%s.%s[%d]", key, nodeList(key), i)
+		m, ok := n.(map[string]any)
+		if !ok {
+			d.errs = append(d.errs, &FieldError{Path: path, Message: "want a mapping, got " + describeJSON(n)})
+			continue
+		}
+		profile := map[string]any{}
+		for _, k := range []string{"name", "nodeSelector"} {
+			if v, ok := m[k]; ok {
+				profile[k] = v
+				delete(m, k)
+			}
+		}
+		st := d.strategy(path, m)
+		if d.check(path, profile, checkStrict[NodeProfile]) == nil {
+			st.NodeProfile = decodeAs[NodeProfile](profile)
+		}
+		s.nodes = append(s.nodes, *st)
+	}
+	c.warnings = append(c.warnings, d.warnings...)
+	if err := errors.Join(d.errs...); err != nil {
+		return err
+	}
+	if c.sections == nil {
+		c.sections = map[string]*section{}
+	}
+	c.sections[key] = s
+	return nil
+}
+
+func nodeList(key string) string {
+	if key == ColocationConfigKey {
+		return "nodeConfigs"
+	}
+	return "nodeStrategies"
 }
 
 func isSection(key string) bool { return slices.Contains(SectionKeys(), key) }
@@ -206,36 +251,234 @@ func (c *Config) unknownSection(key string) error {
 	return fmt.Errorf("%s: unknown section, ignored; spell it as one of %s", key, strings.Join(SectionKeys(), ", "))
 }
 
-// decodeStrict checks js against out's type (unknown keys, types, values of custom types, each reported
-// with its full path), then decodes it.
-func (c *Config) decodeStrict(section string, js []byte, out any) error {
+// decodeTree reads one section's JSON as a tree of maps, lists and json.Numbers (exact for int64), and
+// refuses keys written twice in one object, which encoding/json would silently resolve to the last.
+func decodeTree(key string, js []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()
-	var generic any
-	if err := dec.Decode(&generic); err != nil {
-		return fmt.Errorf("%s: %s", section, describeSyntaxError(js, err))
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, fmt.Errorf("%s: %s", key, describeSyntaxError(js, err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%s: unexpected text after the JSON value; remove it", section)
+		return nil, fmt.Errorf("%s: unexpected text after the JSON value; remove it", key)
 	}
-	k := keyChecker{}
-	k.check(section, generic, reflect.TypeOf(out).Elem())
-	c.warnings = append(c.warnings, k.warnings...)
-	if err := errors.Join(k.errs...); err != nil {
+	strict, err := sjson.UnmarshalStrict(js, new(any), sjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	var errs []error
+	for _, e := range strict {
+		errs = append(errs, &FieldError{Path: joinPath(key, fieldPath(e)), Message: "written twice in one object; keep one"})
+	}
+	return tree, errors.Join(errs...)
+}
+
+// sectionDecoder collects one section's errors and warnings.
+type sectionDecoder struct {
+	key      string
+	errs     []error
+	warnings []string
+}
+
+// strategy checks one strategy's keys against the section's settings type.
+func (d *sectionDecoder) strategy(path string, tree any) *strategy {
+	check := map[string]func(any) ([]string, error){
+		ColocationConfigKey:        checkStrict[ColocationSettings],
+		ResourceThresholdConfigKey: checkStrict[ResourceThresholdSettings],
+		ResourceQOSConfigKey:       checkStrict[ResourceQOSSettings],
+		CPUBurstConfigKey:          checkStrict[CPUBurstSettings],
+		SystemConfigKey:            checkStrict[SystemSettings],
+	}[d.key]
+	if err := d.check(path, tree, check); err != nil {
+		return &strategy{path: path}
+	}
+	keys, _ := tree.(map[string]any)
+	return &strategy{path: path, keys: keys}
+}
+
+// check runs one strict check and records its findings, with path put in front of their key paths.
+func (d *sectionDecoder) check(path string, tree any, check func(any) ([]string, error)) error {
+	warnings, err := check(tree)
+	for _, w := range warnings {
+		d.warnings = append(d.warnings, joinPath(path, w))
+	}
+	if err == nil {
+		return nil
+	}
+	var joined interface{ Unwrap() []error }
+	errs := []error{err}
+	if errors.As(err, &joined) {
+		errs = joined.Unwrap()
+	}
+	for _, e := range errs {
+		if fe, ok := e.(*FieldError); ok {
+			msg := fe.Message
+			if msg == unknownField {
+				msg += "; check the spelling against Koordinator's " + d.key
+			}
+			e = &FieldError{Path: joinPath(path, fe.Path), Message: msg}
+		}
+		d.errs = append(d.errs, e)
+	}
+	return err
+}
+
+// checkStrict decodes tree into a T with sigs.k8s.io/json, strictly and case-sensitively, and returns its
+// problems as FieldErrors whose paths are relative to tree. A key that matches a field only
+// case-insensitively, as Koordinator's decoder (encoding/json) would accept it, is renamed in tree to the
+// field's spelling and reported as a warning instead.
+func checkStrict[T any](tree any) (warnings []string, err error) {
+	js, err := json.Marshal(tree)
+	if err != nil {
+		return nil, err
+	}
+	strict, err := sjson.UnmarshalStrict(js, new(T))
+	if err != nil {
+		return nil, locate[T]("", tree, func(v any) any { return v })
+	}
+	var errs []error
+	for _, e := range strict {
+		path := fieldPath(e)
+		if name, ok := renameFolded[T](tree, path); ok {
+			warnings = append(warnings, fmt.Sprintf("%s: matched %q case-insensitively; spell it %q", path, name, name))
+			continue
+		}
+		errs = append(errs, &FieldError{Path: path, Message: unknownField})
+	}
+	if len(warnings) > 0 && len(errs) == 0 {
+		// The renamed keys were skipped above: check their values (and keys) now.
+		more, err := checkStrict[T](tree)
+		return append(warnings, more...), err
+	}
+	return warnings, errors.Join(errs...)
+}
+
+const unknownField = "unknown field"
+
+// fieldPath is the key path sigs.k8s.io/json reports for a strict error.
+func fieldPath(err error) string {
+	var fe sjson.FieldError
+	if errors.As(err, &fe) {
+		return fe.FieldPath()
+	}
+	return err.Error()
+}
+
+// renameFolded renames the key at path (as reported by a strict error) to the field it matches
+// case-insensitively, and returns the field's name; ok is false when it matches none. The field names come
+// from encoding/json, which matches case-insensitively: what it decodes, written back, is spelt as the fields.
+func renameFolded[T any](tree any, path string) (name string, ok bool) {
+	parts := strings.Split(path, ".")
+	key, parent := parts[len(parts)-1], lookup(tree, parts[:len(parts)-1])
+	if parent == nil {
+		return "", false
+	}
+	js, _ := json.Marshal(tree)
+	var out T
+	_ = json.Unmarshal(js, &out) // a value of the wrong type is reported after the rename
+	js, _ = json.Marshal(out)
+	var canon any
+	_ = json.Unmarshal(js, &canon)
+	for _, name := range sortedKeys(lookup(canon, parts[:len(parts)-1])) {
+		if _, taken := parent[name]; strings.EqualFold(name, key) && name != key && !taken {
+			parent[name] = parent[key]
+			delete(parent, key)
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// lookup follows a key path (keys, each with optional [i] indexes) to an object of tree; nil if there is none.
+func lookup(tree any, parts []string) map[string]any {
+	for _, part := range parts {
+		key, indexes, _ := strings.Cut(part, "[")
+		m, _ := tree.(map[string]any)
+		tree = m[key]
+		for idx := range strings.SplitSeq(indexes, "[") {
+			i, err := strconv.Atoi(strings.TrimSuffix(idx, "]"))
+			list, _ := tree.([]any)
+			if idx == "" || err != nil || i >= len(list) {
+				continue
+			}
+			tree = list[i]
+		}
+	}
+	m, _ := tree.(map[string]any)
+	return m
+}
+
+// locate finds the smallest part of tree that T refuses, so that the error names its key path: a value of
+// the wrong type, or one a field's own decoder (durations, quantities) refuses. wrap puts a part back in
+// place, alone, to be decoded on its own.
+func locate[T any](path string, v any, wrap func(any) any) *FieldError {
+	switch x := v.(type) {
+	case map[string]any:
+		if decodeErr[T](wrap(map[string]any{})) == nil {
+			for _, k := range sortedKeys(x) {
+				in := func(c any) any { return wrap(map[string]any{k: c}) }
+				if decodeErr[T](in(x[k])) != nil {
+					return locate[T](joinPath(path, k), x[k], in)
+				}
+			}
+		}
+	case []any:
+		if decodeErr[T](wrap([]any{})) == nil {
+			for i, e := range x {
+				in := func(c any) any { return wrap([]any{c}) }
+				if decodeErr[T](in(e)) != nil {
+					return locate[T](fmt.Sprintf("%s[%d]", path, i), e, in)
+				}
+			}
+		}
+	}
+	err := decodeErr[T](wrap(v))
+	js, _ := json.Marshal(wrap(v))
+	var te *json.UnmarshalTypeError
+	if errors.As(json.Unmarshal(js, new(T)), &te) { // encoding/json's error says which type was wanted
+		return &FieldError{Path: path, Message: fmt.Sprintf("want %s, got %s", wanted(te.Type, v), describeJSON(v))}
+	}
+	if err == nil {
+		err = errors.New("cannot decode")
+	}
+	return &FieldError{Path: path, Message: err.Error()}
+}
+
+func decodeErr[T any](tree any) error {
+	js, err := json.Marshal(tree)
+	if err != nil {
 		return err
 	}
-	// The checker has seen every key and value, so this decode is expected to succeed; the error path is a
-	// backstop that still names the section.
-	strict := json.NewDecoder(bytes.NewReader(js))
-	strict.DisallowUnknownFields()
-	if err := strict.Decode(out); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return fmt.Errorf("%s.%s: cannot use JSON %s as %s", section, te.Field, te.Value, te.Type)
+	return sjson.UnmarshalCaseSensitivePreserveInts(js, new(T))
+}
+
+// decodeAs decodes a tree that checkStrict accepted.
+func decodeAs[T any](tree any) T {
+	var out T
+	js, _ := json.Marshal(tree)
+	_ = sjson.UnmarshalCaseSensitivePreserveInts(js, &out)
+	return out
+}
+
+// wanted says what a JSON value for t looks like.
+func wanted(t reflect.Type, got any) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if _, isNumber := got.(json.Number); isNumber {
+			return "an integer that fits " + t.Kind().String()
 		}
-		return fmt.Errorf("%s: %w", section, err)
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
 	}
-	return nil
+	return "a mapping"
 }
 
 // describeSyntaxError adds the line and column, since ConfigMap values are multi-line JSON.
@@ -280,159 +523,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
-
-// keyChecker walks a decoded JSON value beside the Go type it will be decoded into and records, with the
-// full key path, every key the type does not have and every value of the wrong kind. encoding/json reports
-// an unknown key without its path and stops at the first problem; an operator wants all of them, located.
-type keyChecker struct {
-	errs     []error
-	warnings []string
-}
-
-func (k *keyChecker) fail(path, format string, args ...any) {
-	k.errs = append(k.errs, &FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
-}
-
-func (k *keyChecker) check(path string, v any, t reflect.Type) {
-	if v == nil { // JSON null leaves the field unset
-		return
+// joinPath appends a key path (a key or an [index] first) to a path; either may be empty.
+func joinPath(path, key string) string {
+	if path == "" || key == "" || strings.HasPrefix(key, "[") {
+		return path + key
 	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) {
-		// Custom types (durations, quantities, int-or-string) validate themselves; run them here so that
-		// their errors carry the path.
-		raw, err := json.Marshal(v)
-		if err == nil {
-			err = reflect.New(t).Interface().(json.Unmarshaler).UnmarshalJSON(raw)
-		}
-		if err != nil {
-			k.fail(path, "%v", err)
-		}
-		return
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			k.fail(path, "want a mapping, got %s", describeJSON(v))
-			return
-		}
-		fields := jsonFields(t)
-		for _, key := range sortedKeys(obj) {
-			ft, ok := fields[key]
-			if !ok {
-				name, folded := foldedField(fields, key)
-				if !folded {
-					k.fail(joinPath(path, key), "unknown field; check the spelling against Koordinator's %s", sectionOf(path))
-					continue
-				}
-				k.warnings = append(k.warnings, fmt.Sprintf("%s: matched %q case-insensitively; spell it %q", joinPath(path, key), name, name))
-				ft = fields[name]
-			}
-			k.check(joinPath(path, key), obj[key], ft)
-		}
-	case reflect.Map:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			k.fail(path, "want a mapping, got %s", describeJSON(v))
-			return
-		}
-		for _, key := range sortedKeys(obj) {
-			k.check(joinPath(path, key), obj[key], t.Elem())
-		}
-	case reflect.Slice:
-		arr, ok := v.([]any)
-		if !ok {
-			k.fail(path, "want a list, got %s", describeJSON(v))
-			return
-		}
-		for i, e := range arr {
-			k.check(fmt.Sprintf("%s[%d]", path, i), e, t.Elem())
-		}
-	case reflect.Bool:
-		if _, ok := v.(bool); !ok {
-			k.fail(path, "want true or false, got %s", describeJSON(v))
-		}
-	case reflect.String:
-		if _, ok := v.(string); !ok {
-			k.fail(path, "want a string, got %s", describeJSON(v))
-		}
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n, ok := v.(json.Number)
-		if !ok {
-			k.fail(path, "want an integer, got %s", describeJSON(v))
-			return
-		}
-		if _, err := strconv.ParseInt(n.String(), 10, t.Bits()); err != nil {
-			k.fail(path, "want an integer that fits %s, got %s", t.Kind(), n)
-		}
-	case reflect.Float32, reflect.Float64:
-		n, ok := v.(json.Number)
-		if !ok {
-			k.fail(path, "want a number, got %s", describeJSON(v))
-			return
-		}
-		if _, err := strconv.ParseFloat(n.String(), t.Bits()); err != nil {
-			k.fail(path, "want a number that fits %s, got %s", t.Kind(), n)
-		}
-	}
-}
-
-// jsonFields maps each JSON key of struct type t to its field type, promoting the fields of untagged
-// embedded structs as encoding/json does.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	fields := map[string]reflect.Type{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		name, _, _ := strings.Cut(tag, ",")
-		if f.Anonymous && name == "" {
-			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				for n, typ := range jsonFields(ft) {
-					if _, taken := fields[n]; !taken {
-						fields[n] = typ
-					}
-				}
-				continue
-			}
-		}
-		if !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		fields[name] = f.Type
-	}
-	return fields
-}
-
-// foldedField finds the field a key matches case-insensitively, the way encoding/json falls back.
-func foldedField(fields map[string]reflect.Type, key string) (string, bool) {
-	for _, name := range sortedKeys(fields) {
-		if strings.EqualFold(name, key) {
-			return name, true
-		}
-	}
-	return "", false
-}
-
-func joinPath(path, key string) string { return path + "." + key }
-
-// sectionOf returns the section key a path starts with, for messages.
-func sectionOf(path string) string {
-	section, _, _ := strings.Cut(path, ".")
-	return section
+	return path + "." + key
 }
 
 func describeJSON(v any) string {

@@ -81,21 +81,7 @@ func refusals(cfg *Config) error {
 	return errors.Join(errs...)
 }
 
-func sectionPresent(c *Config, key string) bool {
-	switch key {
-	case ColocationConfigKey:
-		return c.Colocation != nil
-	case ResourceThresholdConfigKey:
-		return c.ResourceThreshold != nil
-	case ResourceQOSConfigKey:
-		return c.ResourceQOS != nil
-	case CPUBurstConfigKey:
-		return c.CPUBurst != nil
-	case SystemConfigKey:
-		return c.System != nil
-	}
-	return false
-}
+func sectionPresent(c *Config, key string) bool { return c.sections[key] != nil }
 
 func TestParseRejects(t *testing.T) {
 	tests := []struct {
@@ -161,6 +147,17 @@ func TestParseRejects(t *testing.T) {
 			name: "bad quantity",
 			data: map[string]string{SystemConfigKey: `{"clusterStrategy": {"totalNetworkBandwidth": "lots"}}`},
 			want: []string{"system-config.clusterStrategy.totalNetworkBandwidth: quantities must match"},
+		},
+		{
+			name: "key written twice",
+			data: map[string]string{CPUBurstConfigKey: `{"clusterStrategy": {"policy": "auto", "cpuBurstPercent": 200, "policy": "none"}}`},
+			want: []string{"cpu-burst-config.clusterStrategy.policy: written twice in one object; keep one"},
+		},
+		{
+			name: "type error located inside a node strategy's list",
+			data: map[string]string{ColocationConfigKey: `{"nodeConfigs": [{"name": "a", "nodeSelector": {"matchLabels": {"k": "v"}},
+				"metricAggregatePolicy": {"durations": ["5m", 3]}}]}`},
+			want: []string{"colocation-config.nodeConfigs[0].metricAggregatePolicy.durations[1]: want a string, got 3"},
 		},
 		{
 			name: "misspelt section name",
@@ -233,7 +230,7 @@ func TestParseTolerates(t *testing.T) {
 			data:         map[string]string{CPUBurstConfigKey: "  \n"},
 			wantWarnings: []string{"cpu-burst-config: empty; using Koordinator's defaults"},
 			check: func(t *testing.T, r Resolved) {
-				if r.CPUBurst != burstSettings(defaultCPUBurstStrategy()) {
+				if r.CPUBurst != defaultCPUBurst() {
 					t.Errorf("cpu burst = %+v, want defaults", r.CPUBurst)
 				}
 			},

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // TestSeed004ForNode is the operator's view: what each knob is on an Anolis node, which the seed's
@@ -29,7 +31,7 @@ func TestSeed004ForNode(t *testing.T) {
 		{"colocation.enable", func(r Resolved) any { return r.Colocation.Enable }, false, false},
 		{"colocation.metricAggregateDurationSeconds", func(r Resolved) any { return r.Colocation.MetricAggregateDurationSeconds }, int64(300), int64(300)},
 		{"colocation.metricReportIntervalSeconds", func(r Resolved) any { return r.Colocation.MetricReportIntervalSeconds }, int64(60), int64(60)},
-		{"colocation.metricAggregatePolicy.durations", func(r Resolved) any { return r.Colocation.MetricAggregateDurations },
+		{"colocation.metricAggregatePolicy.durations", func(r Resolved) any { return durations(r) },
 			[]time.Duration{5 * time.Minute, 10 * time.Minute, 15 * time.Minute}, []time.Duration{5 * time.Minute, 10 * time.Minute, 15 * time.Minute}},
 		{"colocation.cpuReclaimThresholdPercent", func(r Resolved) any { return r.Colocation.CPUReclaimThresholdPercent }, int64(60), int64(60)},
 		{"colocation.memoryReclaimThresholdPercent", func(r Resolved) any { return r.Colocation.MemoryReclaimThresholdPercent }, int64(65), int64(65)},
@@ -53,7 +55,7 @@ func TestSeed004ForNode(t *testing.T) {
 		{"threshold.cpuEvictPolicy (default)", func(r Resolved) any { return r.ResourceThreshold.CPUEvictPolicy }, EvictByRealLimit, EvictByRealLimit},
 
 		// resource-qos-config: the anolis strategy sets only beClass.memoryQOS.wmarkRatio.
-		{"qos.policies.cpuPolicy (default)", func(r Resolved) any { return r.ResourceQOS.CPUPolicy }, CPUQOSPolicyGroupIdentity, CPUQOSPolicyGroupIdentity},
+		{"qos.policies.cpuPolicy (default)", func(r Resolved) any { return r.ResourceQOS.Policies.CPUPolicy }, CPUQOSPolicyGroupIdentity, CPUQOSPolicyGroupIdentity},
 		{"qos.lsrClass.cpuQOS.enable", func(r Resolved) any { return r.ResourceQOS.LSR.CPUQOS.Enable }, false, false},
 		{"qos.lsrClass.cpuQOS.groupIdentity", func(r Resolved) any { return r.ResourceQOS.LSR.CPUQOS.GroupIdentity }, int64(2), int64(2)},
 		{"qos.lsClass.cpuQOS.groupIdentity", func(r Resolved) any { return r.ResourceQOS.LS.CPUQOS.GroupIdentity }, int64(2), int64(2)},
@@ -68,8 +70,8 @@ func TestSeed004ForNode(t *testing.T) {
 		{"qos.lsClass.memoryQOS.wmarkMinAdj", func(r Resolved) any { return r.ResourceQOS.LS.MemoryQOS.WmarkMinAdj }, int64(-25), int64(-25)},
 		{"qos.beClass.memoryQOS.enable", func(r Resolved) any { return r.ResourceQOS.BE.MemoryQOS.Enable }, false, false},
 		{"qos.lsClass.memoryQOS.throttlingPercent", func(r Resolved) any { return r.ResourceQOS.LS.MemoryQOS.ThrottlingPercent }, int64(0), int64(0)},
-		{"qos.beClass.resctrlQOS.catRangeEndPercent", func(r Resolved) any { return r.ResourceQOS.BE.ResctrlQOS.CATRangeEndPercent }, int64(30), int64(30)},
-		{"qos.lsClass.resctrlQOS.catRangeEndPercent", func(r Resolved) any { return r.ResourceQOS.LS.ResctrlQOS.CATRangeEndPercent }, int64(100), int64(100)},
+		{"qos.beClass.resctrlQOS.catRangeEndPercent", func(r Resolved) any { return r.ResourceQOS.BE.ResctrlQOS.CatRangeEndPercent }, int64(30), int64(30)},
+		{"qos.lsClass.resctrlQOS.catRangeEndPercent", func(r Resolved) any { return r.ResourceQOS.LS.ResctrlQOS.CatRangeEndPercent }, int64(100), int64(100)},
 		{"qos.lsrClass.resctrlQOS.mbaPercent", func(r Resolved) any { return r.ResourceQOS.LSR.ResctrlQOS.MBAPercent }, int64(100), int64(100)},
 
 		// cpu-burst-config: the anolis strategy switches to cfs-quota burst with a higher ceiling.
@@ -140,7 +142,7 @@ func TestForNodeDefaults(t *testing.T) {
 	if r.CPUBurst != (CPUBurstSettings{Policy: CPUBurstNone, CPUBurstPercent: 100, CFSQuotaBurstPercent: 300, CFSQuotaBurstPeriodSeconds: -1, SharePoolThresholdPercent: 50}) {
 		t.Errorf("cpu burst defaults = %+v", r.CPUBurst)
 	}
-	if r.ResourceQOS.BE.ResctrlQOS.CATRangeEndPercent != 30 || r.ResourceQOS.BE.MemoryQOS.WmarkMinAdj != 50 || r.ResourceQOS.LSR.CPUQOS.GroupIdentity != 2 {
+	if r.ResourceQOS.BE.ResctrlQOS.CatRangeEndPercent != 30 || r.ResourceQOS.BE.MemoryQOS.WmarkMinAdj != 50 || r.ResourceQOS.LSR.CPUQOS.GroupIdentity != 2 {
 		t.Errorf("qos defaults = %+v", r.ResourceQOS)
 	}
 	if s := r.System; s.MinFreeKbytesFactor != nil || s.WatermarkScaleFactor != nil || s.MemcgReapBackGround != nil {
@@ -257,7 +259,7 @@ system-config:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := r.Colocation.MetricAggregateDurations, []time.Duration{10 * time.Minute}; !reflect.DeepEqual(got, want) {
+	if got, want := durations(r), []time.Duration{10 * time.Minute}; !reflect.DeepEqual(got, want) {
 		t.Errorf("durations = %v, want the node's list %v replacing the cluster's", got, want)
 	}
 	th := r.ResourceThreshold
@@ -270,12 +272,12 @@ system-config:
 
 	// Resolved shares nothing with the Config: a policy that scribbles on its copy changes nobody else's.
 	r.System.SchedFeatures["ID_ABSOLUTE_EXPEL"] = false
-	r.Colocation.MetricAggregateDurations[0] = time.Hour
+	r.Colocation.MetricAggregatePolicy.Durations[0].Duration = time.Hour
 	again, err := cfg.ForNode(map[string]string{"pool": "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !again.System.SchedFeatures["ID_ABSOLUTE_EXPEL"] || again.Colocation.MetricAggregateDurations[0] != 10*time.Minute {
+	if !again.System.SchedFeatures["ID_ABSOLUTE_EXPEL"] || durations(again)[0] != 10*time.Minute {
 		t.Errorf("changing a Resolved changed the Config: %+v", again)
 	}
 }
@@ -288,7 +290,7 @@ func TestClass(t *testing.T) {
 		System: ClassSettings{CPUQOS: CPUQOSSettings{SchedIdle: 1}},
 	}
 	tests := []struct {
-		class  string
+		class  qos.Class
 		want   ClassSettings
 		wantOK bool
 	}{
@@ -302,10 +304,19 @@ func TestClass(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, ok := q.Class(tt.class)
-		if got != tt.want || ok != tt.wantOK {
+		if !reflect.DeepEqual(got, tt.want) || ok != tt.wantOK {
 			t.Errorf("Class(%q) = %+v, %v; want %+v, %v", tt.class, got, ok, tt.want, tt.wantOK)
 		}
 	}
+}
+
+// durations is colocation-config's metricAggregatePolicy.durations as time.Durations.
+func durations(r Resolved) []time.Duration {
+	var out []time.Duration
+	for _, d := range r.Colocation.MetricAggregatePolicy.Durations {
+		out = append(out, d.Duration)
+	}
+	return out
 }
 
 func TestForNodeRejectsBadSelector(t *testing.T) {

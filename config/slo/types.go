@@ -2,10 +2,13 @@ package slo
 
 import (
 	"encoding/json"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // The five ConfigMap keys Tandem reads, spelled as in Koordinator's slo-controller-config.
@@ -22,20 +25,31 @@ func SectionKeys() []string {
 	return []string{ColocationConfigKey, ResourceThresholdConfigKey, ResourceQOSConfigKey, CPUBurstConfigKey, SystemConfigKey}
 }
 
-// Config is the slo-controller-config as written by the operator. A nil section means "not in the ConfigMap",
-// which resolves to Koordinator's defaults. Every strategy field is a pointer (or an empty string / nil
-// collection) so that "unset" stays distinct from zero and node strategies override field by field.
+// Config is the slo-controller-config as written by the operator: for each section read, its strategies
+// as checked by Parse. A missing section resolves to Koordinator's defaults. Strategies are kept as the
+// operator wrote them (with keys spelled as Tandem's fields), because a node strategy overrides only the
+// keys it writes: see ForNode.
 type Config struct {
-	Colocation        *ColocationConfig        `json:"colocation-config,omitempty"`
-	ResourceThreshold *ResourceThresholdConfig `json:"resource-threshold-config,omitempty"`
-	ResourceQOS       *ResourceQOSConfig       `json:"resource-qos-config,omitempty"`
-	CPUBurst          *CPUBurstConfig          `json:"cpu-burst-config,omitempty"`
-	System            *SystemConfig            `json:"system-config,omitempty"`
+	sections map[string]*section
 
 	// warnings are things an operator should fix that did not stop parsing; see Warnings.
 	warnings []string
 	// refused are the sections Parse refused; see Refused.
 	refused []SectionError
+}
+
+// section is one ConfigMap key: its cluster strategy (nil when not written) and node strategies.
+type section struct {
+	cluster *strategy
+	nodes   []strategy
+}
+
+// strategy is one strategy: the JSON object it decodes from (without name and nodeSelector), its node
+// profile (zero for the cluster strategy) and its key path, for messages.
+type strategy struct {
+	NodeProfile
+	path string
+	keys map[string]any
 }
 
 // SectionError is one top-level key of the ConfigMap that Tandem refused: a section that does not parse
@@ -67,12 +81,39 @@ func (c *Config) Warnings() []string {
 	return append([]string(nil), c.warnings...)
 }
 
-// NodeProfile names a node strategy and selects the nodes it applies to. A nil selector matches no node
-// and an empty one matches every node (metav1.LabelSelectorAsSelector); Validate rejects both, as
-// Koordinator's admission webhook does, because neither is what an operator means.
+// Resolved is the configuration that applies to one node: every section's defaults, overlaid by the
+// cluster strategy, overlaid by the first node strategy whose selector matches the node. It is decoded
+// afresh for every call and shares no memory with the Config, so it can be handed out as a value.
+//
+// Each section has one type, which is both what a strategy decodes into and what consumers read: a
+// strategy's JSON is decoded onto the value beneath it, so a key it does not write keeps that value.
+type Resolved struct {
+	Colocation        ColocationSettings
+	ResourceThreshold ResourceThresholdSettings
+	ResourceQOS       ResourceQOSSettings
+	CPUBurst          CPUBurstSettings
+	System            SystemSettings
+
+	// Matches lists, per section in SectionKeys order, the node strategies that matched this node.
+	// Sections where none matched are absent.
+	Matches []NodeMatch
+}
+
+// NodeMatch records which node strategies of one section selected the node. Applied is the first, the
+// only one that takes effect (as in Koordinator); Ignored are later matches, which Koordinator's admission
+// webhook would have rejected as overlapping and which an operator should hear about.
+type NodeMatch struct {
+	Section string
+	Applied string
+	Ignored []string
+}
+
+// NodeProfile names a node strategy and selects the nodes it applies to. Validate rejects a missing or
+// empty selector, as Koordinator's admission webhook does: a nil one matches no node and an empty one
+// every node, and neither is what an operator means.
 type NodeProfile struct {
-	Name         string                `json:"name,omitempty"`
-	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	Name         string                `json:"name"`
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector"`
 }
 
 // CalculatePolicy selects how reclaimable (batch) resources are computed.
@@ -98,52 +139,45 @@ const (
 // MidReclaimModeStatic computes mid-tier resources from static reserved percentages.
 const MidReclaimModeStatic = "static"
 
-// ColocationConfig is the colocation-config key: the cluster strategy inline, plus per-node overrides.
-type ColocationConfig struct {
-	ColocationStrategy
-	NodeConfigs []NodeColocationConfig `json:"nodeConfigs,omitempty"`
-}
+// ColocationSettings is colocation-config: the cluster strategy written inline in the section, beside
+// its node overrides (nodeConfigs). It drives batch-resource reclaim (metrics/reclaim) and reporting.
+type ColocationSettings struct {
+	Enable                         bool                `json:"enable"`
+	MetricAggregateDurationSeconds int64               `json:"metricAggregateDurationSeconds"`
+	MetricReportIntervalSeconds    int64               `json:"metricReportIntervalSeconds"`
+	MetricAggregatePolicy          AggregatePolicy     `json:"metricAggregatePolicy"`
+	MetricMemoryCollectPolicy      MemoryCollectPolicy `json:"metricMemoryCollectPolicy"`
 
-// NodeColocationConfig overrides the cluster colocation strategy on the nodes its selector matches.
-type NodeColocationConfig struct {
-	NodeProfile
-	ColocationStrategy
+	CPUReclaimThresholdPercent    int64           `json:"cpuReclaimThresholdPercent"`
+	CPUCalculatePolicy            CalculatePolicy `json:"cpuCalculatePolicy"`
+	MemoryReclaimThresholdPercent int64           `json:"memoryReclaimThresholdPercent"`
+	MemoryCalculatePolicy         CalculatePolicy `json:"memoryCalculatePolicy"`
+	DegradeTimeMinutes            int64           `json:"degradeTimeMinutes"`
+	UpdateTimeThresholdSeconds    int64           `json:"updateTimeThresholdSeconds"`
+	ResourceDiffThreshold         float64         `json:"resourceDiffThreshold"`
+
+	// MidReclaimMode is "" unless the operator chose "static".
+	MidReclaimMode                 string `json:"midReclaimMode"`
+	MidCPUThresholdPercent         int64  `json:"midCPUThresholdPercent"`
+	MidMemoryThresholdPercent      int64  `json:"midMemoryThresholdPercent"`
+	MidUnallocatedPercent          int64  `json:"midUnallocatedPercent"`
+	MidStaticCPUReservedPercent    int64  `json:"midStaticCPUReservedPercent"`
+	MidStaticMemoryReservedPercent int64  `json:"midStaticMemoryReservedPercent"`
+
+	// BatchCPUThresholdPercent caps batch CPU at this share of the node. It defaults to 100: the batch
+	// formula never exceeds the node total, so a 100% cap is the same as none.
+	BatchCPUThresholdPercent int64 `json:"batchCPUThresholdPercent"`
+	// BatchMemoryThresholdPercent is BatchCPUThresholdPercent for memory.
+	BatchMemoryThresholdPercent int64 `json:"batchMemoryThresholdPercent"`
+
+	// Extensions carries third-party fields Koordinator passes through untyped. Tandem accepts and
+	// ignores them so that an operator's ConfigMap with extensions still loads.
+	Extensions map[string]json.RawMessage `json:"extensions"`
 }
 
 // AggregatePolicy lists the windows over which node metrics are aggregated.
 type AggregatePolicy struct {
-	Durations []metav1.Duration `json:"durations,omitempty"`
-}
-
-// ColocationStrategy drives batch-resource reclaim (metrics/reclaim) and metric reporting.
-type ColocationStrategy struct {
-	Enable                         *bool                `json:"enable,omitempty"`
-	MetricAggregateDurationSeconds *int64               `json:"metricAggregateDurationSeconds,omitempty"`
-	MetricReportIntervalSeconds    *int64               `json:"metricReportIntervalSeconds,omitempty"`
-	MetricAggregatePolicy          *AggregatePolicy     `json:"metricAggregatePolicy,omitempty"`
-	MetricMemoryCollectPolicy      *MemoryCollectPolicy `json:"metricMemoryCollectPolicy,omitempty"`
-
-	CPUReclaimThresholdPercent    *int64           `json:"cpuReclaimThresholdPercent,omitempty"`
-	CPUCalculatePolicy            *CalculatePolicy `json:"cpuCalculatePolicy,omitempty"`
-	MemoryReclaimThresholdPercent *int64           `json:"memoryReclaimThresholdPercent,omitempty"`
-	MemoryCalculatePolicy         *CalculatePolicy `json:"memoryCalculatePolicy,omitempty"`
-	DegradeTimeMinutes            *int64           `json:"degradeTimeMinutes,omitempty"`
-	UpdateTimeThresholdSeconds    *int64           `json:"updateTimeThresholdSeconds,omitempty"`
-	ResourceDiffThreshold         *float64         `json:"resourceDiffThreshold,omitempty"`
-
-	MidReclaimMode                 *string `json:"midReclaimMode,omitempty"`
-	MidCPUThresholdPercent         *int64  `json:"midCPUThresholdPercent,omitempty"`
-	MidMemoryThresholdPercent      *int64  `json:"midMemoryThresholdPercent,omitempty"`
-	MidUnallocatedPercent          *int64  `json:"midUnallocatedPercent,omitempty"`
-	MidStaticCPUReservedPercent    *int64  `json:"midStaticCPUReservedPercent,omitempty"`
-	MidStaticMemoryReservedPercent *int64  `json:"midStaticMemoryReservedPercent,omitempty"`
-
-	BatchCPUThresholdPercent    *int64 `json:"batchCPUThresholdPercent,omitempty"`
-	BatchMemoryThresholdPercent *int64 `json:"batchMemoryThresholdPercent,omitempty"`
-
-	// Extensions carries third-party fields Koordinator passes through untyped. Tandem accepts and
-	// ignores them so that an operator's ConfigMap with extensions still loads.
-	Extensions map[string]json.RawMessage `json:"extensions,omitempty"`
+	Durations []metav1.Duration `json:"durations"`
 }
 
 // CPUSuppressPolicy selects how BE CPU is suppressed.
@@ -164,34 +198,31 @@ const (
 	EvictByAllocatable CPUEvictPolicy = "evictByAllocatable"
 )
 
-// ResourceThresholdConfig is the resource-threshold-config key.
-type ResourceThresholdConfig struct {
-	ClusterStrategy *ResourceThresholdStrategy      `json:"clusterStrategy,omitempty"`
-	NodeStrategies  []NodeResourceThresholdStrategy `json:"nodeStrategies,omitempty"`
-}
-
-// NodeResourceThresholdStrategy overrides the cluster strategy on the nodes its selector matches.
-type NodeResourceThresholdStrategy struct {
-	NodeProfile
-	ResourceThresholdStrategy
-}
-
-// ResourceThresholdStrategy drives BE CPU suppression and BE eviction (metrics/suppress, metrics/evict).
-type ResourceThresholdStrategy struct {
-	Enable                             *bool             `json:"enable,omitempty"`
-	CPUSuppressThresholdPercent        *int64            `json:"cpuSuppressThresholdPercent,omitempty"`
-	CPUSuppressMinPercent              *int64            `json:"cpuSuppressMinPercent,omitempty"`
-	CPUSuppressPolicy                  CPUSuppressPolicy `json:"cpuSuppressPolicy,omitempty"`
-	MemoryEvictThresholdPercent        *int64            `json:"memoryEvictThresholdPercent,omitempty"`
-	MemoryEvictLowerPercent            *int64            `json:"memoryEvictLowerPercent,omitempty"`
-	CPUEvictBESatisfactionUpperPercent *int64            `json:"cpuEvictBESatisfactionUpperPercent,omitempty"`
-	CPUEvictBESatisfactionLowerPercent *int64            `json:"cpuEvictBESatisfactionLowerPercent,omitempty"`
-	CPUEvictBEUsageThresholdPercent    *int64            `json:"cpuEvictBEUsageThresholdPercent,omitempty"`
-	CPUEvictTimeWindowSeconds          *int64            `json:"cpuEvictTimeWindowSeconds,omitempty"`
-	CPUEvictThresholdPercent           *int64            `json:"cpuEvictThresholdPercent,omitempty"`
-	CPUEvictLowerPercent               *int64            `json:"cpuEvictLowerPercent,omitempty"`
-	CPUEvictPolicy                     CPUEvictPolicy    `json:"cpuEvictPolicy,omitempty"`
-	EvictEnabledPriorityThreshold      *int32            `json:"evictEnabledPriorityThreshold,omitempty"`
+// ResourceThresholdSettings is resource-threshold-config's strategy: BE CPU suppression and BE eviction
+// (metrics/suppress, metrics/evict).
+type ResourceThresholdSettings struct {
+	Enable                      bool  `json:"enable"`
+	CPUSuppressThresholdPercent int64 `json:"cpuSuppressThresholdPercent"`
+	// CPUSuppressMinPercent is the floor BE suppression never goes below; 0 when unset.
+	CPUSuppressMinPercent       int64             `json:"cpuSuppressMinPercent"`
+	CPUSuppressPolicy           CPUSuppressPolicy `json:"cpuSuppressPolicy"`
+	MemoryEvictThresholdPercent int64             `json:"memoryEvictThresholdPercent"`
+	// MemoryEvictLowerPercent defaults to MemoryEvictThresholdPercent - 2.
+	MemoryEvictLowerPercent int64 `json:"memoryEvictLowerPercent"`
+	// CPUEvictBySatisfaction is true only when both satisfaction bounds are set: without them Koordinator
+	// does not evict BE pods for low CPU satisfaction, and neither should Tandem. A bound not set is 0.
+	CPUEvictBySatisfaction             bool  `json:"-"`
+	CPUEvictBESatisfactionUpperPercent int64 `json:"cpuEvictBESatisfactionUpperPercent"`
+	CPUEvictBESatisfactionLowerPercent int64 `json:"cpuEvictBESatisfactionLowerPercent"`
+	CPUEvictBEUsageThresholdPercent    int64 `json:"cpuEvictBEUsageThresholdPercent"`
+	// CPUEvictTimeWindowSeconds is 0 when unset: the consumer uses twice its metric collection interval,
+	// as koordlet does, since that interval is not part of this configuration.
+	CPUEvictTimeWindowSeconds int64 `json:"cpuEvictTimeWindowSeconds"`
+	CPUEvictThresholdPercent  int64 `json:"cpuEvictThresholdPercent"`
+	// CPUEvictLowerPercent defaults to CPUEvictThresholdPercent - 2.
+	CPUEvictLowerPercent          int64          `json:"cpuEvictLowerPercent"`
+	CPUEvictPolicy                CPUEvictPolicy `json:"cpuEvictPolicy"`
+	EvictEnabledPriorityThreshold *int32         `json:"evictEnabledPriorityThreshold"`
 }
 
 // CPUQOSPolicy selects the kernel mechanism behind cpuQOS.
@@ -212,121 +243,134 @@ const (
 	NetQOSPolicyTerwayQoS NetQOSPolicy = "terway-qos"
 )
 
-// ResourceQOSConfig is the resource-qos-config key.
-type ResourceQOSConfig struct {
-	ClusterStrategy *ResourceQOSStrategy      `json:"clusterStrategy,omitempty"`
-	NodeStrategies  []NodeResourceQOSStrategy `json:"nodeStrategies,omitempty"`
-}
-
-// NodeResourceQOSStrategy overrides the cluster strategy on the nodes its selector matches.
-type NodeResourceQOSStrategy struct {
-	NodeProfile
-	ResourceQOSStrategy
+// ResourceQOSSettings is resource-qos-config's strategy: settings per QoS class. Koordinator has no
+// lseClass: LSE pods use lsrClass (see Class).
+type ResourceQOSSettings struct {
+	Policies   ResourceQOSPolicies `json:"policies"`
+	LSR        ClassSettings       `json:"lsrClass"`
+	LS         ClassSettings       `json:"lsClass"`
+	BE         ClassSettings       `json:"beClass"`
+	System     ClassSettings       `json:"systemClass"`
+	CgroupRoot ClassSettings       `json:"cgroupRoot"`
 }
 
 // ResourceQOSPolicies chooses mechanisms for the whole node.
 type ResourceQOSPolicies struct {
-	CPUPolicy    *CPUQOSPolicy `json:"cpuPolicy,omitempty"`
-	NetQOSPolicy *NetQOSPolicy `json:"netQOSPolicy,omitempty"`
+	CPUPolicy    CPUQOSPolicy `json:"cpuPolicy"`
+	NetQOSPolicy NetQOSPolicy `json:"netQOSPolicy"`
 }
 
-// ResourceQOSStrategy holds per-QoS-class settings. Koordinator has no lseClass: LSE pods use lsrClass.
-type ResourceQOSStrategy struct {
-	Policies    *ResourceQOSPolicies `json:"policies,omitempty"`
-	LSRClass    *ResourceQOS         `json:"lsrClass,omitempty"`
-	LSClass     *ResourceQOS         `json:"lsClass,omitempty"`
-	BEClass     *ResourceQOS         `json:"beClass,omitempty"`
-	SystemClass *ResourceQOS         `json:"systemClass,omitempty"`
-	CgroupRoot  *ResourceQOS         `json:"cgroupRoot,omitempty"`
+// Class returns the settings of a QoS class (its name in any case). LSE uses lsrClass, as in koordlet; ok
+// is false for a class the ConfigMap has no settings for.
+func (q ResourceQOSSettings) Class(c qos.Class) (settings ClassSettings, ok bool) {
+	switch qos.Class(strings.ToUpper(string(c))) {
+	case qos.LSE, qos.LSR:
+		return q.LSR, true
+	case qos.LS:
+		return q.LS, true
+	case qos.BE:
+		return q.BE, true
+	case qos.System:
+		return q.System, true
+	}
+	return ClassSettings{}, false
 }
 
-// ResourceQOS is one QoS class's settings.
-type ResourceQOS struct {
-	CPUQOS     *CPUQOSConfig     `json:"cpuQOS,omitempty"`
-	MemoryQOS  *MemoryQOSConfig  `json:"memoryQOS,omitempty"`
-	BlkIOQOS   *BlkIOQOSConfig   `json:"blkioQOS,omitempty"`
-	ResctrlQOS *ResctrlQOSConfig `json:"resctrlQOS,omitempty"`
-	NetworkQOS *NetworkQOSConfig `json:"networkQOS,omitempty"`
+// ClassSettings is one QoS class's settings. cpuQOS, memoryQOS and resctrlQOS are applied by the
+// policies (hooks/policy); blkioQOS and networkQOS are accepted and validated but not applied.
+type ClassSettings struct {
+	CPUQOS     CPUQOSSettings     `json:"cpuQOS"`
+	MemoryQOS  MemoryQOSSettings  `json:"memoryQOS"`
+	BlkIOQOS   BlkIOQOSSettings   `json:"blkioQOS"`
+	ResctrlQOS ResctrlQOSSettings `json:"resctrlQOS"`
+	NetworkQOS NetworkQOSSettings `json:"networkQOS"`
 }
 
-// CPUQOSConfig is cpuQOS: group identity (Anolis cpu.bvt_warp_ns) or core scheduling with cpu.idle.
-type CPUQOSConfig struct {
-	Enable        *bool  `json:"enable,omitempty"`
-	GroupIdentity *int64 `json:"groupIdentity,omitempty"`
-	SchedIdle     *int64 `json:"schedIdle,omitempty"`
-	CoreExpeller  *bool  `json:"coreExpeller,omitempty"`
+// CPUQOSSettings is cpuQOS: group identity (Anolis cpu.bvt_warp_ns) or core scheduling with cpu.idle.
+type CPUQOSSettings struct {
+	Enable        bool  `json:"enable"`
+	GroupIdentity int64 `json:"groupIdentity"`
+	SchedIdle     int64 `json:"schedIdle"`
+	CoreExpeller  bool  `json:"coreExpeller"`
 	// YieldThreads is Tandem's, not Koordinator's: give every thread of the class's pods the
 	// scheduling that makes batch work yield at once to any other thread on the node, host daemons
 	// included (metrics/yield: SCHED_BATCH with a 20 ms slice; Linux 6.12+, nothing on older kernels).
 	// beClass only; on by default there.
-	YieldThreads *bool `json:"yieldThreads,omitempty"`
+	YieldThreads bool `json:"yieldThreads"`
 }
 
-// MemoryQOSConfig is memoryQOS: memory.min/low/high percentages and Anolis watermark knobs.
-type MemoryQOSConfig struct {
-	Enable               *bool  `json:"enable,omitempty"`
-	MinLimitPercent      *int64 `json:"minLimitPercent,omitempty"`
-	LowLimitPercent      *int64 `json:"lowLimitPercent,omitempty"`
-	ThrottlingPercent    *int64 `json:"throttlingPercent,omitempty"`
-	WmarkRatio           *int64 `json:"wmarkRatio,omitempty"`
-	WmarkScalePermill    *int64 `json:"wmarkScalePermill,omitempty"`
-	WmarkMinAdj          *int64 `json:"wmarkMinAdj,omitempty"`
-	PageCacheLimitEnable *int64 `json:"pageCacheLimitEnable,omitempty"`
-	PageCacheLimitSync   *int64 `json:"pageCacheLimitSync,omitempty"`
-	PageCacheLimitSize   *int64 `json:"pageCacheLimitSize,omitempty"`
-	PriorityEnable       *int64 `json:"priorityEnable,omitempty"`
-	Priority             *int64 `json:"priority,omitempty"`
-	OomKillGroup         *int64 `json:"oomKillGroup,omitempty"`
+// MemoryQOSSettings is memoryQOS: memory.min/low/high percentages and Anolis watermark knobs.
+type MemoryQOSSettings struct {
+	// Enable switches the class on; a disabled class's cgroups are left as kubelet set them.
+	Enable bool `json:"enable"`
+	// MinLimitPercent sets memory.min (hard protection from reclaim) to this percentage of the request.
+	MinLimitPercent int64 `json:"minLimitPercent"`
+	// LowLimitPercent sets memory.low (best-effort protection) to this percentage of the request.
+	LowLimitPercent int64 `json:"lowLimitPercent"`
+	// ThrottlingPercent sets memory.high (reclaim and throttling above it) to this percentage of the
+	// limit, or "max" for a container without one.
+	ThrottlingPercent    int64 `json:"throttlingPercent"`
+	WmarkRatio           int64 `json:"wmarkRatio"`
+	WmarkScalePermill    int64 `json:"wmarkScalePermill"`
+	WmarkMinAdj          int64 `json:"wmarkMinAdj"`
+	PageCacheLimitEnable int64 `json:"pageCacheLimitEnable"`
+	PageCacheLimitSync   int64 `json:"pageCacheLimitSync"`
+	PageCacheLimitSize   int64 `json:"pageCacheLimitSize"`
+	PriorityEnable       int64 `json:"priorityEnable"`
+	Priority             int64 `json:"priority"`
+	OomKillGroup         int64 `json:"oomKillGroup"`
 }
 
-// ResctrlQOSConfig is resctrlQOS: the class's L3 CAT range and MBA percentage.
-type ResctrlQOSConfig struct {
-	Enable               *bool  `json:"enable,omitempty"`
-	CATRangeStartPercent *int64 `json:"catRangeStartPercent,omitempty"`
-	CATRangeEndPercent   *int64 `json:"catRangeEndPercent,omitempty"`
-	MBAPercent           *int64 `json:"mbaPercent,omitempty"`
+// ResctrlQOSSettings is resctrlQOS: the class's L3 CAT range and MBA percentage.
+type ResctrlQOSSettings struct {
+	Enable bool `json:"enable"`
+	// CatRangeStartPercent and CatRangeEndPercent select the class's share of the L3 cache ways.
+	CatRangeStartPercent int64 `json:"catRangeStartPercent"`
+	CatRangeEndPercent   int64 `json:"catRangeEndPercent"`
+	// MBAPercent caps the class's memory bandwidth, in percent.
+	MBAPercent int64 `json:"mbaPercent"`
 }
 
-// BlkIOQOSConfig is blkioQOS (accepted so an operator's ConfigMap loads; Tandem does not apply it).
-type BlkIOQOSConfig struct {
-	Enable *bool         `json:"enable,omitempty"`
-	Blocks []BlockConfig `json:"blocks,omitempty"`
+// BlkIOQOSSettings is blkioQOS (accepted so an operator's ConfigMap loads; Tandem does not apply it).
+type BlkIOQOSSettings struct {
+	Enable bool          `json:"enable"`
+	Blocks []BlockConfig `json:"blocks"`
 }
 
 // BlockConfig is one block device or volume group of blkioQOS.
 type BlockConfig struct {
-	Name      string        `json:"name,omitempty"`
-	BlockType string        `json:"type,omitempty"`
-	IOCfg     BlockIOConfig `json:"ioCfg,omitempty"`
+	Name      string        `json:"name"`
+	BlockType string        `json:"type"`
+	IOCfg     BlockIOConfig `json:"ioCfg"`
 }
 
-// BlockIOConfig holds one block's throttles and blk-iocost model.
+// BlockIOConfig holds one block's throttles and blk-iocost model; nil is unset.
 type BlockIOConfig struct {
-	ReadIOPS            *int64 `json:"readIOPS,omitempty"`
-	WriteIOPS           *int64 `json:"writeIOPS,omitempty"`
-	ReadBPS             *int64 `json:"readBPS,omitempty"`
-	WriteBPS            *int64 `json:"writeBPS,omitempty"`
-	IOWeightPercent     *int64 `json:"ioWeightPercent,omitempty"`
-	ReadLatency         *int64 `json:"readLatency,omitempty"`
-	WriteLatency        *int64 `json:"writeLatency,omitempty"`
-	ReadLatencyPercent  *int64 `json:"readLatencyPercent,omitempty"`
-	WriteLatencyPercent *int64 `json:"writeLatencyPercent,omitempty"`
-	EnableUserModel     *bool  `json:"enableUserModel,omitempty"`
-	ModelReadBPS        *int64 `json:"modelReadBPS,omitempty"`
-	ModelWriteBPS       *int64 `json:"modelWriteBPS,omitempty"`
-	ModelReadSeqIOPS    *int64 `json:"modelReadSeqIOPS,omitempty"`
-	ModelWriteSeqIOPS   *int64 `json:"modelWriteSeqIOPS,omitempty"`
-	ModelReadRandIOPS   *int64 `json:"modelReadRandIOPS,omitempty"`
-	ModelWriteRandIOPS  *int64 `json:"modelWriteRandIOPS,omitempty"`
+	ReadIOPS            *int64 `json:"readIOPS"`
+	WriteIOPS           *int64 `json:"writeIOPS"`
+	ReadBPS             *int64 `json:"readBPS"`
+	WriteBPS            *int64 `json:"writeBPS"`
+	IOWeightPercent     *int64 `json:"ioWeightPercent"`
+	ReadLatency         *int64 `json:"readLatency"`
+	WriteLatency        *int64 `json:"writeLatency"`
+	ReadLatencyPercent  *int64 `json:"readLatencyPercent"`
+	WriteLatencyPercent *int64 `json:"writeLatencyPercent"`
+	EnableUserModel     *bool  `json:"enableUserModel"`
+	ModelReadBPS        *int64 `json:"modelReadBPS"`
+	ModelWriteBPS       *int64 `json:"modelWriteBPS"`
+	ModelReadSeqIOPS    *int64 `json:"modelReadSeqIOPS"`
+	ModelWriteSeqIOPS   *int64 `json:"modelWriteSeqIOPS"`
+	ModelReadRandIOPS   *int64 `json:"modelReadRandIOPS"`
+	ModelWriteRandIOPS  *int64 `json:"modelWriteRandIOPS"`
 }
 
-// NetworkQOSConfig is networkQOS (accepted so an operator's ConfigMap loads; Tandem does not apply it).
-type NetworkQOSConfig struct {
-	Enable         *bool               `json:"enable,omitempty"`
-	IngressRequest *intstr.IntOrString `json:"ingressRequest,omitempty"`
-	IngressLimit   *intstr.IntOrString `json:"ingressLimit,omitempty"`
-	EgressRequest  *intstr.IntOrString `json:"egressRequest,omitempty"`
-	EgressLimit    *intstr.IntOrString `json:"egressLimit,omitempty"`
+// NetworkQOSSettings is networkQOS (accepted so an operator's ConfigMap loads; Tandem does not apply it).
+type NetworkQOSSettings struct {
+	Enable         bool                `json:"enable"`
+	IngressRequest *intstr.IntOrString `json:"ingressRequest"`
+	IngressLimit   *intstr.IntOrString `json:"ingressLimit"`
+	EgressRequest  *intstr.IntOrString `json:"egressRequest"`
+	EgressLimit    *intstr.IntOrString `json:"egressLimit"`
 }
 
 // CPUBurstPolicy selects which CPU burst mechanisms run.
@@ -340,47 +384,34 @@ const (
 	CPUBurstAuto      CPUBurstPolicy = "auto"
 )
 
-// CPUBurstConfig is the cpu-burst-config key.
-type CPUBurstConfig struct {
-	ClusterStrategy *CPUBurstStrategy      `json:"clusterStrategy,omitempty"`
-	NodeStrategies  []NodeCPUBurstStrategy `json:"nodeStrategies,omitempty"`
+// CPUBurstSettings is cpu-burst-config's strategy: cpu.cfs_burst_us and the cfs-quota burst of LS
+// containers (hooks/policy/cpuburst).
+type CPUBurstSettings struct {
+	// Policy: none, cpuBurstOnly, cfsQuotaBurstOnly or auto.
+	Policy CPUBurstPolicy `json:"policy"`
+	// CPUBurstPercent sets cpu.cfs_burst_us to this percentage of the container's CFS quota. The kernel
+	// refuses a burst above the quota (EINVAL), so values above 100 act as 100.
+	CPUBurstPercent int64 `json:"cpuBurstPercent"`
+	// CFSQuotaBurstPercent is the most the CFS quota may be raised to, in percent of the quota the limit
+	// gives (300 = three times the limit).
+	CFSQuotaBurstPercent int64 `json:"cfsQuotaBurstPercent"`
+	// CFSQuotaBurstPeriodSeconds bounds one raised-quota period; -1 means unbounded.
+	CFSQuotaBurstPeriodSeconds int64 `json:"cfsQuotaBurstPeriodSeconds"`
+	// SharePoolThresholdPercent: while the shared pool's usage is at or above it, quotas go back to the
+	// limit's.
+	SharePoolThresholdPercent int64 `json:"sharePoolThresholdPercent"`
 }
 
-// NodeCPUBurstStrategy overrides the cluster strategy on the nodes its selector matches.
-type NodeCPUBurstStrategy struct {
-	NodeProfile
-	CPUBurstStrategy
-}
-
-// CPUBurstStrategy drives cpu.cfs_burst_us and the cfs-quota burst of LS containers.
-type CPUBurstStrategy struct {
-	Policy                     CPUBurstPolicy `json:"policy,omitempty"`
-	CPUBurstPercent            *int64         `json:"cpuBurstPercent,omitempty"`
-	CFSQuotaBurstPercent       *int64         `json:"cfsQuotaBurstPercent,omitempty"`
-	CFSQuotaBurstPeriodSeconds *int64         `json:"cfsQuotaBurstPeriodSeconds,omitempty"`
-	SharePoolThresholdPercent  *int64         `json:"sharePoolThresholdPercent,omitempty"`
-}
-
-// SystemConfig is the system-config key.
-type SystemConfig struct {
-	ClusterStrategy *SystemStrategy      `json:"clusterStrategy,omitempty"`
-	NodeStrategies  []NodeSystemStrategy `json:"nodeStrategies,omitempty"`
-}
-
-// NodeSystemStrategy overrides the cluster strategy on the nodes its selector matches.
-type NodeSystemStrategy struct {
-	NodeProfile
-	SystemStrategy
-}
-
-// SystemStrategy holds node-wide kernel settings (sysctls and Anolis scheduler knobs).
-type SystemStrategy struct {
-	MinFreeKbytesFactor       *int64             `json:"minFreeKbytesFactor,omitempty"`
-	WatermarkScaleFactor      *int64             `json:"watermarkScaleFactor,omitempty"`
-	MemcgReapBackGround       *int64             `json:"memcgReapBackGround,omitempty"`
-	PageCacheLimitEnabled     *int64             `json:"pageCacheLimitEnabled,omitempty"`
-	SchedGroupIdentityEnabled *int64             `json:"schedGroupIdentityEnabled,omitempty"`
-	SchedIdleSaverWmark       *int64             `json:"schedIdleSaverWmark,omitempty"`
-	SchedFeatures             map[string]bool    `json:"schedFeatures,omitempty"`
-	TotalNetworkBandwidth     *resource.Quantity `json:"totalNetworkBandwidth,omitempty"`
+// SystemSettings is system-config's strategy: node-wide sysctls and Anolis scheduler knobs. Its knobs
+// are pointers: nil means "leave the kernel's value alone", which no number can say, and these are
+// node-wide settings that Tandem must not write unless the operator asked.
+type SystemSettings struct {
+	MinFreeKbytesFactor       *int64            `json:"minFreeKbytesFactor"`
+	WatermarkScaleFactor      *int64            `json:"watermarkScaleFactor"`
+	MemcgReapBackGround       *int64            `json:"memcgReapBackGround"`
+	PageCacheLimitEnabled     *int64            `json:"pageCacheLimitEnabled"`
+	SchedGroupIdentityEnabled *int64            `json:"schedGroupIdentityEnabled"`
+	SchedIdleSaverWmark       *int64            `json:"schedIdleSaverWmark"`
+	SchedFeatures             map[string]bool   `json:"schedFeatures"`
+	TotalNetworkBandwidth     resource.Quantity `json:"totalNetworkBandwidth"`
 }

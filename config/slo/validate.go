@@ -22,8 +22,10 @@ func (e *FieldError) Error() string { return e.Path + ": " + e.Message }
 
 // Validate checks every value against the ranges Koordinator documents and enforces, every node profile
 // (a name, unique in its section; a non-empty, well-formed nodeSelector, as Koordinator's admission webhook
-// requires), and the relations between fields (a lower bound below its upper bound) on the merged view each
-// node would see. It returns all problems joined, each a *FieldError naming the key path.
+// requires), and the relations between fields (a lower bound below its upper bound). Values are checked on
+// the merged view each node would see: the cluster strategy over the defaults, and each node strategy over
+// that; a problem the cluster view already has is reported once, at the cluster strategy. It returns all
+// problems joined, each a *FieldError naming the key path.
 //
 // An invalid configuration must not be applied: on reload the caller keeps the configuration it has and
 // logs the error, so a typo never turns QoS off on a running node.
@@ -32,20 +34,10 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	v := &validator{}
-	if c.Colocation != nil {
-		v.colocationConfig(c.Colocation)
-	}
-	if c.ResourceThreshold != nil {
-		v.thresholdConfig(c.ResourceThreshold)
-	}
-	if c.ResourceQOS != nil {
-		v.qosConfig(c.ResourceQOS)
-	}
-	if c.CPUBurst != nil {
-		v.burstConfig(c.CPUBurst)
-	}
-	if c.System != nil {
-		v.systemConfig(c.System)
+	for _, key := range SectionKeys() {
+		if s := c.sections[key]; s != nil {
+			v.section(key, s)
+		}
 	}
 	return errors.Join(v.errs...)
 }
@@ -58,25 +50,87 @@ func (v *validator) fail(path, format string, args ...any) {
 	v.errs = append(v.errs, &FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
-func (v *validator) percent(path string, p *int64) {
-	if p != nil && (*p < 0 || *p > 100) {
-		v.fail(path, "%d is not a percentage; use 0 to 100", *p)
+// section checks the cluster view, then each node's view and the node profiles.
+func (v *validator) section(key string, s *section) {
+	clusterPath := key + ".clusterStrategy"
+	if key == ColocationConfigKey {
+		clusterPath = key
+	}
+	reported := map[string]bool{}
+	for _, fe := range view(key, s.cluster) {
+		reported[fe.Error()] = true
+		v.fail(clusterPath+fe.Path, "%s", fe.Message)
+	}
+	paths := make([]string, 0, len(s.nodes))
+	profiles := make([]NodeProfile, 0, len(s.nodes))
+	for i := range s.nodes {
+		n := &s.nodes[i]
+		for _, fe := range view(key, s.cluster, n) {
+			if !reported[fe.Error()] {
+				v.fail(n.path+fe.Path, "%s", fe.Message)
+			}
+		}
+		paths, profiles = append(paths, n.path), append(profiles, n.NodeProfile)
+	}
+	v.profiles(paths, profiles)
+}
+
+// view checks the defaults of section key with the strategies decoded onto them; paths start with ".".
+func view(key string, layers ...*strategy) []*FieldError {
+	r := defaultResolved()
+	if err := overlay(r.settings(key), layers...); err != nil {
+		return []*FieldError{{Message: err.Error()}}
+	}
+	v := &validator{}
+	switch s := r.settings(key).(type) {
+	case *ColocationSettings:
+		v.colocation(s)
+	case *ResourceThresholdSettings:
+		v.threshold(s)
+	case *ResourceQOSSettings:
+		v.qos(s)
+	case *CPUBurstSettings:
+		v.burst(s)
+	case *SystemSettings:
+		v.system(s)
+	}
+	out := make([]*FieldError, 0, len(v.errs))
+	for _, e := range v.errs {
+		out = append(out, e.(*FieldError))
+	}
+	return out
+}
+
+// The checks below skip unset (see defaults.go): the knob was not written.
+
+func (v *validator) percent(path string, p int64) {
+	v.between(path, p, 0, 100, "%d is not a percentage; use 0 to 100")
+}
+
+func (v *validator) between(path string, p, lo, hi int64, format ...string) {
+	if p != unset && (p < lo || p > hi) {
+		if len(format) > 0 {
+			v.fail(path, format[0], p)
+			return
+		}
+		v.fail(path, "%d is out of range; use %d to %d", p, lo, hi)
 	}
 }
 
-func (v *validator) between(path string, p *int64, lo, hi int64) {
-	if p != nil && (*p < lo || *p > hi) {
-		v.fail(path, "%d is out of range; use %d to %d", *p, lo, hi)
+func (v *validator) atLeast(path string, p, lo int64) {
+	if p != unset && p < lo {
+		v.fail(path, "%d is too small; use at least %d", p, lo)
 	}
 }
 
-func (v *validator) atLeast(path string, p *int64, lo int64) {
-	if p != nil && *p < lo {
-		v.fail(path, "%d is too small; use at least %d", *p, lo)
+func (v *validator) flag(path string, p int64) { v.between(path, p, 0, 1) }
+
+// optional runs check on *p when the operator set it (system-config and blkioQOS keep nil for unset).
+func optional(p *int64, check func(int64)) {
+	if p != nil {
+		check(*p)
 	}
 }
-
-func (v *validator) flag(path string, p *int64) { v.between(path, p, 0, 1) }
 
 func (v *validator) oneOf(path, value string, allowed ...string) {
 	if value != "" && !slices.Contains(allowed, value) {
@@ -84,32 +138,11 @@ func (v *validator) oneOf(path, value string, allowed ...string) {
 	}
 }
 
-// below reports lower >= upper on a merged view; prefix locates the strategy whose merge produced it.
-func (v *validator) below(prefix, lowerKey string, lower *int64, upperKey string, upper *int64) {
-	if lower != nil && upper != nil && *lower >= *upper {
-		v.fail(prefix+"."+lowerKey, "%d must be below %s (%d); lower it or raise %s", *lower, upperKey, *upper, upperKey)
+// below reports lower >= upper when both are set.
+func (v *validator) below(prefix, lowerKey string, lower int64, upperKey string, upper int64) {
+	if lower != unset && upper != unset && lower >= upper {
+		v.fail(prefix+"."+lowerKey, "%d must be below %s (%d); lower it or raise %s", lower, upperKey, upper, upperKey)
 	}
-}
-
-// strategies checks one section's cluster strategy (when set) and node strategies with check, then the
-// node profiles; split takes a node entry apart. It returns the node strategies and their paths, for
-// relations.
-func strategies[S, N any](v *validator, clusterPath string, cluster *S, section, list string, nodes []N,
-	split func(*N) (NodeProfile, *S), check func(prefix string, s *S)) ([]*S, []string) {
-	if cluster != nil {
-		check(clusterPath, cluster)
-	}
-	paths := make([]string, 0, len(nodes))
-	profiles := make([]NodeProfile, 0, len(nodes))
-	out := make([]*S, 0, len(nodes))
-	for i := range nodes {
-		profile, st := split(&nodes[i])
-		path := nodePath(section, list, i)
-		paths, profiles, out = append(paths, path), append(profiles, profile), append(out, st)
-		check(path, st)
-	}
-	v.profiles(paths, profiles)
-	return out, paths
 }
 
 // profiles checks the names and selectors of one section's node strategies.
@@ -136,223 +169,120 @@ func (v *validator) profiles(paths []string, profiles []NodeProfile) {
 	}
 }
 
-// relations runs check on the merged view of the cluster strategy and of each node strategy. A problem the
-// cluster view already has is reported once, at the cluster strategy, not again for every node strategy.
-func relations[T any](v *validator, defaults, cluster *T, clusterPath string, nodes []*T, nodePaths []string, check func(v *validator, prefix string, s *T)) {
-	merged, err := overlay(defaults, cluster)
-	if err != nil {
-		v.fail(clusterPath, "%v", err)
-		return
-	}
-	clusterV := &validator{}
-	check(clusterV, "", merged)
-	reported := map[string]bool{}
-	for _, e := range clusterV.errs {
-		fe := e.(*FieldError)
-		reported[fe.Error()] = true
-		v.fail(clusterPath+fe.Path, "%s", fe.Message)
-	}
-	for i, n := range nodes {
-		mergedNode, err := overlay(merged, n)
-		if err != nil {
-			v.fail(nodePaths[i], "%v", err)
-			continue
-		}
-		nodeV := &validator{}
-		check(nodeV, "", mergedNode)
-		for _, e := range nodeV.errs {
-			fe := e.(*FieldError)
-			if !reported[fe.Error()] {
-				v.fail(nodePaths[i]+fe.Path, "%s", fe.Message)
-			}
+func (v *validator) colocation(s *ColocationSettings) {
+	v.atLeast(".metricAggregateDurationSeconds", s.MetricAggregateDurationSeconds, 1)
+	v.atLeast(".metricReportIntervalSeconds", s.MetricReportIntervalSeconds, 1)
+	for i, d := range s.MetricAggregatePolicy.Durations {
+		if d.Duration <= 0 {
+			v.fail(fmt.Sprintf(".metricAggregatePolicy.durations[%d]", i), "%s is not a positive duration; use e.g. 5m", d.Duration)
 		}
 	}
-}
-
-// colocation-config
-
-func (v *validator) colocationConfig(c *ColocationConfig) {
-	strategies(v, ColocationConfigKey, &c.ColocationStrategy, ColocationConfigKey, "nodeConfigs", c.NodeConfigs,
-		func(n *NodeColocationConfig) (NodeProfile, *ColocationStrategy) {
-			return n.NodeProfile, &n.ColocationStrategy
-		},
-		v.colocationStrategy)
-}
-
-func (v *validator) colocationStrategy(prefix string, s *ColocationStrategy) {
-	v.atLeast(prefix+".metricAggregateDurationSeconds", s.MetricAggregateDurationSeconds, 1)
-	v.atLeast(prefix+".metricReportIntervalSeconds", s.MetricReportIntervalSeconds, 1)
-	if s.MetricAggregatePolicy != nil {
-		for i, d := range s.MetricAggregatePolicy.Durations {
-			if d.Duration <= 0 {
-				v.fail(fmt.Sprintf("%s.metricAggregatePolicy.durations[%d]", prefix, i), "%s is not a positive duration; use e.g. 5m", d.Duration)
-			}
-		}
-	}
-	if s.MetricMemoryCollectPolicy != nil {
-		v.oneOf(prefix+".metricMemoryCollectPolicy", string(*s.MetricMemoryCollectPolicy),
-			string(UsageWithHotPageCache), string(UsageWithoutPageCache), string(UsageWithPageCache))
-	}
+	v.oneOf(".metricMemoryCollectPolicy", string(s.MetricMemoryCollectPolicy),
+		string(UsageWithHotPageCache), string(UsageWithoutPageCache), string(UsageWithPageCache))
 	// Koordinator bounds the reclaim and batch thresholds below only: they are shares of node capacity
 	// that an operator may set above 100 to over-commit.
-	v.atLeast(prefix+".cpuReclaimThresholdPercent", s.CPUReclaimThresholdPercent, 0)
-	v.atLeast(prefix+".memoryReclaimThresholdPercent", s.MemoryReclaimThresholdPercent, 0)
-	if s.CPUCalculatePolicy != nil {
-		v.oneOf(prefix+".cpuCalculatePolicy", string(*s.CPUCalculatePolicy), string(CalculateByPodUsage), string(CalculateByPodMaxUsageRequest))
+	v.atLeast(".cpuReclaimThresholdPercent", s.CPUReclaimThresholdPercent, 0)
+	v.atLeast(".memoryReclaimThresholdPercent", s.MemoryReclaimThresholdPercent, 0)
+	v.oneOf(".cpuCalculatePolicy", string(s.CPUCalculatePolicy), string(CalculateByPodUsage), string(CalculateByPodMaxUsageRequest))
+	v.oneOf(".memoryCalculatePolicy", string(s.MemoryCalculatePolicy),
+		string(CalculateByPodUsage), string(CalculateByPodRequest), string(CalculateByPodMaxUsageRequest))
+	v.atLeast(".degradeTimeMinutes", s.DegradeTimeMinutes, 1)
+	v.atLeast(".updateTimeThresholdSeconds", s.UpdateTimeThresholdSeconds, 1)
+	if d := s.ResourceDiffThreshold; d <= 0 || d > 1 {
+		v.fail(".resourceDiffThreshold", "%v is out of range; use a fraction above 0 and at most 1", d)
 	}
-	if s.MemoryCalculatePolicy != nil {
-		v.oneOf(prefix+".memoryCalculatePolicy", string(*s.MemoryCalculatePolicy),
-			string(CalculateByPodUsage), string(CalculateByPodRequest), string(CalculateByPodMaxUsageRequest))
-	}
-	v.atLeast(prefix+".degradeTimeMinutes", s.DegradeTimeMinutes, 1)
-	v.atLeast(prefix+".updateTimeThresholdSeconds", s.UpdateTimeThresholdSeconds, 1)
-	if d := s.ResourceDiffThreshold; d != nil && (*d <= 0 || *d > 1) {
-		v.fail(prefix+".resourceDiffThreshold", "%v is out of range; use a fraction above 0 and at most 1", *d)
-	}
-	if s.MidReclaimMode != nil {
-		v.oneOf(prefix+".midReclaimMode", *s.MidReclaimMode, MidReclaimModeStatic)
-	}
-	v.percent(prefix+".midCPUThresholdPercent", s.MidCPUThresholdPercent)
-	v.percent(prefix+".midMemoryThresholdPercent", s.MidMemoryThresholdPercent)
-	v.percent(prefix+".midUnallocatedPercent", s.MidUnallocatedPercent)
-	v.percent(prefix+".midStaticCPUReservedPercent", s.MidStaticCPUReservedPercent)
-	v.percent(prefix+".midStaticMemoryReservedPercent", s.MidStaticMemoryReservedPercent)
-	v.atLeast(prefix+".batchCPUThresholdPercent", s.BatchCPUThresholdPercent, 0)
-	v.atLeast(prefix+".batchMemoryThresholdPercent", s.BatchMemoryThresholdPercent, 0)
+	v.oneOf(".midReclaimMode", s.MidReclaimMode, MidReclaimModeStatic)
+	v.percent(".midCPUThresholdPercent", s.MidCPUThresholdPercent)
+	v.percent(".midMemoryThresholdPercent", s.MidMemoryThresholdPercent)
+	v.percent(".midUnallocatedPercent", s.MidUnallocatedPercent)
+	v.percent(".midStaticCPUReservedPercent", s.MidStaticCPUReservedPercent)
+	v.percent(".midStaticMemoryReservedPercent", s.MidStaticMemoryReservedPercent)
+	v.atLeast(".batchCPUThresholdPercent", s.BatchCPUThresholdPercent, 0)
+	v.atLeast(".batchMemoryThresholdPercent", s.BatchMemoryThresholdPercent, 0)
 }
 
-// resource-threshold-config
+func (v *validator) threshold(s *ResourceThresholdSettings) {
+	v.percent(".cpuSuppressThresholdPercent", s.CPUSuppressThresholdPercent)
+	v.percent(".cpuSuppressMinPercent", s.CPUSuppressMinPercent)
+	v.oneOf(".cpuSuppressPolicy", string(s.CPUSuppressPolicy), string(CPUSuppressByCPUSet), string(CPUSuppressByCFSQuota))
+	v.percent(".memoryEvictThresholdPercent", s.MemoryEvictThresholdPercent)
+	v.percent(".memoryEvictLowerPercent", s.MemoryEvictLowerPercent)
+	v.percent(".cpuEvictBESatisfactionUpperPercent", s.CPUEvictBESatisfactionUpperPercent)
+	v.percent(".cpuEvictBESatisfactionLowerPercent", s.CPUEvictBESatisfactionLowerPercent)
+	v.percent(".cpuEvictBEUsageThresholdPercent", s.CPUEvictBEUsageThresholdPercent)
+	v.atLeast(".cpuEvictTimeWindowSeconds", s.CPUEvictTimeWindowSeconds, 1)
+	v.percent(".cpuEvictThresholdPercent", s.CPUEvictThresholdPercent)
+	v.percent(".cpuEvictLowerPercent", s.CPUEvictLowerPercent)
+	v.oneOf(".cpuEvictPolicy", string(s.CPUEvictPolicy), string(EvictByRealLimit), string(EvictByAllocatable))
 
-func (v *validator) thresholdConfig(c *ResourceThresholdConfig) {
-	clusterPath := ResourceThresholdConfigKey + ".clusterStrategy"
-	nodes, paths := strategies(v, clusterPath, c.ClusterStrategy, ResourceThresholdConfigKey, "nodeStrategies", c.NodeStrategies,
-		func(n *NodeResourceThresholdStrategy) (NodeProfile, *ResourceThresholdStrategy) {
-			return n.NodeProfile, &n.ResourceThresholdStrategy
-		}, v.thresholdStrategy)
-	relations(v, defaultResourceThresholdStrategy(), c.ClusterStrategy, clusterPath, nodes, paths, thresholdRelations)
-}
-
-func (v *validator) thresholdStrategy(prefix string, s *ResourceThresholdStrategy) {
-	v.percent(prefix+".cpuSuppressThresholdPercent", s.CPUSuppressThresholdPercent)
-	v.percent(prefix+".cpuSuppressMinPercent", s.CPUSuppressMinPercent)
-	v.oneOf(prefix+".cpuSuppressPolicy", string(s.CPUSuppressPolicy), string(CPUSuppressByCPUSet), string(CPUSuppressByCFSQuota))
-	v.percent(prefix+".memoryEvictThresholdPercent", s.MemoryEvictThresholdPercent)
-	v.percent(prefix+".memoryEvictLowerPercent", s.MemoryEvictLowerPercent)
-	v.percent(prefix+".cpuEvictBESatisfactionUpperPercent", s.CPUEvictBESatisfactionUpperPercent)
-	v.percent(prefix+".cpuEvictBESatisfactionLowerPercent", s.CPUEvictBESatisfactionLowerPercent)
-	v.percent(prefix+".cpuEvictBEUsageThresholdPercent", s.CPUEvictBEUsageThresholdPercent)
-	v.atLeast(prefix+".cpuEvictTimeWindowSeconds", s.CPUEvictTimeWindowSeconds, 1)
-	v.percent(prefix+".cpuEvictThresholdPercent", s.CPUEvictThresholdPercent)
-	v.percent(prefix+".cpuEvictLowerPercent", s.CPUEvictLowerPercent)
-	v.oneOf(prefix+".cpuEvictPolicy", string(s.CPUEvictPolicy), string(EvictByRealLimit), string(EvictByAllocatable))
-}
-
-func thresholdRelations(v *validator, prefix string, s *ResourceThresholdStrategy) {
-	v.below(prefix, "memoryEvictLowerPercent", s.MemoryEvictLowerPercent, "memoryEvictThresholdPercent", s.MemoryEvictThresholdPercent)
-	v.below(prefix, "cpuEvictLowerPercent", s.CPUEvictLowerPercent, "cpuEvictThresholdPercent", s.CPUEvictThresholdPercent)
-	v.below(prefix, "cpuEvictBESatisfactionLowerPercent", s.CPUEvictBESatisfactionLowerPercent,
+	v.below("", "memoryEvictLowerPercent", s.MemoryEvictLowerPercent, "memoryEvictThresholdPercent", s.MemoryEvictThresholdPercent)
+	v.below("", "cpuEvictLowerPercent", s.CPUEvictLowerPercent, "cpuEvictThresholdPercent", s.CPUEvictThresholdPercent)
+	v.below("", "cpuEvictBESatisfactionLowerPercent", s.CPUEvictBESatisfactionLowerPercent,
 		"cpuEvictBESatisfactionUpperPercent", s.CPUEvictBESatisfactionUpperPercent)
 }
 
-// resource-qos-config
-
-func (v *validator) qosConfig(c *ResourceQOSConfig) {
-	clusterPath := ResourceQOSConfigKey + ".clusterStrategy"
-	nodes, paths := strategies(v, clusterPath, c.ClusterStrategy, ResourceQOSConfigKey, "nodeStrategies", c.NodeStrategies,
-		func(n *NodeResourceQOSStrategy) (NodeProfile, *ResourceQOSStrategy) {
-			return n.NodeProfile, &n.ResourceQOSStrategy
-		},
-		v.qosStrategy)
-	relations(v, defaultResourceQOSStrategy(), c.ClusterStrategy, clusterPath, nodes, paths, qosRelations)
-}
-
-// qosClasses pairs each class key with its field, in the order the ConfigMap documents them.
-func qosClasses(s *ResourceQOSStrategy) []struct {
-	key string
-	q   *ResourceQOS
-} {
-	return []struct {
+func (v *validator) qos(s *ResourceQOSSettings) {
+	v.oneOf(".policies.cpuPolicy", string(s.Policies.CPUPolicy), string(CPUQOSPolicyGroupIdentity), string(CPUQOSPolicyCoreSched))
+	v.oneOf(".policies.netQOSPolicy", string(s.Policies.NetQOSPolicy), string(NetQOSPolicyTC), string(NetQOSPolicyTerwayQoS))
+	for _, class := range []struct {
 		key string
-		q   *ResourceQOS
-	}{{"lsrClass", s.LSRClass}, {"lsClass", s.LSClass}, {"beClass", s.BEClass}, {"systemClass", s.SystemClass}, {"cgroupRoot", s.CgroupRoot}}
-}
-
-func (v *validator) qosStrategy(prefix string, s *ResourceQOSStrategy) {
-	if p := s.Policies; p != nil {
-		if p.CPUPolicy != nil {
-			v.oneOf(prefix+".policies.cpuPolicy", string(*p.CPUPolicy), string(CPUQOSPolicyGroupIdentity), string(CPUQOSPolicyCoreSched))
-		}
-		if p.NetQOSPolicy != nil {
-			v.oneOf(prefix+".policies.netQOSPolicy", string(*p.NetQOSPolicy), string(NetQOSPolicyTC), string(NetQOSPolicyTerwayQoS))
-		}
-	}
-	for _, class := range qosClasses(s) {
-		if class.q != nil {
-			v.resourceQOS(prefix+"."+class.key, class.q)
-		}
+		c   *ClassSettings
+	}{{"lsrClass", &s.LSR}, {"lsClass", &s.LS}, {"beClass", &s.BE}, {"systemClass", &s.System}, {"cgroupRoot", &s.CgroupRoot}} {
+		v.class("."+class.key, class.c)
 	}
 }
 
-func (v *validator) resourceQOS(prefix string, q *ResourceQOS) {
-	if c := q.CPUQOS; c != nil {
-		p := prefix + ".cpuQOS"
-		v.between(p+".groupIdentity", c.GroupIdentity, -1, 2)
-		v.flag(p+".schedIdle", c.SchedIdle)
-		if c.YieldThreads != nil && *c.YieldThreads && !strings.HasSuffix(prefix, ".beClass") {
-			v.fail(p+".yieldThreads", "true is for beClass only: it makes the class's threads yield to every other thread on the node; remove it")
+func (v *validator) class(prefix string, q *ClassSettings) {
+	c, p := q.CPUQOS, prefix+".cpuQOS"
+	v.between(p+".groupIdentity", c.GroupIdentity, -1, 2)
+	v.flag(p+".schedIdle", c.SchedIdle)
+	if c.YieldThreads && prefix != ".beClass" {
+		v.fail(p+".yieldThreads", "true is for beClass only: it makes the class's threads yield to every other thread on the node; remove it")
+	}
+	m, p := q.MemoryQOS, prefix+".memoryQOS"
+	v.percent(p+".minLimitPercent", m.MinLimitPercent)
+	v.percent(p+".lowLimitPercent", m.LowLimitPercent)
+	v.percent(p+".throttlingPercent", m.ThrottlingPercent)
+	v.percent(p+".wmarkRatio", m.WmarkRatio)
+	v.between(p+".wmarkScalePermill", m.WmarkScalePermill, 1, 1000)
+	v.between(p+".wmarkMinAdj", m.WmarkMinAdj, -25, 50)
+	v.flag(p+".pageCacheLimitEnable", m.PageCacheLimitEnable)
+	v.flag(p+".pageCacheLimitSync", m.PageCacheLimitSync)
+	v.atLeast(p+".pageCacheLimitSize", m.PageCacheLimitSize, 0)
+	v.flag(p+".priorityEnable", m.PriorityEnable)
+	v.between(p+".priority", m.Priority, 0, 12)
+	v.flag(p+".oomKillGroup", m.OomKillGroup)
+	r, p := q.ResctrlQOS, prefix+".resctrlQOS"
+	v.percent(p+".catRangeStartPercent", r.CatRangeStartPercent)
+	v.percent(p+".catRangeEndPercent", r.CatRangeEndPercent)
+	v.percent(p+".mbaPercent", r.MBAPercent)
+	for i, blk := range q.BlkIOQOS.Blocks {
+		p := fmt.Sprintf("%s.blkioQOS.blocks[%d]", prefix, i)
+		v.oneOf(p+".type", blk.BlockType, "device", "volumegroup", "podvolume")
+		io := blk.IOCfg
+		for _, f := range []struct {
+			key string
+			n   *int64
+			min int64
+		}{
+			{"readIOPS", io.ReadIOPS, 0}, {"writeIOPS", io.WriteIOPS, 0}, {"readBPS", io.ReadBPS, 0}, {"writeBPS", io.WriteBPS, 0},
+			{"readLatency", io.ReadLatency, 0}, {"writeLatency", io.WriteLatency, 0},
+			{"modelReadBPS", io.ModelReadBPS, 1}, {"modelWriteBPS", io.ModelWriteBPS, 1},
+			{"modelReadSeqIOPS", io.ModelReadSeqIOPS, 1}, {"modelWriteSeqIOPS", io.ModelWriteSeqIOPS, 1},
+			{"modelReadRandIOPS", io.ModelReadRandIOPS, 1}, {"modelWriteRandIOPS", io.ModelWriteRandIOPS, 1},
+		} {
+			optional(f.n, func(n int64) { v.atLeast(p+".ioCfg."+f.key, n, f.min) })
 		}
+		optional(io.IOWeightPercent, func(n int64) { v.between(p+".ioCfg.ioWeightPercent", n, 1, 100) })
+		optional(io.ReadLatencyPercent, func(n int64) { v.percent(p+".ioCfg.readLatencyPercent", n) })
+		optional(io.WriteLatencyPercent, func(n int64) { v.percent(p+".ioCfg.writeLatencyPercent", n) })
 	}
-	if m := q.MemoryQOS; m != nil {
-		p := prefix + ".memoryQOS"
-		v.percent(p+".minLimitPercent", m.MinLimitPercent)
-		v.percent(p+".lowLimitPercent", m.LowLimitPercent)
-		v.percent(p+".throttlingPercent", m.ThrottlingPercent)
-		v.percent(p+".wmarkRatio", m.WmarkRatio)
-		v.between(p+".wmarkScalePermill", m.WmarkScalePermill, 1, 1000)
-		v.between(p+".wmarkMinAdj", m.WmarkMinAdj, -25, 50)
-		v.flag(p+".pageCacheLimitEnable", m.PageCacheLimitEnable)
-		v.flag(p+".pageCacheLimitSync", m.PageCacheLimitSync)
-		v.atLeast(p+".pageCacheLimitSize", m.PageCacheLimitSize, 0)
-		v.flag(p+".priorityEnable", m.PriorityEnable)
-		v.between(p+".priority", m.Priority, 0, 12)
-		v.flag(p+".oomKillGroup", m.OomKillGroup)
-	}
-	if r := q.ResctrlQOS; r != nil {
-		p := prefix + ".resctrlQOS"
-		v.percent(p+".catRangeStartPercent", r.CATRangeStartPercent)
-		v.percent(p+".catRangeEndPercent", r.CATRangeEndPercent)
-		v.percent(p+".mbaPercent", r.MBAPercent)
-	}
-	if b := q.BlkIOQOS; b != nil {
-		for i, blk := range b.Blocks {
-			p := fmt.Sprintf("%s.blkioQOS.blocks[%d]", prefix, i)
-			v.oneOf(p+".type", blk.BlockType, "device", "volumegroup", "podvolume")
-			io := blk.IOCfg
-			for _, f := range []struct {
-				key string
-				n   *int64
-				min int64
-			}{
-				{"readIOPS", io.ReadIOPS, 0}, {"writeIOPS", io.WriteIOPS, 0}, {"readBPS", io.ReadBPS, 0}, {"writeBPS", io.WriteBPS, 0},
-				{"readLatency", io.ReadLatency, 0}, {"writeLatency", io.WriteLatency, 0},
-				{"modelReadBPS", io.ModelReadBPS, 1}, {"modelWriteBPS", io.ModelWriteBPS, 1},
-				{"modelReadSeqIOPS", io.ModelReadSeqIOPS, 1}, {"modelWriteSeqIOPS", io.ModelWriteSeqIOPS, 1},
-				{"modelReadRandIOPS", io.ModelReadRandIOPS, 1}, {"modelWriteRandIOPS", io.ModelWriteRandIOPS, 1},
-			} {
-				v.atLeast(p+".ioCfg."+f.key, f.n, f.min)
-			}
-			v.between(p+".ioCfg.ioWeightPercent", io.IOWeightPercent, 1, 100)
-			v.percent(p+".ioCfg.readLatencyPercent", io.ReadLatencyPercent)
-			v.percent(p+".ioCfg.writeLatencyPercent", io.WriteLatencyPercent)
-		}
-	}
-	if n := q.NetworkQOS; n != nil {
-		p := prefix + ".networkQOS"
-		v.bandwidth(p+".ingressRequest", n.IngressRequest)
-		v.bandwidth(p+".ingressLimit", n.IngressLimit)
-		v.bandwidth(p+".egressRequest", n.EgressRequest)
-		v.bandwidth(p+".egressLimit", n.EgressLimit)
-	}
+	n, p := q.NetworkQOS, prefix+".networkQOS"
+	v.bandwidth(p+".ingressRequest", n.IngressRequest)
+	v.bandwidth(p+".ingressLimit", n.IngressLimit)
+	v.bandwidth(p+".egressRequest", n.EgressRequest)
+	v.bandwidth(p+".egressLimit", n.EgressLimit)
+	v.below(prefix+".resctrlQOS", "catRangeStartPercent", r.CatRangeStartPercent, "catRangeEndPercent", r.CatRangeEndPercent)
 }
 
 // bandwidth accepts a percentage (an integer) or a quantity such as "50M" (a string).
@@ -361,8 +291,7 @@ func (v *validator) bandwidth(path string, b *intstr.IntOrString) {
 		return
 	}
 	if b.Type == intstr.Int {
-		n := int64(b.IntVal)
-		v.percent(path, &n)
+		v.percent(path, int64(b.IntVal))
 		return
 	}
 	q, err := resource.ParseQuantity(b.StrVal)
@@ -375,50 +304,22 @@ func (v *validator) bandwidth(path string, b *intstr.IntOrString) {
 	}
 }
 
-func qosRelations(v *validator, prefix string, s *ResourceQOSStrategy) {
-	for _, class := range qosClasses(s) {
-		if class.q == nil || class.q.ResctrlQOS == nil {
-			continue
-		}
-		r := class.q.ResctrlQOS
-		v.below(prefix+"."+class.key+".resctrlQOS", "catRangeStartPercent", r.CATRangeStartPercent, "catRangeEndPercent", r.CATRangeEndPercent)
-	}
+func (v *validator) burst(s *CPUBurstSettings) {
+	v.oneOf(".policy", string(s.Policy), string(CPUBurstNone), string(CPUBurstOnly), string(CFSQuotaBurstOnly), string(CPUBurstAuto))
+	v.between(".cpuBurstPercent", s.CPUBurstPercent, 1, 10000)
+	v.atLeast(".cfsQuotaBurstPercent", s.CFSQuotaBurstPercent, 100)
+	v.atLeast(".cfsQuotaBurstPeriodSeconds", s.CFSQuotaBurstPeriodSeconds, -1)
+	v.percent(".sharePoolThresholdPercent", s.SharePoolThresholdPercent)
 }
 
-// cpu-burst-config
-
-func (v *validator) burstConfig(c *CPUBurstConfig) {
-	strategies(v, CPUBurstConfigKey+".clusterStrategy", c.ClusterStrategy, CPUBurstConfigKey, "nodeStrategies", c.NodeStrategies,
-		func(n *NodeCPUBurstStrategy) (NodeProfile, *CPUBurstStrategy) {
-			return n.NodeProfile, &n.CPUBurstStrategy
-		},
-		v.burstStrategy)
-}
-
-func (v *validator) burstStrategy(prefix string, s *CPUBurstStrategy) {
-	v.oneOf(prefix+".policy", string(s.Policy), string(CPUBurstNone), string(CPUBurstOnly), string(CFSQuotaBurstOnly), string(CPUBurstAuto))
-	v.between(prefix+".cpuBurstPercent", s.CPUBurstPercent, 1, 10000)
-	v.atLeast(prefix+".cfsQuotaBurstPercent", s.CFSQuotaBurstPercent, 100)
-	v.atLeast(prefix+".cfsQuotaBurstPeriodSeconds", s.CFSQuotaBurstPeriodSeconds, -1)
-	v.percent(prefix+".sharePoolThresholdPercent", s.SharePoolThresholdPercent)
-}
-
-// system-config
-
-func (v *validator) systemConfig(c *SystemConfig) {
-	strategies(v, SystemConfigKey+".clusterStrategy", c.ClusterStrategy, SystemConfigKey, "nodeStrategies", c.NodeStrategies,
-		func(n *NodeSystemStrategy) (NodeProfile, *SystemStrategy) { return n.NodeProfile, &n.SystemStrategy },
-		v.systemStrategy)
-}
-
-func (v *validator) systemStrategy(prefix string, s *SystemStrategy) {
-	v.atLeast(prefix+".minFreeKbytesFactor", s.MinFreeKbytesFactor, 1)
-	v.between(prefix+".watermarkScaleFactor", s.WatermarkScaleFactor, 1, 400)
-	v.flag(prefix+".memcgReapBackGround", s.MemcgReapBackGround)
-	v.flag(prefix+".pageCacheLimitEnabled", s.PageCacheLimitEnabled)
-	v.flag(prefix+".schedGroupIdentityEnabled", s.SchedGroupIdentityEnabled)
-	v.atLeast(prefix+".schedIdleSaverWmark", s.SchedIdleSaverWmark, 0)
-	if q := s.TotalNetworkBandwidth; q != nil && q.Sign() < 0 {
-		v.fail(prefix+".totalNetworkBandwidth", "%s is negative", q.String())
+func (v *validator) system(s *SystemSettings) {
+	optional(s.MinFreeKbytesFactor, func(n int64) { v.atLeast(".minFreeKbytesFactor", n, 1) })
+	optional(s.WatermarkScaleFactor, func(n int64) { v.between(".watermarkScaleFactor", n, 1, 400) })
+	optional(s.MemcgReapBackGround, func(n int64) { v.flag(".memcgReapBackGround", n) })
+	optional(s.PageCacheLimitEnabled, func(n int64) { v.flag(".pageCacheLimitEnabled", n) })
+	optional(s.SchedGroupIdentityEnabled, func(n int64) { v.flag(".schedGroupIdentityEnabled", n) })
+	optional(s.SchedIdleSaverWmark, func(n int64) { v.atLeast(".schedIdleSaverWmark", n, 0) })
+	if q := s.TotalNetworkBandwidth; q.Sign() < 0 {
+		v.fail(".totalNetworkBandwidth", "%s is negative", q.String())
 	}
 }

@@ -27,16 +27,14 @@ func FromSLO(base Config, r slo.Resolved) Config {
 		return memoryqos.ClassConfig{Enable: m.Enable, MinLimitPercent: m.MinLimitPercent, LowLimitPercent: m.LowLimitPercent, ThrottlingPercent: m.ThrottlingPercent}
 	}
 	out.MemoryQoS = memoryqos.Config{LSRClass: mem(q.LSR), LSClass: mem(q.LS), BEClass: mem(q.BE)}
-	rdt := func(c slo.ClassSettings) resctrl.ClassConfig {
-		x := c.ResctrlQOS
-		return resctrl.ClassConfig{Enable: x.Enable, CatRangeStartPercent: x.CATRangeStartPercent, CatRangeEndPercent: x.CATRangeEndPercent, MBAPercent: x.MBAPercent}
-	}
-	out.Resctrl = resctrl.Config{LSRClass: rdt(q.LSR), LSClass: rdt(q.LS), BEClass: rdt(q.BE)}
+	// resctrl's class configuration is resctrlQOS field for field.
+	out.Resctrl = resctrl.Config{LSRClass: resctrl.ClassConfig(q.LSR.ResctrlQOS), LSClass: resctrl.ClassConfig(q.LS.ResctrlQOS),
+		BEClass: resctrl.ClassConfig(q.BE.ResctrlQOS)}
 	// Group identity only where the operator enabled CPU QoS for the class; LSE follows LSR, as in
 	// Koordinator.
 	gi := map[resqos.Class]int64{}
-	for class, c := range map[resqos.Class]slo.ClassSettings{resqos.LSE: q.LSR, resqos.LSR: q.LSR, resqos.LS: q.LS, resqos.BE: q.BE} {
-		if c.CPUQOS.Enable {
+	for _, class := range []resqos.Class{resqos.LSE, resqos.LSR, resqos.LS, resqos.BE} {
+		if c, _ := q.Class(class); c.CPUQOS.Enable {
 			gi[class] = c.CPUQOS.GroupIdentity
 		}
 	}
