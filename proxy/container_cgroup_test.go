@@ -188,7 +188,9 @@ func TestBurstLoweredBeforeTheQuota(t *testing.T) {
 	}
 	rt := newFakeRuntime()
 	// As runc does: the update writes the quota into the container's cgroup.
-	rt.onUpdate = func(req *runtimeapi.UpdateContainerResourcesRequest) error { return setQuota(req.GetLinux().GetCpuQuota()) }
+	rt.onUpdate = func(req *runtimeapi.UpdateContainerResourcesRequest) error {
+		return setQuota(req.GetLinux().GetCpuQuota())
+	}
 	h := newHarness(t, harnessOpts{hooks: burstHook{}.registration(), cgroups: w, rt: rt})
 	ctx := testCtx(t)
 	rs := h.rs()
