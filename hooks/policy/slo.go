@@ -13,14 +13,7 @@ import (
 // memoryQOS and resctrlQOS for cpuidle, memoryqos and resctrl. Which policies run stays base's choice.
 func FromSLO(base Config, r slo.Resolved) Config {
 	out := base
-	b := r.CPUBurst
-	out.CPUBurst = cpuburst.Config{
-		Policy:                     cpuburst.Policy(b.Policy),
-		CPUBurstPercent:            b.CPUBurstPercent,
-		CFSQuotaBurstPercent:       b.CFSQuotaBurstPercent,
-		CFSQuotaBurstPeriodSeconds: b.CFSQuotaBurstPeriodSeconds,
-		SharePoolThresholdPercent:  b.SharePoolThresholdPercent,
-	}
+	out.CPUBurst = cpuburst.Config(r.CPUBurst)
 	q := r.ResourceQOS
 	mem := func(c slo.ClassSettings) memoryqos.ClassConfig {
 		m := c.MemoryQOS

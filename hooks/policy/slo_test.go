@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/tandemkit/tandem/config/slo"
-	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
 	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
@@ -37,7 +36,7 @@ func TestFromSeed004(t *testing.T) {
 		if len(got.CPUIdle.GroupIdentity) != 0 || got.MemoryQoS.LSClass.Enable || got.Resctrl.BEClass.Enable {
 			t.Fatalf("labels %v: seed 004 disables these, mapped %+v", labels, got)
 		}
-		if got.CPUBurst.Policy != cpuburst.Policy(r.CPUBurst.Policy) || got.CPUBurst.CPUBurstPercent != r.CPUBurst.CPUBurstPercent {
+		if got.CPUBurst.Policy != r.CPUBurst.Policy || got.CPUBurst.CPUBurstPercent != r.CPUBurst.CPUBurstPercent {
 			t.Fatalf("cpu burst = %+v, want %+v", got.CPUBurst, r.CPUBurst)
 		}
 	}

@@ -3,36 +3,24 @@ package cpuburst
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tandemkit/tandem/config/slo"
 )
 
-// Policy selects which kind of burst runs, as Koordinator's cpu-burst-config "policy" does.
-type Policy string
+// Policy selects which kind of burst runs: cpu-burst-config's "policy".
+type Policy = slo.CPUBurstPolicy
 
 // The policies. Tandem implements the CFS burst (cpu.cfs_burst_us) in the hook; the CFS quota burst is a
 // decision function (QuotaBurst) until node usage metrics arrive to drive it.
 const (
-	PolicyNone              Policy = "none"
-	PolicyCPUBurstOnly      Policy = "cpuBurstOnly"
-	PolicyCFSQuotaBurstOnly Policy = "cfsQuotaBurstOnly"
-	PolicyAuto              Policy = "auto"
+	PolicyNone              = slo.CPUBurstNone
+	PolicyCPUBurstOnly      = slo.CPUBurstOnly
+	PolicyCFSQuotaBurstOnly = slo.CFSQuotaBurstOnly
+	PolicyAuto              = slo.CPUBurstAuto
 )
 
-// Config is seed 004's cpu-burst-config strategy, field for field.
-type Config struct {
-	// Policy: none, cpuBurstOnly, cfsQuotaBurstOnly or auto.
-	Policy Policy `json:"policy"`
-	// CPUBurstPercent sets cpu.cfs_burst_us to this percentage of the container's CFS quota. The kernel
-	// refuses a burst above the quota (EINVAL), so values above 100 act as 100.
-	CPUBurstPercent int64 `json:"cpuBurstPercent"`
-	// CFSQuotaBurstPercent is the most the CFS quota may be raised to, in percent of the quota the limit
-	// gives (300 = three times the limit).
-	CFSQuotaBurstPercent int64 `json:"cfsQuotaBurstPercent"`
-	// CFSQuotaBurstPeriodSeconds bounds one raised-quota period; -1 means unbounded.
-	CFSQuotaBurstPeriodSeconds int64 `json:"cfsQuotaBurstPeriodSeconds"`
-	// SharePoolThresholdPercent: while the shared pool's usage is at or above it, quotas go back to the
-	// limit's.
-	SharePoolThresholdPercent int64 `json:"sharePoolThresholdPercent"`
-}
+// Config is seed 004's cpu-burst-config strategy: config/slo's type, with the hook's checks.
+type Config slo.CPUBurstSettings
 
 // DefaultConfig is seed 004's cluster strategy: off, with Koordinator's default percentages ready.
 func DefaultConfig() Config {
