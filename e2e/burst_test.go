@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -42,21 +41,9 @@ func TestCPUBurstThroughTheProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	forEachRuntime(t, envOptions{proxyArgs: []string{"--slo-config", cfgFile}}, func(t *testing.T, ctx context.Context, e *env) {
-		uid := framework.NewUID()
-		parent := "/kubepods/burstable/pod" + uid
-		podCgroup(t, parent)
-		cfg := framework.PodSandboxConfig("web-ls", "e2e", true)
-		cfg.Metadata.Uid = uid
-		cfg.Linux.CgroupParent = parent
-		cfg.Labels["koordinator.sh/qosClass"] = "LS"
+		cfg := qosPodConfig(t, "web-ls", "LS", "burstable")
 		podID, err := e.viaProxy.RunPodSandbox(ctx, cfg, "")
-		if podID != "" {
-			t.Cleanup(func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-				defer cancel()
-				_ = framework.RemovePod(cctx, e.direct, podID)
-			})
-		}
+		removeAtCleanup(t, ctx, e, podID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +56,7 @@ func TestCPUBurstThroughTheProxy(t *testing.T) {
 		if err := e.viaProxy.StartContainer(ctx, ctrID); err != nil {
 			t.Fatal(err)
 		}
-		dir := dirOf(filepath.Join(parent, ctrID))
+		dir := dirOf(filepath.Join(cfg.Linux.CgroupParent, ctrID))
 		read := func(name string) string {
 			t.Helper()
 			b, err := os.ReadFile(filepath.Join(dir, name))

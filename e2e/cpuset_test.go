@@ -26,11 +26,7 @@ func classPod(t *testing.T, ctx context.Context, e *env, rs internalapi.RuntimeS
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		_ = framework.RemovePod(cctx, e.direct, podID)
-	})
+	removeAtCleanup(t, ctx, e, podID)
 	cc := framework.ContainerConfig("app", framework.SleepCommand()...)
 	if milli > 0 {
 		cc.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuShares: milli * 1024 / 1000, CpuQuota: milli * 100, CpuPeriod: 100000}

@@ -52,26 +52,40 @@ const batchSpec = `{"containers":{"c0":{"requests":{"kubernetes.io/batch-cpu":"1
 // the container's id.
 func runBEPod(t *testing.T, ctx context.Context, e *env, name string) (parent, ctrID string) {
 	t.Helper()
+	cfg := qosPodConfig(t, name, "BE", "besteffort")
+	cfg.Annotations["node.koordinator.sh/extended-resource-spec"] = batchSpec
+	podID, ids, err := framework.RunPod(ctx, e.viaProxy, cfg, 1)
+	removeAtCleanup(t, ctx, e, podID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Linux.CgroupParent, ids[0]
+}
+
+// qosPodConfig is the config of a pod of a Koordinator QoS class in kubelet's QoS cgroup qosDir
+// (besteffort, burstable), its pod cgroup made as kubelet would.
+func qosPodConfig(t *testing.T, name, class, qosDir string) *runtimeapi.PodSandboxConfig {
+	t.Helper()
 	uid := framework.NewUID()
-	parent = "/kubepods/besteffort/pod" + uid
+	parent := "/kubepods/" + qosDir + "/pod" + uid
 	podCgroup(t, parent)
 	cfg := framework.PodSandboxConfig(name, "e2e", true)
 	cfg.Metadata.Uid = uid
 	cfg.Linux.CgroupParent = parent
-	cfg.Labels["koordinator.sh/qosClass"] = "BE"
-	cfg.Annotations["node.koordinator.sh/extended-resource-spec"] = batchSpec
-	podID, ids, err := framework.RunPod(ctx, e.viaProxy, cfg, 1)
-	if podID != "" {
-		t.Cleanup(func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			_ = framework.RemovePod(cctx, e.direct, podID)
-		})
+	cfg.Labels["koordinator.sh/qosClass"] = class
+	return cfg
+}
+
+// removeAtCleanup removes the pod, if one was made, when the test ends.
+func removeAtCleanup(t *testing.T, ctx context.Context, e *env, podID string) {
+	if podID == "" {
+		return
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return parent, ids[0]
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = framework.RemovePod(cctx, e.direct, podID)
+	})
 }
 
 func readCgroup(t *testing.T, ctrl, parent, file string) string {

@@ -44,8 +44,8 @@ type resourceField interface {
 	// whole sets a's field to r's value.
 	whole(r *Resources, a *ResourceAdjustment)
 	fromProto(m protoreflect.Message, r *Resources)
-	// adjustmentFromProto reads a non-zero value: the hook protocol has no "unset".
-	adjustmentFromProto(m protoreflect.Message, a *ResourceAdjustment)
+	// nonZero sets a's field to r's value unless that is zero: the hook protocol has no "unset".
+	nonZero(r *Resources, a *ResourceAdjustment)
 	toProto(m protoreflect.Message, a *ResourceAdjustment)
 }
 
@@ -96,12 +96,10 @@ func (f scalar[T]) fromProto(m protoreflect.Message, r *Resources) {
 	}
 }
 
-func (f scalar[T]) adjustmentFromProto(m protoreflect.Message, a *ResourceAdjustment) {
+func (f scalar[T]) nonZero(r *Resources, a *ResourceAdjustment) {
 	var zero T
-	if fd := f.descriptor(m); fd != nil {
-		if v := m.Get(fd).Interface().(T); v != zero {
-			*f.adj(a) = &v
-		}
+	if v := *f.res(r); v != zero {
+		*f.adj(a) = &v
 	}
 }
 
@@ -123,23 +121,26 @@ func ResourcesFromProto(m protoreflect.Message) *Resources {
 	}
 	fields := m.Descriptor().Fields()
 	r.Unified = unifiedFromProto(m.Get(fields.ByName(protoUnified)).Map())
-	r.HugepageLimits = hugepagesFromProto(m.Get(fields.ByName(protoHugepages)).List(), false)
+	r.HugepageLimits = hugepagesFromProto(m.Get(fields.ByName(protoHugepages)).List())
 	return r
 }
 
 // AdjustmentFromProto reads the non-zero fields of a hook server's LinuxContainerResources: the protocol
-// answers with plain values, so zero means "no change". Nil when nothing is set.
+// answers with plain values, so zero means "no change", and a hugepage limit without a page size says
+// nothing. Nil when nothing is set.
 func AdjustmentFromProto(m protoreflect.Message) *ResourceAdjustment {
-	if m == nil || !m.IsValid() {
+	r := ResourcesFromProto(m)
+	if r == nil {
 		return nil
 	}
-	a := &ResourceAdjustment{}
+	a := &ResourceAdjustment{Unified: r.Unified}
 	for _, f := range resourceFields {
-		f.adjustmentFromProto(m, a)
+		f.nonZero(r, a)
 	}
-	fields := m.Descriptor().Fields()
-	a.Unified = unifiedFromProto(m.Get(fields.ByName(protoUnified)).Map())
-	a.HugepageLimits = hugepagesFromProto(m.Get(fields.ByName(protoHugepages)).List(), true)
+	delete(r.HugepageLimits, "")
+	if len(r.HugepageLimits) > 0 {
+		a.HugepageLimits = r.HugepageLimits
+	}
 	if a.empty() {
 		return nil
 	}
@@ -159,19 +160,15 @@ func unifiedFromProto(u protoreflect.Map) map[string]string {
 	return out
 }
 
-func hugepagesFromProto(l protoreflect.List, skipUnnamed bool) map[string]uint64 {
+func hugepagesFromProto(l protoreflect.List) map[string]uint64 {
 	var out map[string]uint64
 	for i := range l.Len() {
 		h := l.Get(i).Message()
 		fields := h.Descriptor().Fields()
-		size := h.Get(fields.ByName("page_size")).String()
-		if skipUnnamed && size == "" {
-			continue
-		}
 		if out == nil {
 			out = map[string]uint64{}
 		}
-		out[size] = h.Get(fields.ByName("limit")).Uint()
+		out[h.Get(fields.ByName("page_size")).String()] = h.Get(fields.ByName("limit")).Uint()
 	}
 	return out
 }

@@ -97,17 +97,13 @@ func TestContainerSettingsTheRuntimeCannotCarry(t *testing.T) {
 	for _, version := range []int{1, 2} {
 		t.Run("cgroup v"+strconv.Itoa(version), func(t *testing.T) {
 			t.Parallel()
+			// cgroup.New tells v2 by the root's cgroup.controllers, v1 by its cpu hierarchy.
 			root := t.TempDir()
-			hierarchy := filepath.Join(root, "cpu")
+			hierarchy, marker := filepath.Join(root, "cpu"), "cpu/tasks"
 			if version == 2 {
-				hierarchy = root
-				if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory"), 0o644); err != nil {
-					t.Fatal(err)
-				}
+				hierarchy, marker = root, "cgroup.controllers"
 			}
-			if err := os.MkdirAll(filepath.Join(root, "cpu"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			touch(t, filepath.Join(root, marker))
 			w, err := cgroup.New(root)
 			if err != nil {
 				t.Fatal(err)
