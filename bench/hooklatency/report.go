@@ -17,8 +17,9 @@ import (
 const (
 	// limitInProcess5 bounds what five in-process hooks add to a CreateContainer.
 	limitInProcess5 = 20 * time.Microsecond
-	// limitRemoteRTTs bounds what one remote hook adds, in bare round trips to its server.
-	limitRemoteRTTs = 1.5
+	// limitRemote bounds what one remote hook adds to a CreateContainer at p50, its server in a process
+	// of its own. containerd spends some 50 ms on a CreateContainer: this is half a percent of it.
+	limitRemote = 250 * time.Microsecond
 	// limitBuiltinP99 bounds what all built-in policies add to a CreateContainer at p99 (the QoS issue's
 	// target).
 	limitBuiltinP99 = time.Millisecond
@@ -65,9 +66,9 @@ type check struct {
 
 // judgedAcrossProcesses says, per target, which layout measures what the target is about. A remote
 // hook's round trip is between processes, as between tandem-proxy and koordlet: only the processes
-// layout has it, and in one Go runtime a plain gRPC relay already pays 1.5 round trips for it. In-process
-// hooks are CPU time in the proxy: one process shows it without the wake-ups of switching between
-// processes, which make two identical proxies differ by some 10 µs.
+// layout has it; in one Go runtime a round trip is CPU time only, a fraction of what it costs across
+// processes. In-process hooks are CPU time in the proxy: one process shows it without the wake-ups of
+// switching between processes, which make two identical proxies differ by some 10 µs.
 var judgedAcrossProcesses = map[string]bool{
 	checkInProcess5: false,
 	checkRemote:     true,
@@ -80,6 +81,16 @@ const (
 	checkBuiltin    = "all built-in policies"
 )
 
+// ratio is what one remote hook adds at p50 in multiples of a round trip's p50, for context.
+type ratio struct {
+	Name  string  `json:"name"`
+	Added float64 `json:"addedP50Micros"`
+	// RoundTrip is the round trip's p50, in µs.
+	RoundTrip float64 `json:"roundTripP50Micros"`
+	Ratio     float64 `json:"ratio"`
+	How       string  `json:"how"`
+}
+
 type report struct {
 	Machine    machine  `json:"machine"`
 	Iterations int      `json:"iterations"`
@@ -88,8 +99,9 @@ type report struct {
 	Results    []result `json:"results"`
 	Checks     []check  `json:"checks"`
 	Pass       bool     `json:"pass"`
-	// Context compares with what a gRPC relay pays for the same round trip; not a target.
-	Context []check `json:"context"`
+	// Context says what the remote hook adds in round trips to its server: bare, and nested in a gRPC
+	// relay's handler. Not a target.
+	Context []ratio `json:"context"`
 	// RemoteHookInProxyMean is the mean time of the remote hook's calls inside its proxy, in µs, from
 	// the proxy's tandem_hook_duration_seconds (warm-up included); compare it with the mean of
 	// remote-dispatch, the same call made outside a proxy.
@@ -114,7 +126,8 @@ func summarize(name, description string, ds []time.Duration) result {
 }
 
 // newReport summarizes the samples and checks the targets. variants[0] is the one without hooks; the
-// names inproc-5, remote-1 and grpc-rtt are the ones the targets are about.
+// names inproc-5, remote-1 and builtin are the ones the targets are about; grpc-rtt, relay-empty and
+// relay-rtt give the remote hook's figure in round trips, for context.
 func newReport(m machine, o options, variants []variant, samples [][]time.Duration) *report {
 	rep := &report{Machine: m, Iterations: o.iterations, Batch: o.batch, Warmup: o.warmup, Pass: true}
 	byName := map[string]*result{}
@@ -137,10 +150,10 @@ func newReport(m machine, o options, variants []variant, samples [][]time.Durati
 		rep.Checks = append(rep.Checks, check{Name: checkInProcess5, Value: *r.AddedP50, Limit: limit,
 			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs ≤ %.0f µs", *r.AddedP50, limit)})
 	}
-	if r, rtt := byName["remote-1"], byName["grpc-rtt"]; r != nil && rtt != nil {
-		limit := limitRemoteRTTs * rtt.P50
+	if r := byName["remote-1"]; r != nil {
+		limit := micros(limitRemote)
 		rep.Checks = append(rep.Checks, check{Name: checkRemote, Value: *r.AddedP50, Limit: limit,
-			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs ≤ %.1f × round-trip p50 %.1f µs = %.1f µs", *r.AddedP50, limitRemoteRTTs, rtt.P50, limit)})
+			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs ≤ %.0f µs", *r.AddedP50, limit)})
 	}
 	if r := byName["builtin"]; r != nil {
 		limit := micros(limitBuiltinP99)
@@ -154,14 +167,26 @@ func newReport(m machine, o options, variants []variant, samples [][]time.Durati
 			rep.Pass = rep.Pass && c.Pass
 		}
 	}
+	if r, rtt := byName["remote-1"], byName["grpc-rtt"]; r != nil && rtt != nil {
+		rep.Context = append(rep.Context, newRatio("one remote hook in bare round trips", *r.AddedP50, rtt.P50,
+			fmt.Sprintf("round-trip p50 %.1f µs", rtt.P50)))
+	}
 	if r, empty, nested := byName["remote-1"], byName["relay-empty"], byName["relay-rtt"]; r != nil && empty != nil && nested != nil {
 		floor := nested.P50 - empty.P50
-		limit := limitRemoteRTTs * floor
-		rep.Context = append(rep.Context, check{Name: "one remote hook against a relay's nested round trip", Value: *r.AddedP50, Limit: limit,
-			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs vs %.1f × nested round trip p50 %.1f µs (relay %.1f − %.1f) = %.1f µs",
-				*r.AddedP50, limitRemoteRTTs, floor, nested.P50, empty.P50, limit)})
+		rep.Context = append(rep.Context, newRatio("one remote hook in a relay's nested round trips", *r.AddedP50, floor,
+			fmt.Sprintf("nested round trip p50 %.1f µs (relay %.1f − %.1f)", floor, nested.P50, empty.P50)))
 	}
 	return rep
+}
+
+// newRatio is added in round trips of roundTrip µs; what describes the round trip.
+func newRatio(name string, added, roundTrip float64, what string) ratio {
+	r := ratio{Name: name, Added: added, RoundTrip: roundTrip}
+	if roundTrip > 0 {
+		r.Ratio = added / roundTrip
+	}
+	r.How = fmt.Sprintf("added p50 %.1f µs = %.2f × %s", added, r.Ratio, what)
+	return r
 }
 
 func (r *report) print(w io.Writer) {
@@ -206,11 +231,7 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	for _, c := range r.Context {
-		verdict := "within"
-		if !c.Pass {
-			verdict = "beyond"
-		}
-		fmt.Fprintf(w, "not a target, for context: %s: %s (%s)\n", c.Name, c.How, verdict)
+		fmt.Fprintf(w, "not a target, for context: %s: %s\n", c.Name, c.How)
 	}
 }
 

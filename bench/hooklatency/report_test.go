@@ -35,10 +35,12 @@ func TestReportChecks(t *testing.T) {
 		p50        []int
 		wantChecks []bool
 	}{
-		{name: "both met", p50: []int{100, 103, 115, 160, 50}, wantChecks: []bool{true, true}},
-		{name: "limits are inclusive", p50: []int{100, 103, 120, 175, 50}, wantChecks: []bool{true, true}},
-		{name: "five hooks too slow", p50: []int{100, 103, 121, 160, 50}, wantChecks: []bool{false, true}},
-		{name: "remote hook over 1.5 round trips", p50: []int{100, 103, 115, 176, 50}, wantChecks: []bool{true, false}},
+		{name: "both met", p50: []int{100, 103, 115, 300, 150}, wantChecks: []bool{true, true}},
+		{name: "limits are inclusive", p50: []int{100, 103, 120, 350, 150}, wantChecks: []bool{true, true}},
+		{name: "five hooks too slow", p50: []int{100, 103, 121, 300, 150}, wantChecks: []bool{false, true}},
+		{name: "remote hook over 250 µs", p50: []int{100, 103, 115, 351, 300}, wantChecks: []bool{true, false}},
+		// The round trip is context only: many round trips within 250 µs pass.
+		{name: "remote hook of 10 round trips within 250 µs", p50: []int{100, 103, 115, 300, 20}, wantChecks: []bool{true, true}},
 	}
 	for _, tt := range tests {
 		for _, processes := range []bool{true, false} {
@@ -73,6 +75,7 @@ func TestReportChecks(t *testing.T) {
 					t.Errorf("report pass = %v, want %v: only the targets judged in the layout decide", rep.Pass, want)
 				}
 				checkAdded(t, rep, tt.p50)
+				checkRatio(t, rep, tt.p50)
 			})
 		}
 	}
@@ -86,6 +89,19 @@ func checkAdded(t *testing.T, rep *report, p50 []int) {
 	}
 	if rep.Results[4].AddedP50 != nil {
 		t.Errorf("the round trip has an added latency %v; it is not a CreateContainer", *rep.Results[4].AddedP50)
+	}
+}
+
+// checkRatio checks the remote hook's figure in bare round trips, given for context: without relays,
+// the only one.
+func checkRatio(t *testing.T, rep *report, p50 []int) {
+	t.Helper()
+	added, rtt := float64(p50[3]-p50[0]), float64(p50[4])
+	if len(rep.Context) != 1 {
+		t.Fatalf("context = %+v, want one ratio, to the bare round trip", rep.Context)
+	}
+	if c := rep.Context[0]; c.Added != added || c.RoundTrip != rtt || c.Ratio != added/rtt {
+		t.Errorf("context = %+v, want added %v µs = %v × round trip %v µs", c, added, added/rtt, rtt)
 	}
 }
 
@@ -169,8 +185,8 @@ func TestRunSmall(t *testing.T) {
 
 func checkReport(t *testing.T, rep report) {
 	t.Helper()
-	if len(rep.Results) != 10 || len(rep.Checks) != 3 || len(rep.Context) != 1 {
-		t.Fatalf("report has %d results, %d checks and %d comparisons, want 10, 3 and 1: %+v", len(rep.Results), len(rep.Checks), len(rep.Context), rep)
+	if len(rep.Results) != 10 || len(rep.Checks) != 3 || len(rep.Context) != 2 {
+		t.Fatalf("report has %d results, %d checks and %d comparisons, want 10, 3 and 2: %+v", len(rep.Results), len(rep.Checks), len(rep.Context), rep)
 	}
 	for _, r := range rep.Results {
 		if r.Calls != 20 || r.P50 <= 0 {
