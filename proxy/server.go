@@ -277,12 +277,15 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.draining, cancel = context.WithCancel(klog.NewContext(context.Background(), logger))
 	s.drain = cancel
 
+	// The proxy's own loops end with Serve, which waits for them: Close must not pull the runtime
+	// connection from under a resync or a refresh.
 	loopCtx, stopLoops := context.WithCancel(ctx)
-	defer stopLoops()
-	go s.watchRuntime(loopCtx)
-	go s.resyncLoop(loopCtx)
+	var loops sync.WaitGroup
+	defer func() { stopLoops(); loops.Wait() }()
+	loops.Go(func() { s.watchRuntime(loopCtx) })
+	loops.Go(func() { s.resyncLoop(loopCtx) })
 	if s.refresh != nil {
-		go s.refreshLoop(loopCtx)
+		loops.Go(func() { s.refreshLoop(loopCtx) })
 	}
 
 	serveErr := make(chan error, 1)
