@@ -90,8 +90,9 @@ func (s *Server) update(ctx context.Context, pod *store.Pod, c *store.Container,
 	a *hooks.ResourceAdjustment, opts []grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	// A created container has no cgroup yet: what the runtime cannot carry waits for the start.
 	running := pod != nil && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()
-	if running && a != nil {
-		s.writeBeforeUpdate(ctx, pod, c.ID, a.Unified)
+	var before map[string]string
+	if running && a != nil && s.writeBeforeUpdate(ctx, pod, c.ID, a.Unified) {
+		before = a.Unified
 	}
 	unsent := s.unsentFiles(req.GetLinux())
 	resp, err := s.rt.UpdateContainerResources(ctx, req, opts...)
@@ -104,9 +105,24 @@ func (s *Server) update(ctx context.Context, pod *store.Pod, c *store.Container,
 	applied := recorded(req.GetLinux(), unsent, rdtClass(c.Resources, a))
 	s.store.UpdateContainer(c.ID, func(sc *store.Container) { sc.Resources = applied })
 	if running && applied != nil {
-		s.applyUnsent(ctx, pod, c.ID, unsent, applied.RDTClass)
+		s.applyUnsent(ctx, pod, c.ID, notWritten(unsent, before), applied.RDTClass)
 	}
 	return resp, nil
+}
+
+// notWritten returns the files of unsent that written does not hold with the same value: on cgroup v1, what
+// is still to write after the update once the files written before it succeeded.
+func notWritten(unsent, written map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range unsent {
+		if w, ok := written[k]; !ok || w != v {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // applyUnsent writes a started container's cgroup files that the runtime could not take (files nil on
@@ -146,13 +162,16 @@ func (s *Server) applyUnsent(ctx context.Context, pod *store.Pod, ctrID string, 
 // writeBeforeUpdate writes the cgroup files a hook set for a running container before the update goes to
 // the runtime: the kernel checks some files against others (a CFS quota below the current burst is
 // refused), so a lowered burst must be in place before the runtime lowers the quota. A raised one may
-// fail here and is written again after the update (by the runtime on cgroup v2, by applyUnsent on v1).
-func (s *Server) writeBeforeUpdate(ctx context.Context, pod *store.Pod, ctrID string, files map[string]string) {
+// fail here and is written again after the update (by the runtime on cgroup v2, by applyUnsent on v1). It
+// reports whether every file was written, so that v1 does not write them all a second time.
+func (s *Server) writeBeforeUpdate(ctx context.Context, pod *store.Pod, ctrID string, files map[string]string) bool {
 	if s.cgroups == nil || len(files) == 0 || pod.CgroupParent == "" {
-		return
+		return false
 	}
 	dir := ContainerCgroup(pod.CgroupParent, ctrID)
-	if err := s.cgroups.Write(dir, cgroup.Settings{Files: files}); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	err := s.cgroups.Write(dir, cgroup.Settings{Files: files})
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		klog.FromContext(ctx).V(2).Info("Container cgroup files not written before the update; written after it", "cgroup", dir, "err", err)
 	}
+	return err == nil
 }

@@ -166,8 +166,9 @@ func TestContainerSettingsTheRuntimeCannotCarry(t *testing.T) {
 }
 
 // TestBurstLoweredBeforeTheQuota runs on the host's own cgroup v1 cpu controller, where the kernel
-// enforces what a fake tree cannot: a quota below the current burst is refused. The proxy writes a
-// running container's files before it forwards an update, so a downward resize gets through.
+// enforces what a fake tree cannot: a quota below the current burst is refused, and so is a burst above
+// the quota. The proxy writes a running container's files before it forwards an update, so a downward
+// resize gets through, and again after it where that failed, so an upward one gets its raised burst.
 func TestBurstLoweredBeforeTheQuota(t *testing.T) {
 	const cpuRoot = "/sys/fs/cgroup/cpu"
 	if os.Geteuid() != 0 {
@@ -232,6 +233,14 @@ func TestBurstLoweredBeforeTheQuota(t *testing.T) {
 	}
 	if got := read(t, filepath.Join(dir, "cpu.cfs_quota_us")); got != "100000" {
 		t.Fatalf("quota after resize = %s, want 100000", got)
+	}
+	// An upward resize: the raised burst is refused before the quota rises and must land after it.
+	if _, err := rs.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: ctr.ContainerId,
+		Linux: &runtimeapi.LinuxContainerResources{CpuQuota: 300000, CpuPeriod: 100000}}); err != nil {
+		t.Fatalf("an upward resize failed: %v", err)
+	}
+	if got := read(t, filepath.Join(dir, burstFile)); got != "300000" {
+		t.Fatalf("burst after the upward resize = %s, want 300000", got)
 	}
 }
 
