@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"path"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc"
@@ -19,15 +18,9 @@ import (
 // files on cgroup v1, where runc refuses them, and the RDT class, which CRI has no field for. Policies
 // return both in their Adjustment like any other field; this file is where they reach the node.
 
-// ContainerCgroup names a container's cgroup as containerd creates it, relative to the hierarchy:
-// <pod cgroup>/<id> with the cgroupfs driver, <pod slice path>/cri-containerd-<id>.scope with the systemd
-// driver.
+// ContainerCgroup names a container's cgroup as containerd creates it, relative to the hierarchy.
 func ContainerCgroup(podCgroupParent, id string) string {
-	p := cgroup.Path(podCgroupParent)
-	if path.Ext(podCgroupParent) == ".slice" {
-		return path.Join(p, "cri-containerd-"+id+".scope")
-	}
-	return path.Join(p, id)
+	return cgroup.ContainerPaths(podCgroupParent, id)[0]
 }
 
 // RDT moves a container's tasks into a resctrl group; resource/resctrl's FS with the cgroup's thread list

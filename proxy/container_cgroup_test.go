@@ -70,23 +70,6 @@ func (f *fakeRDT) list() []string {
 	return slices.Clone(f.moves)
 }
 
-func TestContainerCgroup(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ name, parent, want string }{
-		{name: "cgroupfs", parent: "/kubepods/burstable/pod1", want: "/kubepods/burstable/pod1/c1"},
-		{name: "systemd", parent: "kubepods-burstable-pod1.slice",
-			want: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-c1.scope"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := ContainerCgroup(tt.parent, "c1"); got != tt.want {
-				t.Fatalf("ContainerCgroup(%q) = %q, want %q", tt.parent, got, tt.want)
-			}
-		})
-	}
-}
-
 // TestContainerSettingsTheRuntimeCannotCarry: on cgroup v1, where runc refuses unified files, the proxy
 // writes a hook's container files into the container's cgroup once it has started and again at each
 // update, and keeps them from the runtime; on v2 the runtime gets them. On both, the container's tasks

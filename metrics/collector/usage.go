@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -54,28 +53,12 @@ func detectReader(root string) (cgroupReader, error) {
 	return nil, fmt.Errorf("no cgroup hierarchy under %s (neither cgroup.controllers nor cpuacct/)", root)
 }
 
-// containerCgroupCandidates lists where a runtime may have put a container's cgroup, relative to the
-// hierarchy root, most likely first. containerd names it <parent>/<id> with the cgroupfs driver,
-// <parent>/cri-containerd-<id>.scope with the systemd driver, and k8s.io/<id> when the pod has no parent.
-func containerCgroupCandidates(t Target) []string {
-	if t.ContainerID == "" {
-		return nil
-	}
-	if t.CgroupParent == "" {
-		return []string{filepath.Join("/k8s.io", t.ContainerID)}
-	}
-	parent := cgroup.Path(t.CgroupParent)
-	scope := filepath.Join(parent, "cri-containerd-"+t.ContainerID+".scope")
-	plain := filepath.Join(parent, t.ContainerID)
-	if strings.HasSuffix(t.CgroupParent, ".slice") {
-		return []string{scope, plain}
-	}
-	return []string{plain, scope}
-}
-
 // resolveCgroup returns the first candidate that exists, or "" when the cgroup is not there (yet).
 func resolveCgroup(dir func(string) string, t Target) string {
-	for _, rel := range containerCgroupCandidates(t) {
+	if t.ContainerID == "" {
+		return ""
+	}
+	for _, rel := range cgroup.ContainerPaths(t.CgroupParent, t.ContainerID) {
 		if fi, err := os.Stat(dir(rel)); err == nil && fi.IsDir() {
 			return rel
 		}

@@ -35,18 +35,6 @@ func NewKernel(root string) *Kernel {
 // Version is 1 or 2, or 0 when no hierarchy was found.
 func (k *Kernel) Version() int { return k.version }
 
-// containerCgroups lists where a container's cgroup may be, relative to the hierarchy, in the order the
-// runtimes use: containerd's cgroupfs driver puts it at <parent>/<id> (k8s.io/<id> without a parent),
-// its systemd driver at <parent slice>/cri-containerd-<id>.scope (system.slice without a parent).
-func containerCgroups(parent, id string) []string {
-	scope := "cri-containerd-" + id + ".scope"
-	if parent == "" {
-		return []string{filepath.Join("/k8s.io", id), filepath.Join("/system.slice", scope)}
-	}
-	base := cgroup.Path(parent)
-	return []string{filepath.Join(base, id), filepath.Join(base, scope)}
-}
-
 // cgroupDir is a container's or a pod's cgroup as found in one hierarchy.
 type cgroupDir struct {
 	dir string // absolute; "" when not found
@@ -101,7 +89,7 @@ func (k *Kernel) container(parent, id string, exited bool) containerFiles {
 		case k.err != nil:
 			cf.dirs[ctrl] = cgroupDir{err: k.err}
 		default:
-			cf.dirs[ctrl] = find(k.controllerDir(ctrl), containerCgroups(parent, id))
+			cf.dirs[ctrl] = find(k.controllerDir(ctrl), cgroup.ContainerPaths(parent, id))
 			if cf.dirs[ctrl].err != nil && exited {
 				// Expected, and the paths would only bury the reason.
 				cf.dirs[ctrl] = cgroupDir{err: errors.New("the container exited and the runtime removed its cgroup")}

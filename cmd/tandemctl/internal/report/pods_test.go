@@ -14,36 +14,6 @@ import (
 // The cgroup trees here are fake because these are unit tests: they run without root and on any
 // kernel, and cover the cgroup v2 and systemd layouts this machine does not have.
 
-func TestContainerCgroups(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name, parent string
-		want         []string
-	}{
-		{"no parent: containerd's default", "", []string{"/k8s.io/c1", "/system.slice/cri-containerd-c1.scope"}},
-		{"cgroupfs parent", "/kubepods/besteffort/pod1", []string{"/kubepods/besteffort/pod1/c1", "/kubepods/besteffort/pod1/cri-containerd-c1.scope"}},
-		{"systemd slice", "kubepods-besteffort-pod1_2.slice", []string{
-			"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1_2.slice/c1",
-			"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1_2.slice/cri-containerd-c1.scope",
-		}},
-		{"guaranteed systemd slice", "kubepods-pod9.slice", []string{"/kubepods.slice/kubepods-pod9.slice/c1", "/kubepods.slice/kubepods-pod9.slice/cri-containerd-c1.scope"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			got := containerCgroups(tc.parent, "c1")
-			if len(got) != len(tc.want) {
-				t.Fatalf("got %q, want %q", got, tc.want)
-			}
-			for i := range got {
-				if got[i] != tc.want[i] {
-					t.Errorf("candidate %d = %q, want %q", i, got[i], tc.want[i])
-				}
-			}
-		})
-	}
-}
-
 func tree(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
