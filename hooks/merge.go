@@ -41,7 +41,11 @@ const (
 
 // field names one adjustable field: a group and a name within it (a scalar's name, or a map key, with
 // sub set for the resource maps). Strings are kept apart, not joined, so claims allocate nothing.
-type field struct{ group, sub, name string }
+type field struct {
+	group, sub, name string
+	// res is 1 + the index in resourceFields of a scalar resource field, 0 for any other field.
+	res int
+}
 
 func (f field) String() string {
 	switch {
@@ -190,10 +194,8 @@ func fieldBytes(f field, a *Adjustment) int {
 	case subHugepageLimits:
 		return len(f.name) + 8
 	}
-	for _, rf := range resourceFields {
-		if rf.fieldName() == f.name {
-			return rf.bytes(r)
-		}
+	if f.res > 0 {
+		return resourceFields[f.res-1].bytes(r)
 	}
 	return 8
 }
@@ -235,7 +237,7 @@ func (m *merger) diff(out []field, a *Adjustment) []field {
 func mapDiff[V comparable](out []field, group, sub string, want, cur map[string]V) []field {
 	for k, v := range want {
 		if old, ok := cur[k]; !ok || old != v {
-			out = append(out, field{group, sub, k})
+			out = append(out, field{group: group, sub: sub, name: k})
 		}
 	}
 	return out
@@ -248,9 +250,9 @@ func resourceDiff(out []field, group string, a *ResourceAdjustment, cur *Resourc
 	if cur == nil {
 		cur = &Resources{}
 	}
-	for _, f := range resourceFields {
+	for i, f := range resourceFields {
 		if f.changed(a, cur) {
-			out = append(out, field{group: group, name: f.fieldName()})
+			out = append(out, field{group: group, name: f.fieldName(), res: i + 1})
 		}
 	}
 	out = mapDiff(out, group, subHugepageLimits, a.HugepageLimits, cur.HugepageLimits)
@@ -310,11 +312,8 @@ func setResource(f field, a *ResourceAdjustment, cur *Resources, out *ResourceAd
 		putBoth(&cur.Unified, &out.Unified, f.name, a.Unified[f.name])
 		return
 	}
-	for _, rf := range resourceFields {
-		if rf.fieldName() == f.name {
-			rf.set(a, cur, out)
-			return
-		}
+	if f.res > 0 {
+		resourceFields[f.res-1].set(a, cur, out)
 	}
 }
 
