@@ -189,7 +189,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		case c.updates <- struct{}{}:
 		default:
 		}
-	}, nil)
+	}, c.usage.close)
 	start("psi", c.cfg.PSI, nil, nil, c.psi.detect, func(ctx context.Context) { c.psi.sample(ctx, c.deps.Targets()) }, nil)
 	start("cpi", c.cfg.CPI, nil, nil, c.cpi.detect, func(ctx context.Context) { c.cpi.sample(ctx, c.deps.Targets()) }, c.cpi.close)
 	start("runQueue", c.cfg.RunQueue, nil, nil, c.runQueue.detect, func(ctx context.Context) { c.runQueue.sample(ctx, c.deps.Targets()) }, c.runQueue.close)

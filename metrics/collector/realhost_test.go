@@ -110,7 +110,7 @@ func TestRealHostUsage(t *testing.T) {
 	var ours, ref cgroupStat
 	for range 20 {
 		var err1, err2 error
-		ours, err1 = u.reader.stat(rel)
+		ours, err1 = u.reader.stat(u.reader.files(rel))
 		ref, err2 = libV1{root: "/sys/fs/cgroup"}.stat(rel)
 		if err1 != nil || err2 != nil {
 			t.Fatalf("read the test cgroup: direct %v, containerd/cgroups %v", err1, err2)
@@ -226,5 +226,97 @@ func TestRealHostPerf(t *testing.T) {
 	}
 	if r, ok := computeCPI(a, b); !ok || r.cpi <= 0 {
 		t.Errorf("CPI over a busy loop = %+v (ok %v), want > 0", r, ok)
+	}
+}
+
+// The usage source keeps every container file open between samples. On the real kernel a removed
+// cgroup must not be read through its old descriptors, a cgroup made again under the same name must
+// be read anew, and a container that leaves must leave no descriptor behind.
+func TestRealHostKeptFilesFollowTheCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	u := newUsageSource("/proc", "/sys/fs/cgroup")
+	if err := u.detect(ctx); err != nil {
+		t.Fatalf("detect on this machine: %v", err)
+	}
+	v1, ok := u.reader.(*v1Reader)
+	if !ok {
+		t.Skip("creates cgroup v1 directories; this machine is not v1/hybrid")
+	}
+	parent := fmt.Sprintf("/tandem-kept-files-test-%d", os.Getpid())
+	rel := filepath.Join(parent, "ctr")
+	var dirs []string
+	for _, ctrl := range []string{"cpu", "cpuacct", "memory"} {
+		dirs = append(dirs, filepath.Join("/sys/fs/cgroup", ctrl, rel))
+	}
+	mk := func() {
+		for _, d := range dirs {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatalf("create test cgroup: %v", err)
+			}
+		}
+	}
+	rm := func() {
+		for _, d := range dirs {
+			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("remove test cgroup: %v", err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		u.close()
+		for _, d := range dirs {
+			_ = os.Remove(d)
+			_ = os.Remove(filepath.Dir(d))
+		}
+	})
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := openFDs()
+	tg := Target{Namespace: "test", Pod: "p", Container: "c", ContainerID: "ctr", CgroupParent: parent}
+	count := func() int {
+		s := u.sample(ctx, []Target{tg})
+		if s == nil {
+			t.Fatal("no snapshot of this machine")
+		}
+		return len(s.Containers)
+	}
+
+	mk()
+	if n := count(); n != 1 {
+		t.Fatalf("the test cgroup reads as %d containers, want 1", n)
+	}
+	if len(v1.r.open) != 4 {
+		t.Fatalf("%d files kept open after a sample of one v1 container, want its 4", len(v1.r.open))
+	}
+	// Made again under the same name: the old descriptors fail (ENODEV), the new cgroup is read.
+	rm()
+	mk()
+	if n := count(); n != 1 {
+		t.Fatalf("after the cgroup was made again the container reads as %d containers, want 1", n)
+	}
+	rm()
+	if n := count(); n != 0 {
+		t.Fatalf("a removed cgroup reads as %d containers, want 0", n)
+	}
+	if len(v1.r.open) != 0 {
+		t.Errorf("%d files still kept open after the container's cgroup went away", len(v1.r.open))
+	}
+	// A container that leaves the targets while its cgroup stays closes its files too.
+	mk()
+	count()
+	u.sample(ctx, nil)
+	if len(v1.r.open) != 0 {
+		t.Errorf("%d files still kept open after the container left", len(v1.r.open))
+	}
+	if after := openFDs(); after != before {
+		t.Errorf("%d descriptors open in the process after the container left, %d before", after, before)
 	}
 }

@@ -84,7 +84,7 @@ func TestReadersAgreeWithContainerdCgroups(t *testing.T) {
 					fakeV1Container(t, root, rel, c)
 					ours, ref = &v1Reader{root: root}, libV1{root: root}
 				}
-				got, err := ours.stat(rel)
+				got, err := ours.stat(ours.files(rel))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,7 +104,7 @@ func TestReaderMissingCgroup(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	for _, r := range []cgroupReader{&v1Reader{root: root}, &v2Reader{root: root}} {
-		if _, err := r.stat("gone"); err == nil {
+		if _, err := r.stat(r.files("gone")); err == nil {
 			t.Errorf("v%d: a missing cgroup read without error", r.version())
 		}
 	}

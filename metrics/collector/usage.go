@@ -27,7 +27,13 @@ type cgroupStat struct {
 type cgroupReader interface {
 	// dir is the directory whose existence says the cgroup is there.
 	dir(rel string) string
-	stat(rel string) (cgroupStat, error)
+	// files are the files of the cgroup at rel that stat reads, in its order.
+	files(rel string) []string
+	stat(files []string) (cgroupStat, error)
+	// release forgets files: the container is gone, its kept descriptors are closed.
+	release(files []string)
+	// closeAll closes every kept descriptor: the source stops.
+	closeAll()
 	version() int
 }
 
@@ -68,6 +74,7 @@ func resolveCgroup(dir func(string) string, t Target) string {
 
 type containerState struct {
 	rel      string
+	files    []string // reader.files(rel), joined once
 	cpuNanos uint64
 	at       time.Time
 	seen     bool // cpuNanos/at hold a sample
@@ -111,6 +118,16 @@ func (u *usageSource) detect(ctx context.Context) error {
 	u.reader = r
 	klog.FromContext(ctx).V(2).Info("Container cgroups detected", "cgroupVersion", r.version(), "root", u.cgroupRoot)
 	return nil
+}
+
+// close closes the cgroup files the source keeps open.
+func (u *usageSource) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.reader != nil {
+		u.reader.closeAll()
+	}
+	clear(u.containers)
 }
 
 func (u *usageSource) readCPU() (cpuTimes, error) {
@@ -169,8 +186,9 @@ func (u *usageSource) sample(ctx context.Context, targets []Target) *Snapshot {
 			}
 		}
 	}
-	for id := range u.containers {
+	for id, st := range u.containers {
 		if !live[id] {
+			u.reader.release(st.files)
 			delete(u.containers, id)
 		}
 	}
@@ -196,12 +214,13 @@ func (u *usageSource) sampleContainer(logger klog.Logger, t Target, now time.Tim
 		if rel == "" {
 			return ContainerUsage{}, false
 		}
-		st = &containerState{rel: rel}
+		st = &containerState{rel: rel, files: u.reader.files(rel)}
 		u.containers[t.ContainerID] = st
 	}
-	s, err := u.reader.stat(st.rel)
+	s, err := u.reader.stat(st.files)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || !dirExists(u.reader.dir(st.rel)) {
+			u.reader.release(st.files)
 			delete(u.containers, t.ContainerID)
 			return ContainerUsage{}, false
 		}

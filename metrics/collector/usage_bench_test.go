@@ -16,7 +16,12 @@ type libReader struct {
 	}
 }
 
-func (l libReader) stat(rel string) (cgroupStat, error) { return l.lib.stat(rel) }
+// files hands the cgroup's path itself to stat, which is what the library reads by.
+func (l libReader) files(rel string) []string { return []string{rel} }
+
+func (l libReader) stat(files []string) (cgroupStat, error) { return l.lib.stat(files[0]) }
+
+func (l libReader) release([]string) {}
 
 // BenchmarkUsageSample100 is one usage sample of a node with 100 containers on fake v1 and v2
 // trees (the files are the kernel's size; tmpfs reads cost about what cgroupfs reads do), read
