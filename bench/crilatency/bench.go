@@ -174,7 +174,16 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		}
 	}
 	var floor *floorProcess
-	if want(targetFloor) {
+	if want(targetFloor) && o.floorInProcess {
+		endpoint, stopFloor, err := serveFloorInProcess(ctx, dir, ctrd.Endpoint, o.floorUnary)
+		if err != nil {
+			return err
+		}
+		defer stopFloor()
+		if err := addTarget(targetFloor, endpoint); err != nil {
+			return err
+		}
+	} else if want(targetFloor) {
 		if floor, err = startFloor(dir, ctrd.Endpoint, o.floorUnary); err != nil {
 			return err
 		}

@@ -41,6 +41,33 @@ func serveFloor(ctx context.Context, listen, backend string, unaryFastPath bool)
 	return p.Serve(ctx, lis)
 }
 
+// serveFloorInProcess runs the floor proxy in this process, beside the callers, and returns its endpoint
+// and how to stop it. The socket is listening when it returns.
+func serveFloorInProcess(ctx context.Context, dir, backend string, unaryFastPath bool) (string, func(), error) {
+	var unary []string
+	if unaryFastPath {
+		unary = floorproxy.UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc)
+	}
+	p, err := floorproxy.New(backend, maxMsgSize, unary...)
+	if err != nil {
+		return "", nil, err
+	}
+	sock := filepath.Join(dir, "floor.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return "", nil, fmt.Errorf("floor proxy listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, lis) }()
+	return "unix://" + sock, func() {
+		cancel()
+		if err := <-done; err != nil {
+			klog.FromContext(ctx).Error(err, "In-process floor proxy")
+		}
+	}, nil
+}
+
 // floorProcess is the floor proxy running in a child process, so that it has
 // its own scheduler, heap and garbage collector, as tandem-proxy has, instead
 // of sharing them with the benchmark's callers.

@@ -50,6 +50,7 @@ type options struct {
 	// process of its own, as tandem-proxy does.
 	floorListen, floorBackend string
 	floorUnary                bool
+	floorInProcess            bool
 	aa                        bool
 }
 
@@ -70,6 +71,7 @@ func main() {
 	fs.StringSliceVar(&o.targets, "targets", []string{targetDirect, targetFloor, targetTandem}, "sockets to measure (direct, floor, tandem); the ratios need all three")
 	fs.StringVar(&o.workDir, "work-dir", os.TempDir(), "where the run's private directory is created (keep it short: unix socket paths must stay under 108 bytes)")
 	fs.BoolVar(&o.floorUnary, "floor-unary", true, "let the floor relay the CRI's unary methods with one Invoke, as a proxy that knows the CRI can; false leaves it a pure frame pump")
+	fs.BoolVar(&o.floorInProcess, "floor-in-process", false, "serve the floor from the benchmark's own process, beside its callers: not how a proxy runs, and it flatters the floor (docs/performance.md says by how much); it is how the measurement that disagreed with this benchmark was set up")
 	fs.BoolVar(&o.aa, "aa", false, "A/A check of the benchmark itself: a second floor proxy takes tandem-proxy's place, so the ratios show what two identical proxies get on this machine")
 	fs.StringVar(&o.floorListen, "serve-floor-listen", "", "internal: serve the floor proxy on this socket")
 	fs.StringVar(&o.floorBackend, "serve-floor-backend", "", "internal: the floor proxy's backend endpoint")
@@ -106,6 +108,9 @@ func (o options) validate() error {
 		if v < 1 {
 			errs = append(errs, fmt.Errorf("%s must be at least 1", name))
 		}
+	}
+	if o.floorInProcess && o.aa {
+		errs = append(errs, errors.New("--floor-in-process and --aa do not go together: the A/A check compares two floors run alike"))
 	}
 	if o.warmup < 0 || o.idleSeconds < 0 {
 		errs = append(errs, errors.New("--warmup and --idle-seconds cannot be negative"))

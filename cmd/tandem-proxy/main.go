@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path"
@@ -578,6 +579,13 @@ func debugMux(srv *proxy.Server, cpus *alloc.Allocator) *http.ServeMux {
 			"allocations": cpus.Allocations(),
 		})
 	})
+	// Go's profiles, so that what the proxy costs a node can be profiled where it runs (go tool pprof
+	// against this socket, docs/performance.md). Root's alone like the rest: a profile shows call paths.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
