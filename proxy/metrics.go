@@ -1,15 +1,21 @@
 package proxy
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 type metrics struct {
-	requests         *prometheus.CounterVec
-	duration         *prometheus.HistogramVec
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	// known holds the series of each CRI method, resolved at its first call: WithLabelValues hashes and
+	// validates its label values at every call, which is most of what the metrics cost a relayed call
+	// (BenchmarkObserve). Read-only after newMetrics; other methods take the labelled path.
+	known            map[string]*methodMetrics
 	checkpointErrors prometheus.Counter
 	released         prometheus.Counter
 	reconciles       *prometheus.CounterVec
@@ -18,7 +24,17 @@ type metrics struct {
 	refreshed        *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// methodMetrics are one method's series. They are created at the method's first call, not before, so
+// /metrics lists only the methods kubelet uses, as it did when every call resolved its labels.
+type methodMetrics struct {
+	once     sync.Once
+	ok       prometheus.Counter
+	duration prometheus.Observer
+}
+
+// newMetrics registers the proxy's metrics on reg; methods are the full names of the CRI methods whose
+// series are kept resolved.
+func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tandem", Subsystem: "proxy", Name: "requests_total",
@@ -54,6 +70,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Containers whose resources the proxy updated on its own because a policy's decision changed (pools moved), by result.",
 		}, []string{"result"}),
 	}
+	m.known = make(map[string]*methodMetrics, len(methods))
+	for _, name := range methods {
+		m.known[name] = &methodMetrics{}
+	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.checkpointErrors, m.released, m.reconciles, m.podCgroupErrors, m.ctrCgroupErrors, m.refreshed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -63,6 +83,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) observe(method string, err error, d time.Duration) {
-	m.requests.WithLabelValues(method, status.Code(err).String()).Inc()
-	m.duration.WithLabelValues(method).Observe(d.Seconds())
+	code := status.Code(err)
+	mm := m.known[method]
+	if mm == nil {
+		m.requests.WithLabelValues(method, code.String()).Inc()
+		m.duration.WithLabelValues(method).Observe(d.Seconds())
+		return
+	}
+	mm.once.Do(func() {
+		mm.ok = m.requests.WithLabelValues(method, codes.OK.String())
+		mm.duration = m.duration.WithLabelValues(method)
+	})
+	if code == codes.OK {
+		mm.ok.Inc()
+	} else {
+		m.requests.WithLabelValues(method, code.String()).Inc()
+	}
+	mm.duration.Observe(d.Seconds())
 }

@@ -102,7 +102,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(reg)
+	m, err := newMetrics(reg, criMethods())
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
@@ -198,6 +198,20 @@ func unaryMethods() map[string]bool {
 		}
 	}
 	return m
+}
+
+// criMethods lists every method, unary and streaming, of the vendored CRI services.
+func criMethods() []string {
+	var out []string
+	for _, sd := range []grpc.ServiceDesc{runtimeapi.RuntimeService_ServiceDesc, runtimeapi.ImageService_ServiceDesc} {
+		for _, md := range sd.Methods {
+			out = append(out, "/"+sd.ServiceName+"/"+md.MethodName)
+		}
+		for _, st := range sd.Streams {
+			out = append(out, "/"+sd.ServiceName+"/"+st.StreamName)
+		}
+	}
+	return out
 }
 
 // Store is the proxy's pod and container store.

@@ -267,8 +267,6 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 
 	rep := newReport(o, runtimeVersion)
 	p := plan{iterations: o.iterations, batchPerWorker: o.batch, warmupPerWorker: o.warmup}
-	logger.Info("Measuring latency", "targets", o.targets, "iterations", p.iterations)
-	rep.machine.LoadBefore = hostinfo.LoadAverage()
 	// CPU time each proxy process spends on the same calls: where latency
 	// differs, this tells whether it is work or waiting.
 	proxyPIDs := map[string]int{}
@@ -281,38 +279,14 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 	if twin != nil {
 		proxyPIDs[targetTandem] = twin.PID()
 	}
-	ticksBefore := map[string]int64{}
-	for name, pid := range proxyPIDs {
-		if ticksBefore[name], err = readCPUTicks(pid); err != nil {
-			return err
-		}
-	}
-	measureStart := time.Now()
-	lastLog := time.Now()
-	samples, err := measure(ctx, targets, benchmarkRPCs(), benchmarkModes(), p, func(done, total int) {
-		if time.Since(lastLog) >= 15*time.Second || done == total {
-			logger.Info("Progress", "batches", done, "of", total, "elapsed", time.Since(measureStart).Round(time.Second))
-			lastLog = time.Now()
-		}
-	})
-	if err != nil {
-		return err
-	}
-	rep.LatencySeconds = time.Since(measureStart).Seconds()
-	rep.machine.LoadAfter = hostinfo.LoadAverage()
-	calls := len(benchmarkRPCs()) * len(benchmarkModes()) * o.iterations
-	for _, m := range benchmarkModes() {
-		calls += len(benchmarkRPCs()) * o.warmup * m.workers
-	}
-	for name, pid := range proxyPIDs {
-		after, err := readCPUTicks(pid)
+	for i := range o.runs {
+		logger.Info("Measuring latency", "run", i+1, "of", o.runs, "targets", o.targets, "iterations", p.iterations)
+		run, err := measureRun(ctx, targets, p, proxyPIDs, o.warmup, o.iterations)
 		if err != nil {
 			return err
 		}
-		rep.proxyCPU = append(rep.proxyCPU, proxyCPU{Target: name, Ticks: after - ticksBefore[name], Calls: calls})
+		rep.runs = append(rep.runs, run)
 	}
-	slices.SortFunc(rep.proxyCPU, func(a, b proxyCPU) int { return strings.Compare(a.Target, b.Target) })
-	rep.addLatency(samples, targets)
 
 	if tandem != nil && o.idleSeconds > 0 {
 		logger.Info("Measuring idle cost", "settle", o.idleSettle, "seconds", o.idleSeconds)
@@ -335,6 +309,48 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		logger.Info("Results written", "path", o.jsonPath)
 	}
 	return nil
+}
+
+// measureRun is one complete latency measurement of the targets, with the CPU time each proxy process
+// spent on it.
+func measureRun(ctx context.Context, targets []target, p plan, proxyPIDs map[string]int, warmup, iterations int) (latencyRun, error) {
+	logger := klog.FromContext(ctx)
+	run := latencyRun{LoadBefore: hostinfo.LoadAverage()}
+	ticksBefore := map[string]int64{}
+	for name, pid := range proxyPIDs {
+		t, err := readCPUTicks(pid)
+		if err != nil {
+			return run, err
+		}
+		ticksBefore[name] = t
+	}
+	measureStart := time.Now()
+	lastLog := time.Now()
+	samples, err := measure(ctx, targets, benchmarkRPCs(), benchmarkModes(), p, func(done, total int) {
+		if time.Since(lastLog) >= 15*time.Second || done == total {
+			logger.Info("Progress", "batches", done, "of", total, "elapsed", time.Since(measureStart).Round(time.Second))
+			lastLog = time.Now()
+		}
+	})
+	if err != nil {
+		return run, err
+	}
+	run.Seconds = time.Since(measureStart).Seconds()
+	run.LoadAfter = hostinfo.LoadAverage()
+	calls := len(benchmarkRPCs()) * len(benchmarkModes()) * iterations
+	for _, m := range benchmarkModes() {
+		calls += len(benchmarkRPCs()) * warmup * m.workers
+	}
+	for name, pid := range proxyPIDs {
+		after, err := readCPUTicks(pid)
+		if err != nil {
+			return run, err
+		}
+		run.proxyCPU = append(run.proxyCPU, proxyCPU{Target: name, Ticks: after - ticksBefore[name], Calls: calls})
+	}
+	slices.SortFunc(run.proxyCPU, func(a, b proxyCPU) int { return strings.Compare(a.Target, b.Target) })
+	run.rows = latencyRows(samples, targets)
+	return run, nil
 }
 
 // idleReport is tandem-proxy's footprint at rest, beside the floor proxy's

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +20,7 @@ import (
 )
 
 // serveFloor is the body of the floor proxy's own process.
-func serveFloor(ctx context.Context, listen, backend string, unaryFastPath bool) error {
+func serveFloor(ctx context.Context, listen, backend, pprofSocket string, unaryFastPath bool) error {
 	if backend == "" {
 		return errors.New("--serve-floor-backend is required with --serve-floor-listen")
 	}
@@ -36,6 +38,20 @@ func serveFloor(ctx context.Context, listen, backend string, unaryFastPath bool)
 	lis, err := net.Listen("unix", listen)
 	if err != nil {
 		return fmt.Errorf("floor proxy listen: %w", err)
+	}
+	if pprofSocket != "" {
+		// Go's profiles of the floor, to set beside tandem-proxy's (its debug socket serves the same):
+		// where the two differ in CPU per call, the profiles say in what.
+		plis, err := net.Listen("unix", pprofSocket)
+		if err != nil {
+			return fmt.Errorf("floor proxy profile socket: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(plis) }()
+		defer hs.Close()
 	}
 	klog.FromContext(ctx).Info("Floor proxy serving", "listen", listen, "backend", backend, "unaryMethods", len(unary))
 	return p.Serve(ctx, lis)
@@ -73,9 +89,11 @@ func serveFloorInProcess(ctx context.Context, dir, backend string, unaryFastPath
 // of sharing them with the benchmark's callers.
 type floorProcess struct {
 	Socket, Endpoint, LogPath string
-	cmd                       *exec.Cmd
-	done                      chan struct{}
-	err                       error
+	// PprofSocket serves Go's profiles of the floor process while it runs.
+	PprofSocket string
+	cmd         *exec.Cmd
+	done        chan struct{}
+	err         error
 }
 
 func startFloor(dir, backend string, unaryFastPath bool) (*floorProcess, error) {
@@ -84,16 +102,17 @@ func startFloor(dir, backend string, unaryFastPath bool) (*floorProcess, error) 
 		return nil, fmt.Errorf("find own binary to start the floor proxy: %w", err)
 	}
 	f := &floorProcess{
-		Socket:  filepath.Join(dir, "floor.sock"),
-		LogPath: filepath.Join(dir, "floor.log"),
-		done:    make(chan struct{}),
+		Socket:      filepath.Join(dir, "floor.sock"),
+		LogPath:     filepath.Join(dir, "floor.log"),
+		PprofSocket: filepath.Join(dir, "floor-pprof.sock"),
+		done:        make(chan struct{}),
 	}
 	f.Endpoint = "unix://" + f.Socket
 	log, err := os.OpenFile(f.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open floor proxy log: %w", err)
 	}
-	f.cmd = exec.Command(exe, "--serve-floor-listen", f.Socket, "--serve-floor-backend", backend,
+	f.cmd = exec.Command(exe, "--serve-floor-listen", f.Socket, "--serve-floor-backend", backend, "--serve-floor-pprof", f.PprofSocket,
 		fmt.Sprintf("--floor-unary=%t", unaryFastPath))
 	f.cmd.Stdout, f.cmd.Stderr = log, log
 	// Its own process group keeps a terminal's Ctrl-C away from it (the

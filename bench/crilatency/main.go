@@ -35,6 +35,7 @@ type options struct {
 	pods             int
 	containersPerPod int
 	iterations       int
+	runs             int
 	batch            int
 	warmup           int
 	idleSeconds      int
@@ -49,6 +50,7 @@ type options struct {
 	// instead; the benchmark starts itself that way so the floor runs in a
 	// process of its own, as tandem-proxy does.
 	floorListen, floorBackend string
+	floorPprof                string
 	floorUnary                bool
 	floorInProcess            bool
 	aa                        bool
@@ -61,6 +63,7 @@ func main() {
 	fs.IntVar(&o.pods, "pods", 10, "pods to run")
 	fs.IntVar(&o.containersPerPod, "containers-per-pod", 10, "running containers in each pod")
 	fs.IntVar(&o.iterations, "iterations", 20000, "timed calls per RPC, per mode and per target")
+	fs.IntVar(&o.runs, "runs", 2, "complete latency runs, one after the other on the same containerd and proxies; the latency targets must hold in every one")
 	fs.IntVar(&o.batch, "batch", 25, "calls each caller makes before the next target takes its turn")
 	fs.IntVar(&o.warmup, "warmup", 100, "untimed calls per caller per RPC, mode and target before timing")
 	fs.IntVar(&o.idleSeconds, "idle-seconds", 60, "how long to measure tandem-proxy's idle CPU")
@@ -75,6 +78,8 @@ func main() {
 	fs.BoolVar(&o.aa, "aa", false, "A/A check of the benchmark itself: a second floor proxy takes tandem-proxy's place, so the ratios show what two identical proxies get on this machine")
 	fs.StringVar(&o.floorListen, "serve-floor-listen", "", "internal: serve the floor proxy on this socket")
 	fs.StringVar(&o.floorBackend, "serve-floor-backend", "", "internal: the floor proxy's backend endpoint")
+	fs.StringVar(&o.floorPprof, "serve-floor-pprof", "", "internal: serve Go's profiles of the floor proxy on this unix socket")
+	_ = fs.MarkHidden("serve-floor-pprof")
 	_ = fs.MarkHidden("serve-floor-listen")
 	_ = fs.MarkHidden("serve-floor-backend")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
@@ -92,7 +97,7 @@ func main() {
 
 	var err error
 	if o.floorListen != "" {
-		err = serveFloor(ctx, o.floorListen, o.floorBackend, o.floorUnary)
+		err = serveFloor(ctx, o.floorListen, o.floorBackend, o.floorPprof, o.floorUnary)
 	} else {
 		err = runBenchmark(ctx, o)
 	}
@@ -104,7 +109,7 @@ func (o options) validate() error {
 	if o.flavor != framework.Flavor16 && o.flavor != framework.Flavor2 {
 		errs = append(errs, fmt.Errorf("--flavor %q: use %s or %s", o.flavor, framework.Flavor16, framework.Flavor2))
 	}
-	for name, v := range map[string]int{"--pods": o.pods, "--containers-per-pod": o.containersPerPod, "--iterations": o.iterations, "--batch": o.batch} {
+	for name, v := range map[string]int{"--pods": o.pods, "--containers-per-pod": o.containersPerPod, "--iterations": o.iterations, "--batch": o.batch, "--runs": o.runs} {
 		if v < 1 {
 			errs = append(errs, fmt.Errorf("%s must be at least 1", name))
 		}

@@ -6,18 +6,19 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tandemkit/tandem/bench/internal/hostinfo"
 )
 
-// Targets of issue 2: tandem-proxy's added latency against the floor's, and
-// its footprint at rest.
+// Targets: tandem-proxy's added latency against the floor's, in every run,
+// and its footprint at rest.
 const (
-	limitP50      = 1.2
-	limitP99      = 1.5
-	limitRSSMiB   = 40
+	limitP50      = 1.1
+	limitP99      = 1.3
+	limitRSSMiB   = 25
 	limitCPUPct   = 1.0
 	kibPerMiB     = 1024
 	microsPerNano = 1e-3
@@ -27,10 +28,6 @@ type machine struct {
 	hostinfo.Facts
 	Runtime string `json:"runtime"`
 	Flavor  string `json:"flavor"`
-	// Load averages (1, 5, 15 min) when the latency run started and ended:
-	// other work on the machine shows here.
-	LoadBefore string `json:"loadBefore"`
-	LoadAfter  string `json:"loadAfter"`
 }
 
 func readMachine(flavor, runtimeVersion string) machine {
@@ -55,20 +52,40 @@ func (p proxyCPU) microsPerCall() float64 {
 	return float64(p.Ticks) * 1e6 / userHZ / float64(p.Calls)
 }
 
+// latencyRun is one complete latency measurement: every RPC, mode and target.
+type latencyRun struct {
+	Seconds float64
+	// Load averages (1, 5, 15 min) when the run started and ended: other
+	// work on the machine shows here.
+	LoadBefore, LoadAfter string
+	rows                  []row
+	proxyCPU              []proxyCPU
+}
+
+// met says whether tandem-proxy met both latency targets on every row.
+func (l latencyRun) met() bool {
+	for _, rw := range l.rows {
+		if rw.p50 == nil || !rw.p50.Meets || !rw.p99.Meets {
+			return false
+		}
+	}
+	return len(l.rows) > 0
+}
+
 type report struct {
-	machine        machine
-	opts           options
-	LatencySeconds float64
-	rows           []row
-	proxyCPU       []proxyCPU
-	Idle           *idleReport
+	machine machine
+	opts    options
+	runs    []latencyRun
+	Idle    *idleReport
 }
 
 func newReport(o options, runtimeVersion string) *report {
 	return &report{machine: readMachine(o.flavor, runtimeVersion), opts: o}
 }
 
-func (r *report) addLatency(s map[key]series, targets []target) {
+// latencyRows compares the targets on every RPC and mode of one run.
+func latencyRows(s map[key]series, targets []target) []row {
+	var rows []row
 	have := map[string]bool{}
 	for _, t := range targets {
 		have[t.name] = true
@@ -85,9 +102,10 @@ func (r *report) addLatency(s map[key]series, targets []target) {
 				c99 := compare(d.P99, f.P99, t.P99, max(d.HalfGapP99, f.HalfGapP99, t.HalfGapP99), limitP99)
 				rw.p50, rw.p99 = &c50, &c99
 			}
-			r.rows = append(r.rows, rw)
+			rows = append(rows, rw)
 		}
 	}
+	return rows
 }
 
 func us(d time.Duration) string {
@@ -116,23 +134,83 @@ func (r *report) print(w io.Writer) {
 	o, m := r.opts, r.machine
 	fmt.Fprintf(w, "\nTandem CRI latency benchmark\n")
 	fmt.Fprintf(w, "machine:  %d vCPU (%s), kernel %s, %s, %s\n", m.CPUs, m.CPUModel, m.Kernel, m.OS, m.GoVersion)
-	fmt.Fprintf(w, "load:     %s before the latency run, %s after (1/5/15 min averages; other work on the machine)\n", m.LoadBefore, m.LoadAfter)
 	fmt.Fprintf(w, "runtime:  %s (flavor %s), %d pods x %d running containers\n", m.Runtime, m.Flavor, o.pods, o.containersPerPod)
 	floorKind := "frame pump for streams, one Invoke for unary CRI methods"
 	if !o.floorUnary {
 		floorKind = "frame pump for every call"
 	}
-	fmt.Fprintf(w, "floor:    minimal Go gRPC proxy in its own process (%s)\n", floorKind)
+	where := "in its own process"
+	if o.floorInProcess {
+		where = "IN THE BENCHMARK'S OWN PROCESS, beside its callers (not how a proxy runs: it flatters the floor)"
+	}
+	fmt.Fprintf(w, "floor:    minimal Go gRPC proxy %s (%s)\n", where, floorKind)
 	if o.aa {
 		fmt.Fprintf(w, "A/A:      the tandem column is a SECOND FLOOR PROXY, not tandem-proxy: the ratios show the benchmark's own bias and noise\n")
 	}
-	fmt.Fprintf(w, "calls:    %d timed per RPC x mode x target, interleaved in batches of %d per caller; %d warm-up calls per caller first; %.0f s\n\n",
-		o.iterations, o.batch, o.warmup, r.LatencySeconds)
+	fmt.Fprintf(w, "calls:    %d timed per RPC x mode x target in each run, interleaved in batches of %d per caller; %d warm-up calls per caller first\n",
+		o.iterations, o.batch, o.warmup)
+	for i, run := range r.runs {
+		fmt.Fprintf(w, "\n== run %d of %d: %.0f s; load %s before, %s after (1/5/15 min averages; other work on the machine)\n", i+1, len(r.runs), run.Seconds, run.LoadBefore, run.LoadAfter)
+		run.print(w)
+	}
+	if r.Idle != nil {
+		i := r.Idle
+		fmt.Fprintf(w, "\ntandem-proxy at rest with %d containers: %.0f s window, no calls, connections open\n", o.pods*o.containersPerPod, i.Tandem.Seconds)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "\ttandem-proxy\tfloor (for scale)\ttarget\t")
+		floorMem := func(f func(idleCost) string) string {
+			if i.Floor == nil {
+				return "-"
+			}
+			return f(*i.Floor)
+		}
+		fmt.Fprintf(tw, "VmRSS after start, before load\t%s\t-\t\t\n", mib(i.TandemFresh.VmRSSKiB))
+		fmt.Fprintf(tw, "VmRSS idle, start of window\t%s\t%s\t\t\n", mib(i.Tandem.Start.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.Start.VmRSSKiB) }))
+		fmt.Fprintf(tw, "VmRSS idle, end of window\t%s\t%s\t<= %d MiB %s\t\n", mib(i.Tandem.End.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.End.VmRSSKiB) }),
+			limitRSSMiB, okMiss(float64(i.Tandem.End.VmRSSKiB)/kibPerMiB <= limitRSSMiB))
+		fmt.Fprintf(tw, "VmHWM (peak, under load)\t%s\t%s\t\t\n", mib(i.Tandem.End.VmHWMKiB), floorMem(func(c idleCost) string { return mib(c.End.VmHWMKiB) }))
+		fmt.Fprintf(tw, "CPU, %% of one core\t%.3f%%\t%s\t<= %.0f%% %s\t\n", i.Tandem.CPUPercentCore,
+			floorMem(func(c idleCost) string { return fmt.Sprintf("%.3f%%", c.CPUPercentCore) }), limitCPUPct, okMiss(i.Tandem.CPUPercentCore <= limitCPUPct))
+		fmt.Fprintf(tw, "CPU ticks (1/%d s) in window\t%d\t%s\t\t\n", userHZ, i.Tandem.CPUTicks, floorMem(func(c idleCost) string { return fmt.Sprint(c.CPUTicks) }))
+		_ = tw.Flush()
+	}
+	r.printVerdict(w)
+	fmt.Fprintln(w)
+}
 
+// printVerdict sums the targets up: the latency ones must hold in every run, one after the other.
+func (r *report) printVerdict(w io.Writer) {
+	if len(r.runs) == 0 || len(r.runs[0].rows) == 0 || r.runs[0].rows[0].p50 == nil {
+		return
+	}
+	met := 0
+	var missed []string
+	for i, run := range r.runs {
+		if run.met() {
+			met++
+		} else {
+			missed = append(missed, fmt.Sprint(i+1))
+		}
+	}
+	fmt.Fprintf(w, "\nverdict:  latency (tandem added <= %.1fx floor added at p50, <= %.1fx at p99, every RPC and mode): ", limitP50, limitP99)
+	if len(missed) == 0 {
+		fmt.Fprintf(w, "met in all %d consecutive runs\n", len(r.runs))
+	} else {
+		fmt.Fprintf(w, "MISSED in run %s (met in %d of %d)\n", strings.Join(missed, ", "), met, len(r.runs))
+	}
+	if r.Idle != nil {
+		i := r.Idle.Tandem
+		fmt.Fprintf(w, "          at rest: VmRSS %s (<= %d MiB %s), CPU %.3f%% of one core (<= %.0f%% %s)\n",
+			mib(i.End.VmRSSKiB), limitRSSMiB, okMiss(float64(i.End.VmRSSKiB)/kibPerMiB <= limitRSSMiB),
+			i.CPUPercentCore, limitCPUPct, okMiss(i.CPUPercentCore <= limitCPUPct))
+	}
+}
+
+func (run latencyRun) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "latency (µs)\t\tdirect\t\tfloor\t\ttandem\t\thalf-run gap [b]\t\t")
 	fmt.Fprintln(tw, "RPC\tmode\tp50\tp99\tp50\tp99\tp50\tp99\tp50\tp99\t")
-	for _, rw := range r.rows {
+	for _, rw := range run.rows {
 		fmt.Fprintf(tw, "%s\t%s\t", rw.rpc, rw.mode)
 		var gap50, gap99 time.Duration
 		for _, t := range []string{targetDirect, targetFloor, targetTandem} {
@@ -148,20 +226,20 @@ func (r *report) print(w io.Writer) {
 	}
 	_ = tw.Flush()
 
-	if len(r.rows) == 0 || r.rows[0].p50 == nil {
+	if len(run.rows) == 0 || run.rows[0].p50 == nil {
 		fmt.Fprintln(w, "\n(ratios need the direct, floor and tandem targets)")
 	} else {
 		fmt.Fprintf(w, "\nadded over direct (µs); target: tandem added <= %.1fx floor added at p50, <= %.1fx at p99\n", limitP50, limitP99)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "RPC\tmode\tfloor+ p50\ttandem+ p50\tratio p50\tfloor+ p99\ttandem+ p99\tratio p99\t")
-		for _, rw := range r.rows {
+		for _, rw := range run.rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", rw.rpc, rw.mode,
 				us(rw.p50.FloorAdded), us(rw.p50.TandemAdded), ratioCell(rw.p50),
 				us(rw.p99.FloorAdded), us(rw.p99.TandemAdded), ratioCell(rw.p99))
 		}
 		_ = tw.Flush()
 		var notes []string
-		for _, rw := range r.rows {
+		for _, rw := range run.rows {
 			for _, c := range []struct {
 				name string
 				c    *comparison
@@ -187,7 +265,7 @@ func (r *report) print(w io.Writer) {
 		for _, n := range notes {
 			fmt.Fprintln(w, "  "+n)
 		}
-		for _, rw := range r.rows {
+		for _, rw := range run.rows {
 			if rw.p50.FloorWithinNoise || rw.p99.FloorWithinNoise {
 				fmt.Fprintln(w, "[a] the floor's added latency is within noise: judged in absolute µs instead (see the notes above)")
 				break
@@ -195,36 +273,13 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "[b] largest gap, over the three targets, between the percentile of the even and of the odd rounds: the noise of these figures")
-	if len(r.proxyCPU) > 0 {
+	if len(run.proxyCPU) > 0 {
 		fmt.Fprintf(w, "\nproxy CPU time over the latency run (utime+stime, same calls for each):")
-		for _, p := range r.proxyCPU {
+		for _, p := range run.proxyCPU {
 			fmt.Fprintf(w, "  %s %.2f s = %.0f µs/call", p.Target, float64(p.Ticks)/userHZ, p.microsPerCall())
 		}
 		fmt.Fprintln(w)
 	}
-
-	if r.Idle != nil {
-		i := r.Idle
-		fmt.Fprintf(w, "\ntandem-proxy at rest with %d containers: %.0f s window, no calls, connections open\n", o.pods*o.containersPerPod, i.Tandem.Seconds)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "\ttandem-proxy\tfloor (for scale)\ttarget\t")
-		floorMem := func(f func(idleCost) string) string {
-			if i.Floor == nil {
-				return "-"
-			}
-			return f(*i.Floor)
-		}
-		fmt.Fprintf(tw, "VmRSS after start, before load\t%s\t-\t\t\n", mib(i.TandemFresh.VmRSSKiB))
-		fmt.Fprintf(tw, "VmRSS idle, start of window\t%s\t%s\t\t\n", mib(i.Tandem.Start.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.Start.VmRSSKiB) }))
-		fmt.Fprintf(tw, "VmRSS idle, end of window\t%s\t%s\t<= %d MiB %s\t\n", mib(i.Tandem.End.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.End.VmRSSKiB) }),
-			limitRSSMiB, okMiss(float64(i.Tandem.End.VmRSSKiB)/kibPerMiB <= limitRSSMiB))
-		fmt.Fprintf(tw, "VmHWM (peak, under load)\t%s\t%s\t\t\n", mib(i.Tandem.End.VmHWMKiB), floorMem(func(c idleCost) string { return mib(c.End.VmHWMKiB) }))
-		fmt.Fprintf(tw, "CPU, %% of one core\t%.3f%%\t%s\t<= %.0f%% %s\t\n", i.Tandem.CPUPercentCore,
-			floorMem(func(c idleCost) string { return fmt.Sprintf("%.3f%%", c.CPUPercentCore) }), limitCPUPct, okMiss(i.Tandem.CPUPercentCore <= limitCPUPct))
-		fmt.Fprintf(tw, "CPU ticks (1/%d s) in window\t%d\t%s\t\t\n", userHZ, i.Tandem.CPUTicks, floorMem(func(c idleCost) string { return fmt.Sprint(c.CPUTicks) }))
-		_ = tw.Flush()
-	}
-	fmt.Fprintln(w)
 }
 
 func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/kibPerMiB) }
@@ -273,23 +328,33 @@ type jsonIdle struct {
 	VmHWMKiB         int64   `json:"vmHWMKiB"`
 }
 
+type jsonRun struct {
+	Seconds    float64    `json:"seconds"`
+	LoadBefore string     `json:"loadBefore"`
+	LoadAfter  string     `json:"loadAfter"`
+	Latency    []jsonRow  `json:"latency"`
+	ProxyCPU   []proxyCPU `json:"proxyCPU"`
+	Met        bool       `json:"latencyTargetsMet"`
+}
+
 type jsonReport struct {
-	Machine          machine    `json:"machine"`
-	FloorUnaryInvoke bool       `json:"floorUnaryInvoke"`
-	AA               bool       `json:"aaCheck"`
-	Pods             int        `json:"pods"`
-	Containers       int        `json:"containers"`
-	Iterations       int        `json:"iterations"`
-	Batch            int        `json:"batchPerCaller"`
-	Warmup           int        `json:"warmupPerCaller"`
-	LatencySeconds   float64    `json:"latencySeconds"`
-	Latency          []jsonRow  `json:"latency"`
-	ProxyCPU         []proxyCPU `json:"proxyCPU"`
-	TandemFreshRSS   *int64     `json:"tandemRSSAfterStartKiB,omitempty"`
-	TandemIdle       *jsonIdle  `json:"tandemIdle,omitempty"`
-	FloorIdle        *jsonIdle  `json:"floorIdle,omitempty"`
-	TargetRSSMiB     float64    `json:"targetRSSMiB"`
-	TargetCPUPercent float64    `json:"targetCPUPercent"`
+	Machine          machine   `json:"machine"`
+	FloorUnaryInvoke bool      `json:"floorUnaryInvoke"`
+	FloorInProcess   bool      `json:"floorInProcess"`
+	AA               bool      `json:"aaCheck"`
+	Pods             int       `json:"pods"`
+	Containers       int       `json:"containers"`
+	Iterations       int       `json:"iterations"`
+	Batch            int       `json:"batchPerCaller"`
+	Warmup           int       `json:"warmupPerCaller"`
+	Runs             []jsonRun `json:"runs"`
+	TandemFreshRSS   *int64    `json:"tandemRSSAfterStartKiB,omitempty"`
+	TandemIdle       *jsonIdle `json:"tandemIdle,omitempty"`
+	FloorIdle        *jsonIdle `json:"floorIdle,omitempty"`
+	TargetP50Ratio   float64   `json:"targetP50Ratio"`
+	TargetP99Ratio   float64   `json:"targetP99Ratio"`
+	TargetRSSMiB     float64   `json:"targetRSSMiB"`
+	TargetCPUPercent float64   `json:"targetCPUPercent"`
 }
 
 func toMicros(d time.Duration) float64 { return float64(d) * microsPerNano }
@@ -318,16 +383,21 @@ func toJSONIdle(c idleCost) *jsonIdle {
 
 func (r *report) writeJSON(path string) error {
 	j := jsonReport{
-		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, AA: r.opts.aa, Pods: r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
-		Iterations: r.opts.iterations, Batch: r.opts.batch, Warmup: r.opts.warmup, LatencySeconds: r.LatencySeconds,
-		TargetRSSMiB: limitRSSMiB, TargetCPUPercent: limitCPUPct, ProxyCPU: r.proxyCPU,
+		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, FloorInProcess: r.opts.floorInProcess, AA: r.opts.aa,
+		Pods: r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
+		Iterations: r.opts.iterations, Batch: r.opts.batch, Warmup: r.opts.warmup,
+		TargetP50Ratio: limitP50, TargetP99Ratio: limitP99, TargetRSSMiB: limitRSSMiB, TargetCPUPercent: limitCPUPct,
 	}
-	for _, rw := range r.rows {
-		jr := jsonRow{RPC: rw.rpc, Mode: rw.mode, Targets: map[string]jsonQuantiles{}, P50: toJSONComparison(rw.p50), P99: toJSONComparison(rw.p99)}
-		for t, q := range rw.q {
-			jr.Targets[t] = jsonQuantiles{P50us: toMicros(q.P50), P99us: toMicros(q.P99), HalfGapP50us: toMicros(q.HalfGapP50), HalfGapP99us: toMicros(q.HalfGapP99), Samples: q.N}
+	for _, run := range r.runs {
+		jrun := jsonRun{Seconds: run.Seconds, LoadBefore: run.LoadBefore, LoadAfter: run.LoadAfter, ProxyCPU: run.proxyCPU, Met: run.met()}
+		for _, rw := range run.rows {
+			jr := jsonRow{RPC: rw.rpc, Mode: rw.mode, Targets: map[string]jsonQuantiles{}, P50: toJSONComparison(rw.p50), P99: toJSONComparison(rw.p99)}
+			for t, q := range rw.q {
+				jr.Targets[t] = jsonQuantiles{P50us: toMicros(q.P50), P99us: toMicros(q.P99), HalfGapP50us: toMicros(q.HalfGapP50), HalfGapP99us: toMicros(q.HalfGapP99), Samples: q.N}
+			}
+			jrun.Latency = append(jrun.Latency, jr)
 		}
-		j.Latency = append(j.Latency, jr)
+		j.Runs = append(j.Runs, jrun)
 	}
 	if r.Idle != nil {
 		fresh := r.Idle.TandemFresh.VmRSSKiB
