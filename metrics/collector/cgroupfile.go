@@ -19,9 +19,11 @@ import (
 // CPU at rest with 100 containers (a CPU profile over 60 s), and the usage source reads the same
 // four files of every container every second. A file whose cgroup went away fails the read
 // (ENODEV); it is then closed and opened again once, which finds a cgroup recreated under the same
-// name or reports ENOENT. release closes a container's files when it leaves.
+// name or reports ENOENT. release closes a container's files when it leaves. Only files of a cgroup
+// filesystem are kept (keep): a removed file elsewhere would read on as it was.
 type fileReader struct {
 	buf  []byte
+	keep bool
 	open map[string]int // path → kept file descriptor
 }
 
@@ -43,7 +45,7 @@ func (r *fileReader) read(path string) ([]byte, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	b, err := r.readAt0(fd)
-	if err != nil || len(r.open) >= maxKeptFiles {
+	if err != nil || !r.keep || len(r.open) >= maxKeptFiles {
 		unix.Close(fd)
 	} else {
 		if r.open == nil {

@@ -320,3 +320,18 @@ func TestRealHostKeptFilesFollowTheCgroup(t *testing.T) {
 		t.Errorf("%d descriptors open in the process after the container left, %d before", after, before)
 	}
 }
+
+// Files are kept open only on a cgroup filesystem, where a removed cgroup's files fail to read.
+func TestOnCgroupFS(t *testing.T) {
+	cases := map[string]bool{t.TempDir(): false, "/nonexistent": false}
+	for _, d := range []string{"/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/unified"} {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			cases[d] = true
+		}
+	}
+	for dir, want := range cases {
+		if got := onCgroupFS(dir); got != want {
+			t.Errorf("onCgroupFS(%s) = %v, want %v", dir, got, want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -46,15 +47,26 @@ func workingSet(usage, inactiveFile uint64) int64 {
 	return int64(usage - inactiveFile)
 }
 
+// onCgroupFS tells whether dir is on a cgroup filesystem, whose files fail to read (ENODEV) once
+// their cgroup is removed: only there may the reader keep files open between samples. A removed
+// file of any other filesystem (the fake trees of tests) would go on reading as it was.
+func onCgroupFS(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false
+	}
+	return st.Type == unix.CGROUP_SUPER_MAGIC || st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
 // detectReader picks the hierarchy under root: v2 when root is a cgroup2 mount with controllers,
 // v1 when root holds a cpuacct hierarchy. Hybrid hosts (v1 controllers plus an empty cgroup2 at
 // root/unified) are v1, because that is where the runtime accounts containers.
 func detectReader(root string) (cgroupReader, error) {
 	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
-		return &v2Reader{root: root}, nil
+		return &v2Reader{root: root, r: fileReader{keep: onCgroupFS(root)}}, nil
 	}
 	if fi, err := os.Stat(filepath.Join(root, "cpuacct")); err == nil && fi.IsDir() {
-		return &v1Reader{root: root}, nil
+		return &v1Reader{root: root, r: fileReader{keep: onCgroupFS(filepath.Join(root, "cpuacct"))}}, nil
 	}
 	return nil, fmt.Errorf("no cgroup hierarchy under %s (neither cgroup.controllers nor cpuacct/)", root)
 }

@@ -52,6 +52,13 @@ func BenchmarkUsageSample100(b *testing.B) {
 			if err := u.detect(ctx); err != nil {
 				b.Fatal(err)
 			}
+			// The fake tree is not a cgroup filesystem; keep its files open as the reader does on one.
+			switch r := u.reader.(type) {
+			case *v1Reader:
+				r.r.keep = true
+			case *v2Reader:
+				r.r.keep = true
+			}
 			if !tc.direct {
 				if v2 {
 					u.reader = libReader{u.reader, libV2{root: cg}}
