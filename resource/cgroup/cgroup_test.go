@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"github.com/opencontainers/cgroups"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,6 +128,17 @@ func TestSharesToWeight(t *testing.T) {
 	for _, tt := range []struct{ shares, want int64 }{{2, 1}, {0, 1}, {-5, 1}, {102, 17}, {1024, 100}, {262144, 10000}, {1 << 40, 10000}} {
 		if got := SharesToWeight(tt.shares); got != tt.want {
 			t.Errorf("SharesToWeight(%d) = %d, want %d", tt.shares, got, tt.want)
+		}
+	}
+}
+
+// The mapping is runc's: every share value in the kernel's range gets the weight
+// opencontainers/cgroups gives it.
+func TestSharesToWeightIsRuncs(t *testing.T) {
+	t.Parallel()
+	for shares := int64(MinShares); shares <= MaxShares; shares++ {
+		if got, want := SharesToWeight(shares), int64(cgroups.ConvertCPUSharesToCgroupV2Value(uint64(shares))); got != want {
+			t.Fatalf("SharesToWeight(%d) = %d, opencontainers/cgroups gives %d", shares, got, want)
 		}
 	}
 }
