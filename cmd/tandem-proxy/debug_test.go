@@ -57,7 +57,9 @@ func TestDebugEndpointsRootOnly(t *testing.T) {
 	}{
 		{name: "root reads the store on the debug socket", uid: 0, network: "unix", path: "/debug/store", want: "200"},
 		{name: "root reads the pools on the debug socket", uid: 0, network: "unix", path: "/debug/pools", want: "200"},
+		{name: "root reads a heap profile on the debug socket", uid: 0, network: "unix", path: "/debug/pprof/heap?debug=1", want: "200"},
 		{name: "nobody cannot connect to the debug socket", uid: nobody, network: "unix", path: "/debug/store", want: "error: permission denied"},
+		{name: "no profiles on the metrics address", uid: nobody, network: "tcp", path: "/debug/pprof/heap", want: "404"},
 		{name: "no store on the metrics address", uid: nobody, network: "tcp", path: "/debug/store", want: "404"},
 		{name: "no pools on the metrics address", uid: nobody, network: "tcp", path: "/debug/pools", want: "404"},
 		{name: "nobody reads the metrics", uid: nobody, network: "tcp", path: "/metrics", want: "200"},
@@ -69,6 +71,9 @@ func TestDebugEndpointsRootOnly(t *testing.T) {
 			got, body := getAs(t, getter, tt.uid, tt.network, address, tt.path)
 			if !strings.HasPrefix(got, tt.want) {
 				t.Errorf("GET %s on %s as uid %d: %s, want %s\n%s", tt.path, address, tt.uid, got, tt.want, body)
+			}
+			if strings.HasPrefix(tt.path, "/debug/pprof/heap") && got == "200" && !strings.Contains(body, "heap profile") {
+				t.Errorf("GET %s answered %.200q, want a heap profile", tt.path, body)
 			}
 			if tt.path == "/debug/store" && got == "200" && !strings.Contains(body, `"pods"`) {
 				t.Errorf("GET /debug/store answered %q, want the store", body)

@@ -138,7 +138,7 @@ func load(args []string, getenv func(string) string) (settings, error) {
 	fs.String("image-endpoint", "", "CRI endpoint for the ImageService (default: --runtime-endpoint)")
 	fs.String("state-dir", def.StateDir, "directory for the store checkpoint")
 	fs.String("metrics-addr", "127.0.0.1:9316", "address for /metrics, /healthz and /readyz; empty disables")
-	fs.String("debug-socket", "", "unix socket, root's alone, serving /debug/store and /debug/pools (default <state-dir>/debug.sock)")
+	fs.String("debug-socket", "", "unix socket, root's alone, serving /debug/store, /debug/pools and Go's profiles at /debug/pprof/ (default <state-dir>/debug.sock)")
 	fs.String("socket-mode", fmt.Sprintf("%04o", def.SocketMode), "permission bits of the listen socket, octal")
 	fs.String("socket-owner", "", "numeric uid:gid of the listen socket (default: the owner of the runtime socket)")
 	fs.Int("max-msg-size", def.MaxMsgSize, "largest gRPC message accepted or sent, in bytes (kubelet uses 16 MiB)")
