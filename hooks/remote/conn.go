@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
@@ -146,7 +147,7 @@ func (c *Conn) isClosed() bool {
 	return c.closed
 }
 
-// notGRPCDetail says what the socket sent on the latest connection when that was not HTTP/2.
+// notGRPCDetail says what the socket sent on the latest connection judged when that was not HTTP/2.
 func (c *Conn) notGRPCDetail() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -159,12 +160,15 @@ func (c *Conn) setNotGRPC(detail string) {
 	c.notGRPC = detail
 }
 
-// dial connects grpc-go to the socket, watching what the server sends first.
+// dial connects grpc-go to the socket, watching what the server sends first. The verdict on a broken
+// server stands until a later connection is judged otherwise or cannot be made: grpc-go may dial
+// again (reconnecting in the background) while the call that met the broken server is still being
+// reported, and clearing the verdict at every dial made that call read as "unreachable".
 func (c *Conn) dial(ctx context.Context, _ string) (net.Conn, error) {
-	c.setNotGRPC("")
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", c.path)
 	if err != nil {
+		c.setNotGRPC("") // nothing listens: down, not broken
 		return nil, err
 	}
 	return &prefaceConn{Conn: nc, owner: c}, nil
@@ -192,28 +196,50 @@ func (p *prefaceConn) Read(b []byte) (int, error) {
 	defer p.mu.Unlock()
 	if !p.judged.Load() {
 		p.head = append(p.head, b[:min(n, http2FrameHeader-len(p.head))]...)
-		p.judge(err != nil)
+		p.judge(peerEnded(err))
 	}
 	return n, err
 }
 
+// peerEnded tells whether err says the server ended the connection. grpc-go closing it on its side
+// (net.ErrClosed) says nothing about the server: judging that as a silent hang-up would clear the
+// verdict on a broken server that another connection just made.
+func peerEnded(err error) bool {
+	return err != nil && !errors.Is(err, net.ErrClosed)
+}
+
 // Write looks, when writing fails before the server said anything, whether the server wrote something
-// before it hung up: grpc-go stops at the failed write and never reads it.
+// before it hung up: grpc-go stops at the failed write and never reads it. What the server sent may still
+// be unread, or being read at this moment by grpc-go's reader, which holds the connection's read lock
+// (so peeking waits for it) and then records it in head: Write looks again for a short while before it
+// calls the hang-up silent.
 func (p *prefaceConn) Write(b []byte) (int, error) {
 	n, err := p.Conn.Write(b)
-	if err == nil || p.judged.Load() {
+	if !peerEnded(err) || p.judged.Load() {
 		return n, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.judged.Load() {
-		if sent := peek(p.Conn, http2FrameHeader); len(sent) > len(p.head) {
-			p.head = sent
+	deadline := time.Now().Add(silentHangupWait)
+	for {
+		p.mu.Lock()
+		if !p.judged.Load() {
+			if sent := peek(p.Conn, http2FrameHeader); len(sent) > len(p.head) {
+				p.head = sent
+			}
+			if len(p.head) > 0 || time.Now().After(deadline) {
+				p.judge(true)
+			}
 		}
-		p.judge(true)
+		judged := p.judged.Load()
+		p.mu.Unlock()
+		if judged {
+			return n, err
+		}
+		time.Sleep(time.Millisecond)
 	}
-	return n, err
 }
+
+// silentHangupWait bounds how long a failed write waits for what the server sent before hanging up.
+const silentHangupWait = 50 * time.Millisecond
 
 // http2FrameHeader is the length of an HTTP/2 frame header.
 const http2FrameHeader = 9
@@ -227,16 +253,20 @@ func (p *prefaceConn) judge(ended bool) {
 		length := uint32(p.head[0])<<16 | uint32(p.head[1])<<8 | uint32(p.head[2])
 		settings := http2.FrameType(p.head[3]) == http2.FrameSettings && p.head[4] == 0 &&
 			binary.BigEndian.Uint32(p.head[5:])&(1<<31-1) == 0 && length%6 == 0 && length <= 16<<10
+		detail := ""
 		if !settings {
-			p.owner.setNotGRPC(fmt.Sprintf("its first bytes %q are not an HTTP/2 SETTINGS frame", p.head))
+			detail = fmt.Sprintf("its first bytes %q are not an HTTP/2 SETTINGS frame", p.head)
 		}
+		p.owner.setNotGRPC(detail)
 	case ended:
 		p.judged.Store(true)
 		// A server that hung up without a word is down, or going down; one that said less than a frame
 		// header did not speak HTTP/2.
+		detail := ""
 		if len(p.head) > 0 {
-			p.owner.setNotGRPC(fmt.Sprintf("it sent %q and hung up", p.head))
+			detail = fmt.Sprintf("it sent %q and hung up", p.head)
 		}
+		p.owner.setNotGRPC(detail)
 	}
 }
 
