@@ -49,6 +49,7 @@ func serveFloor(ctx context.Context, listen, backend, pprofSocket string, unaryF
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(plis) }()
 		defer hs.Close()
