@@ -19,16 +19,21 @@ import (
 	"github.com/tandemkit/tandem/bench/floorproxy"
 )
 
+// newFloor makes the floor proxy; unaryFastPath lets it relay the CRI's unary methods with one Invoke.
+func newFloor(backend string, unaryFastPath bool) (*floorproxy.Proxy, error) {
+	var unary []string
+	if unaryFastPath {
+		unary = floorproxy.UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc)
+	}
+	return floorproxy.New(backend, maxMsgSize, unary...)
+}
+
 // serveFloor is the body of the floor proxy's own process.
 func serveFloor(ctx context.Context, listen, backend, pprofSocket string, unaryFastPath bool) error {
 	if backend == "" {
 		return errors.New("--serve-floor-backend is required with --serve-floor-listen")
 	}
-	var unary []string
-	if unaryFastPath {
-		unary = floorproxy.UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc)
-	}
-	p, err := floorproxy.New(backend, maxMsgSize, unary...)
+	p, err := newFloor(backend, unaryFastPath)
 	if err != nil {
 		return err
 	}
@@ -54,18 +59,14 @@ func serveFloor(ctx context.Context, listen, backend, pprofSocket string, unaryF
 		go func() { _ = hs.Serve(plis) }()
 		defer hs.Close()
 	}
-	klog.FromContext(ctx).Info("Floor proxy serving", "listen", listen, "backend", backend, "unaryMethods", len(unary))
+	klog.FromContext(ctx).Info("Floor proxy serving", "listen", listen, "backend", backend, "unaryFastPath", unaryFastPath)
 	return p.Serve(ctx, lis)
 }
 
 // serveFloorInProcess runs the floor proxy in this process, beside the callers, and returns its endpoint
 // and how to stop it. The socket is listening when it returns.
 func serveFloorInProcess(ctx context.Context, dir, backend string, unaryFastPath bool) (string, func(), error) {
-	var unary []string
-	if unaryFastPath {
-		unary = floorproxy.UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc)
-	}
-	p, err := floorproxy.New(backend, maxMsgSize, unary...)
+	p, err := newFloor(backend, unaryFastPath)
 	if err != nil {
 		return "", nil, err
 	}
