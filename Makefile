@@ -20,9 +20,10 @@ IMAGES     ?= tandem-extender
 
 all: build
 
-## build: compile every binary into ./bin
+## build: compile every binary into ./bin, statically (as the images and the e2e tiers build them):
+## a tandem-proxy linked against libc maps it too, 1.2 MiB more RSS on every node
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
 ## images: OCI image-layout tarballs of the in-cluster binaries in $(BIN)/images/<name>.tar, static
 ## binaries and no base image; load one with `ctr -n k8s.io images import $(BIN)/images/<name>.tar`
