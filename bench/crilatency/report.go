@@ -167,10 +167,10 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "VmRSS after start, before load\t%s\t-\t\t\n", mib(i.TandemFresh.VmRSSKiB))
 		fmt.Fprintf(tw, "VmRSS idle, start of window\t%s\t%s\t\t\n", mib(i.Tandem.Start.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.Start.VmRSSKiB) }))
 		fmt.Fprintf(tw, "VmRSS idle, end of window\t%s\t%s\t<= %d MiB %s\t\n", mib(i.Tandem.End.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.End.VmRSSKiB) }),
-			limitRSSMiB, okMiss(float64(i.Tandem.End.VmRSSKiB)/kibPerMiB <= limitRSSMiB))
+			limitRSSMiB, okMiss(i.Tandem.rssMet()))
 		fmt.Fprintf(tw, "VmHWM (peak, under load)\t%s\t%s\t\t\n", mib(i.Tandem.End.VmHWMKiB), floorMem(func(c idleCost) string { return mib(c.End.VmHWMKiB) }))
 		fmt.Fprintf(tw, "CPU, %% of one core\t%.3f%%\t%s\t<= %.0f%% %s\t\n", i.Tandem.CPUPercentCore,
-			floorMem(func(c idleCost) string { return fmt.Sprintf("%.3f%%", c.CPUPercentCore) }), limitCPUPct, okMiss(i.Tandem.CPUPercentCore <= limitCPUPct))
+			floorMem(func(c idleCost) string { return fmt.Sprintf("%.3f%%", c.CPUPercentCore) }), limitCPUPct, okMiss(i.Tandem.cpuMet()))
 		fmt.Fprintf(tw, "CPU ticks (1/%d s) in window\t%d\t%s\t\t\n", userHZ, i.Tandem.CPUTicks, floorMem(func(c idleCost) string { return fmt.Sprint(c.CPUTicks) }))
 		_ = tw.Flush()
 	}
@@ -201,8 +201,8 @@ func (r *report) printVerdict(w io.Writer) {
 	if r.Idle != nil {
 		i := r.Idle.Tandem
 		fmt.Fprintf(w, "          at rest: VmRSS %s (<= %d MiB %s), CPU %.3f%% of one core (<= %.0f%% %s)\n",
-			mib(i.End.VmRSSKiB), limitRSSMiB, okMiss(float64(i.End.VmRSSKiB)/kibPerMiB <= limitRSSMiB),
-			i.CPUPercentCore, limitCPUPct, okMiss(i.CPUPercentCore <= limitCPUPct))
+			mib(i.End.VmRSSKiB), limitRSSMiB, okMiss(i.rssMet()),
+			i.CPUPercentCore, limitCPUPct, okMiss(i.cpuMet()))
 	}
 }
 
@@ -283,6 +283,11 @@ func (run latencyRun) print(w io.Writer) {
 }
 
 func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/kibPerMiB) }
+
+// rssMet and cpuMet judge tandem-proxy's footprint at rest against its targets.
+func (c idleCost) rssMet() bool { return float64(c.End.VmRSSKiB)/kibPerMiB <= limitRSSMiB }
+
+func (c idleCost) cpuMet() bool { return c.CPUPercentCore <= limitCPUPct }
 
 func okMiss(ok bool) string {
 	if ok {
