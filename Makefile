@@ -4,7 +4,7 @@
 # Go may be installed but not on root's PATH: fall back to where the Go tarball installs.
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 BIN      ?= bin
-# Tag of the images `make images` builds; deploy/extender/daemonset.yaml names the same one.
+# Tag of the images `make images` builds; deploy/extender/daemonset.yaml and deploy/webhook/deployment.yaml name the same one.
 VERSION  ?= v0.1.0
 E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 # Which containerd builds the e2e tier runs against: Debian's 1.6 and a v2.4.2 built once and cached.
@@ -14,7 +14,7 @@ export TANDEM_E2E_FLAVORS
 # Where the images' registry would be; `make images` tags them $(IMAGE_REPO)/<binary>:$(VERSION).
 IMAGE_REPO ?= ghcr.io/tandemkit
 # The in-cluster binaries shipped as images (node-side binaries are installed by tandemctl).
-IMAGES     ?= tandem-extender
+IMAGES     ?= tandem-extender tandem-webhook
 
 .PHONY: all build images test unit lint e2e bench bench-unit demo deps generate clean
 
@@ -98,6 +98,7 @@ bench: bench-unit
 	-$(GO) run ./bench/hooklatency
 	-$(GO) run ./bench/cpuset
 	-$(GO) run ./bench/extender
+	-$(GO) run ./bench/admission
 
 ## bench-colocation: first whether the machine itself stalls busy CPUs (hypervisor steal), then LS
 ## latency and BE throughput, solo and colocated, with and without Tandem, then a node daemon's wakeup

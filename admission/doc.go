@@ -5,8 +5,8 @@
 //     Koordinator's schema) whose namespaceSelector and selector match a new pod is applied to it,
 //     in name order, so that a later profile wins a key an earlier one also sets (the order in
 //     which the API server lists them, and so the order Koordinator applies them in). A pod a
-//     profile made BE (or that was BE by its own label, or in the koord-batch priority band) has
-//     its cpu and memory turned into kubernetes.io/batch-cpu (milli-cores) and
+//     profile matched that is BE (by the profile or by its own label) has its cpu and memory
+//     turned into kubernetes.io/batch-cpu (milli-cores) and
 //     kubernetes.io/batch-memory, as Koordinator's webhook does. Every pod with batch resources
 //     gets Koordinator's node.koordinator.sh/extended-resource-spec annotation, so a node needs no
 //     API lookup to size its cgroups.

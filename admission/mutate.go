@@ -174,24 +174,13 @@ func (m *Mutator) apply(ctx context.Context, pod podDoc, p *Profile) (podDoc, er
 	return pod, nil
 }
 
-// Koordinator's batch priority band: koord-batch is 5000, and any priority from 5000 to 5999 is
-// batch.
-const (
-	batchPriorityMin = 5000
-	batchPriorityMax = 5999
-)
-
-// batch reports whether the pod runs on batch resources: BE by its label, or in the batch band.
+// batch reports whether the pod runs on batch resources: BE by its label, whether a profile set it
+// or the pod had it. Koordinator converts by priority band instead; a koord-batch pod that is not
+// BE would then ask for batch resources that only BE pods may use (its validation, and Tandem's,
+// refuse it), so a profile must say BE for its pods to become batch.
 func (pod podDoc) batch() bool {
-	if c, err := resqos.Parse(pod.stringMap("metadata", "labels")[LabelQoSClass]); err == nil && c == resqos.BE {
-		return true
-	}
-	if n, ok := pod.get("spec", "priority").(json.Number); ok {
-		if v, err := n.Int64(); err == nil && v >= batchPriorityMin && v <= batchPriorityMax {
-			return true
-		}
-	}
-	return false
+	c, err := resqos.Parse(pod.stringMap("metadata", "labels")[LabelQoSClass])
+	return err == nil && c == resqos.BE
 }
 
 // podDoc is a pod as generic JSON, so that fields this build of Tandem does not know survive.

@@ -378,7 +378,10 @@ func TestBatchBy(t *testing.T) {
 	}{
 		{name: "profile says BE", profile: ClusterColocationProfileSpec{QoSClass: "BE"}, batch: true},
 		{name: "pod's own label says BE", profile: ClusterColocationProfileSpec{SchedulerName: "koord-scheduler"}, labels: `{"koordinator.sh/qosClass":"BE"}`, batch: true},
-		{name: "profile's batch priority", profile: ClusterColocationProfileSpec{PriorityClassName: "koord-batch"}, batch: true},
+		// Koordinator converts by band; a koord-batch pod that is not BE would then be refused for
+		// asking batch resources (rule batch-resources-need-be), so Tandem converts BE pods only.
+		{name: "batch priority without BE", profile: ClusterColocationProfileSpec{PriorityClassName: "koord-batch"}, batch: false},
+		{name: "batch priority and BE", profile: ClusterColocationProfileSpec{PriorityClassName: "koord-batch", QoSClass: "BE"}, batch: true},
 		{name: "LS", profile: ClusterColocationProfileSpec{QoSClass: "LS"}, labels: `{"koordinator.sh/qosClass":"BE"}`, batch: false},
 		{name: "prod priority", profile: ClusterColocationProfileSpec{PriorityClassName: "koord-prod"}, batch: false},
 	} {
