@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"gomodules.xyz/jsonpatch/v2"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
@@ -47,7 +46,7 @@ func NewMutator(cluster Cluster, profiles func() []*Profile, intn func(int) int)
 // Mutation is what Mutate decided for one pod.
 type Mutation struct {
 	// Patch is the RFC 6902 patch to send back; empty when nothing changes.
-	Patch []jsonpatch.Operation
+	Patch []PatchOperation
 	// Matched lists the profiles whose selectors matched; Applied those that were applied (the
 	// others lost their probability draw).
 	Matched, Applied []string
@@ -66,6 +65,7 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, raw []byte) (Mut
 		return out, fmt.Errorf("decode the pod: %w", err)
 	}
 	pod := podDoc(doc)
+	original := podDoc(deepCopy(doc).(map[string]any))
 	name := pod.displayName(namespace)
 	submitted := pod.stringMap("metadata", "labels")
 	var nsLabels map[string]string
@@ -103,11 +103,7 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, raw []byte) (Mut
 	if err := annotateBatch(pod); err != nil {
 		return out, fmt.Errorf("pod %s: %w", name, err)
 	}
-	mutated, err := json.Marshal(map[string]any(pod))
-	if err != nil {
-		return out, fmt.Errorf("pod %s: encode: %w", name, err)
-	}
-	if out.Patch, err = jsonpatch.CreatePatch(raw, mutated); err != nil {
+	if out.Patch, err = diff(original, pod); err != nil {
 		return out, fmt.Errorf("pod %s: make the patch: %w", name, err)
 	}
 	return out, nil

@@ -53,7 +53,7 @@ func NewHandler(m *Mutator, reg prometheus.Registerer) *Handler {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tandem_webhook_admission_duration_seconds",
 			Help:    "Time from a review's arrival to its answer, by webhook path.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .1, 1},
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"webhook"}),
 	}
 	reg.MustRegister(h.requests, h.latency)

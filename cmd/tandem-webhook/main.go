@@ -223,11 +223,12 @@ func run(ctx context.Context) error {
 				logger.Info("Cache did not sync", "type", typ.String())
 			}
 		}
-		for _, ok := range dynFactory.WaitForCacheSync(runCtx.Done()) {
-			if !ok {
-				logger.Info("ClusterColocationProfile cache did not sync: is deploy/webhook/crd.yaml applied?")
-			}
-		}
+		// Without the CRD the list fails forever, and the webhook stays unready: say why.
+		hint := time.AfterFunc(30*time.Second, func() {
+			logger.Info("ClusterColocationProfiles still not listed after 30s; the webhook stays unready until they are: is the CRD (deploy/webhook/crd.yaml) applied, and may the service account list them?")
+		})
+		dynFactory.WaitForCacheSync(runCtx.Done())
+		hint.Stop()
 		if runCtx.Err() == nil {
 			refresh()
 			close(synced)
