@@ -74,11 +74,11 @@ func (cfg *Config) staleMetricPolicy(d demand) MetricPolicy {
 }
 
 // filterNode decides whether a pod with demand d may go to the node st (nil: unknown node); an
-// empty Reason passes. DaemonSet pods are bound to their node by affinity, so load and metric age
-// never reject them: that would only leave them pending.
+// empty Reason passes. Load and metric age never reject an exempt pod (DaemonSet, system-critical):
+// that would only leave it pending.
 func (cfg *Config) filterNode(st *nodeState, d demand, now time.Time) Reason {
 	fresh := cfg.fresh(st, now)
-	if !fresh && !d.daemonSet && cfg.staleMetricPolicy(d) == Reject {
+	if !fresh && !d.exempt() && cfg.staleMetricPolicy(d) == Reject {
 		switch {
 		case st == nil:
 			return ReasonNodeUnknown
@@ -91,7 +91,7 @@ func (cfg *Config) filterNode(st *nodeState, d demand, now time.Time) Reason {
 	if st == nil {
 		return ""
 	}
-	if fresh && !d.daemonSet {
+	if fresh && !d.exempt() {
 		if overThreshold(st.metric.NodeUsage.CPUMilli+st.unreportedCPU, st.allocCPU, st.thresholds.CPU) {
 			return ReasonCPUUsage
 		}

@@ -134,6 +134,14 @@ func TestFilterNode(t *testing.T) {
 			name: "DaemonSet pod ignores load and metric age", metric: &nodeMetricArgs{age: time.Hour, cpu: 7900, memory: 8 * gi},
 			pod: testPod{name: "ds", daemonSet: true, requests: lsPod("", "", "100m", "100Mi").requests},
 		},
+		{
+			name: "system-critical pod ignores load and metric age", metric: &nodeMetricArgs{age: time.Hour, cpu: 7900, memory: 8 * gi},
+			pod: testPod{name: "webhook", priority: ptrInt32(2000000000), requests: lsPod("", "", "50m", "64Mi").requests},
+		},
+		{
+			name: "high but not system priority is judged by load", metric: fresh(7900, 8*gi),
+			pod: testPod{name: "prod", priority: ptrInt32(1999999999), requests: lsPod("", "", "50m", "64Mi").requests}, want: ReasonCPUUsage,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -76,6 +76,7 @@ type testPod struct {
 	runningFor time.Duration
 	labels     map[string]string
 	daemonSet  bool
+	priority   *int32
 }
 
 func (p testPod) build() *corev1.Pod {
@@ -91,6 +92,7 @@ func (p testPod) build() *corev1.Pod {
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}
+	pod.Spec.Priority = p.priority
 	if p.daemonSet {
 		yes := true
 		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", UID: "ds", Controller: &yes}}
@@ -118,3 +120,5 @@ func lsPod(name, node, cpu, memory string) testPod {
 		corev1.ResourceCPU: cpu, corev1.ResourceMemory: memory,
 	}}
 }
+
+func ptrInt32(v int32) *int32 { return &v }

@@ -11,6 +11,10 @@ import (
 
 const daemonSetKind = "DaemonSet"
 
+// systemCriticalPriority is the priority of system-cluster-critical, the lowest of the two classes
+// Kubernetes reserves for what the cluster cannot run without.
+const systemCriticalPriority = 2000000000
+
 // UsageThresholdsAnnotation overrides Config.UsageThresholds on one node. Its value has the JSON
 // shape of usageThresholds, e.g. {"cpu":50,"memory":90}; a resource left out keeps the cluster value.
 const UsageThresholdsAnnotation = "tandem.io/usage-thresholds"
@@ -21,7 +25,14 @@ type demand struct {
 	estCPU, estMemory     int64 // usage expected once it runs: milli-cores, bytes
 	be                    bool  // best-effort: its usage does not lower reclaimable capacity
 	daemonSet             bool
+	// critical: system-cluster-critical or system-node-critical (tandem-webhook, DNS, ...).
+	critical bool
 }
+
+// exempt reports whether load and metric age never keep the pod off a node: a DaemonSet pod is
+// bound to its node anyway, and a system-critical one (an admission webhook, DNS) left pending
+// because nodes are busy would cost the cluster more than the load it adds.
+func (d demand) exempt() bool { return d.daemonSet || d.critical }
 
 func (d demand) batch() bool { return d.batchCPU > 0 || d.batchMemory > 0 }
 
@@ -47,6 +58,7 @@ func demandOf(pod *corev1.Pod, def EstimatedUsage) demand {
 	if d.estMemory == 0 {
 		d.estMemory = def.MemoryBytes
 	}
+	d.critical = pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
 	for _, ref := range pod.OwnerReferences {
 		if ref.Kind == daemonSetKind && ref.Controller != nil && *ref.Controller {
 			d.daemonSet = true

@@ -131,6 +131,11 @@ func TestDemandOf(t *testing.T) {
 			pod:  testPod{name: "ds", daemonSet: true, requests: map[corev1.ResourceName]string{"cpu": "100m", "memory": "64Mi"}}.build(),
 			want: demand{estCPU: 100, estMemory: 64 << 20, daemonSet: true},
 		},
+		{
+			name: "system-node-critical pod",
+			pod:  testPod{name: "dns", priority: ptrInt32(2000001000), requests: map[corev1.ResourceName]string{"cpu": "100m", "memory": "64Mi"}}.build(),
+			want: demand{estCPU: 100, estMemory: 64 << 20, critical: true},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
