@@ -126,6 +126,11 @@ type Cluster struct {
 	APIServer  string  `json:"apiServer"`  // https://127.0.0.1:<port>
 	Kubectl    string  `json:"kubectl"`
 	Nodes      []*Node `json:"nodes"`
+	// HostIP is this machine's address (hostIP), where both kubelets
+	// register and where pods on the pod network reach kube-apiserver (see
+	// APIServerForPods); empty when the machine has no default route, and
+	// kube-apiserver then serves on 127.0.0.1 alone.
+	HostIP string `json:"hostIP,omitempty"`
 	// Problems lists what of the documented installation could not be done
 	// as documented (a missing tandemctl command, image or manifest): the
 	// cluster still comes up so that the rest can be tested, and
@@ -261,8 +266,8 @@ func (c *Cluster) save() error {
 	return nil
 }
 
-// freePorts returns n TCP ports on 127.0.0.1 that were free a moment ago,
-// all distinct.
+// freePorts returns n TCP ports that were free a moment ago on every IPv4
+// address of the machine (kube-apiserver binds 0.0.0.0), all distinct.
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -272,7 +277,7 @@ func freePorts(n int) ([]int, error) {
 	}()
 	var ports []int
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
@@ -309,7 +314,15 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "etcd"), 0o700); err != nil {
 		return nil, fmt.Errorf("create etcd dir: %w", err)
 	}
+	// kubelet's --node-ip, and where pods on the pod network reach the API
+	// server; without a default route, none (startNode says so).
+	var extraIPs []net.IP
+	ip, err := hostIP()
+	if err == nil {
+		extraIPs = append(extraIPs, net.ParseIP(ip))
+	}
 	c := &Cluster{
+		HostIP:     ip,
 		Dir:        dir,
 		Flavor:     opts.Flavor,
 		Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
@@ -333,7 +346,7 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 		})
 	}
 	p := newPKI(filepath.Join(dir, "pki"))
-	if err := p.write(); err != nil {
+	if err := p.write(extraIPs...); err != nil {
 		return nil, err
 	}
 	users := controlPlaneUsers()
@@ -381,9 +394,21 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 		"--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=tandem="+peerURL,
 	)
+	// Pods on the pod network (tandem-webhook's) reach the API server at the
+	// machine's address, which the serving certificate names too (this
+	// cluster has no kube-proxy to carry the kubernetes Service's ClusterIP
+	// there). 0.0.0.0 keeps 127.0.0.1, where the kubeconfigs, kubelet and
+	// hostNetwork pods reach it; it also serves on every other address of
+	// the machine, to clients that still need a token (anonymous requests
+	// get /healthz, /livez, /readyz and /version only). Without a host
+	// address: loopback alone, as before.
+	bind := "127.0.0.1"
+	if c.HostIP != "" {
+		bind = "0.0.0.0"
+	}
 	c.add(KubeAPIServer, filepath.Join(bins, KubeAPIServer),
 		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1",
+		"--bind-address="+bind,
 		"--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", apiPort),
 		"--tls-cert-file="+p.ServingCert,
@@ -403,6 +428,17 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 		"--kubelet-client-key="+p.KCKey,
 		// Both kubelets share the machine's address, told apart by port.
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		// The API server calls admission webhooks (tandem-webhook) and
+		// aggregated APIs at a Service. This cluster runs no kube-proxy,
+		// so a Service's ClusterIP leads nowhere: with aggregator routing
+		// the API server resolves the Service to one of its ready endpoints
+		// (a pod IP, which this machine routes to over the nodes' CNI
+		// bridges) and dials that. kube-apiserver v1.36 hands the same
+		// resolver to the webhook admission plugins as to the aggregator
+		// (cmd/kube-apiserver/app/server.go buildServiceResolver, passed to
+		// pkg/controlplane/apiserver/admission/config.go). Real clusters,
+		// where kube-proxy makes ClusterIPs work, do not need this flag.
+		"--enable-aggregator-routing=true",
 		"--allow-privileged=true",
 		"--cert-dir="+filepath.Join(dir, "pki", "apiserver"),
 		"--v=1",
@@ -525,10 +561,10 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bins string, opts Opti
 		"--hostname-override=" + n.Name,
 		"--v=1",
 	}
-	if ip, err := hostIP(); err == nil {
-		args = append(args, "--node-ip="+ip)
+	if c.HostIP != "" {
+		args = append(args, "--node-ip="+c.HostIP)
 	} else {
-		logger.Info("No --node-ip: kubelet picks the address", "err", err)
+		logger.Info("No --node-ip (no default route with an IPv4 address): kubelet picks the address")
 	}
 	c.add(NodeDaemon(Kubelet, n.Name), filepath.Join(bins, Kubelet), args...)
 	if err := c.save(); err != nil {
@@ -540,6 +576,21 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bins string, opts Opti
 		}
 	}
 	return nil
+}
+
+// APIServerForPods returns the host and port at which pods on the pod
+// network reach kube-apiserver: this machine's address and the API server's
+// port, for their KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (this
+// cluster has no kube-proxy, so the kubernetes Service's ClusterIP that
+// in-cluster configuration names leads nowhere). The serving certificate
+// names that address, so clients verify it against kube-root-ca.crt as
+// in-cluster clients do.
+func (c *Cluster) APIServerForPods() (host, port string, err error) {
+	_, port, _ = strings.Cut(strings.TrimPrefix(c.APIServer, "https://"), ":")
+	if c.HostIP == "" {
+		return "", "", errors.New("this machine has no default route with an IPv4 address: pods on the pod network cannot reach the API server")
+	}
+	return c.HostIP, port, nil
 }
 
 // hostIP returns the IPv4 address of the interface of the default route:

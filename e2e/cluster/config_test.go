@@ -3,6 +3,7 @@ package cluster
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -165,12 +166,13 @@ func TestKubeletFilesDecodeStrictly(t *testing.T) {
 	}
 }
 
-// TestPKI: the API server's certificate verifies for 127.0.0.1 against the
-// CA in the kubeconfigs, and the client certificate it shows kubelet is a
+// TestPKI: the API server's certificate verifies for 127.0.0.1 and for the
+// machine's address (where pods on the pod network reach it) against the CA
+// in the kubeconfigs, and the client certificate it shows kubelet is a
 // system:masters client signed by the CA kubelet trusts.
 func TestPKI(t *testing.T) {
 	p := newPKI(filepath.Join(t.TempDir(), "pki"))
-	if err := p.write(); err != nil {
+	if err := p.write(net.ParseIP("192.0.2.10")); err != nil {
 		t.Fatal(err)
 	}
 	caPEM, err := os.ReadFile(p.CACert)
@@ -187,6 +189,7 @@ func TestPKI(t *testing.T) {
 		wantOrg         string
 	}{
 		{"serving", p.ServingCert, p.ServingKey, x509.VerifyOptions{Roots: pool, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ""},
+		{"serving at the host address", p.ServingCert, p.ServingKey, x509.VerifyOptions{Roots: pool, DNSName: "192.0.2.10", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ""},
 		{"kubelet client", p.KubeletClientCert, p.KCKey, x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, "system:masters"},
 	}
 	for _, tc := range tests {

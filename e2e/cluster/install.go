@@ -1,27 +1,38 @@
 package cluster
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/e2e/framework"
 )
 
 // Paths below the repository that the installation uses, as docs/install.md
 // names them.
 const (
-	// ExtenderImage is what `make images` writes: tandem-extender as an
-	// OCI image layout tarball.
-	ExtenderImage = "bin/images/tandem-extender.tar"
+	// ImagesDir is where `make images` writes each in-cluster binary as an
+	// OCI image layout tarball, <name>.tar.
+	ImagesDir = "bin/images"
+	// ExtenderImage is what `make images` writes for tandem-extender.
+	ExtenderImage = ImagesDir + "/tandem-extender.tar"
+	// WebhookManifests is deploy/'s directory for tandem-webhook: once it
+	// exists, `kubectl apply -k deploy/` must create the Deployment.
+	WebhookManifests = "deploy/webhook"
 	// SLOConfig is deploy/'s example slo-controller-config, colocation on.
 	SLOConfig = "slo-controller-config.yaml"
 	// InstalledUnit is where `tandemctl node install` writes the unit,
@@ -125,10 +136,12 @@ func (c *Cluster) installProxy(ctx context.Context, n *Node, opts Options) (args
 }
 
 // installClusterSide does what docs/install.md does on the cluster side once
-// the nodes are up: label the control-plane node, import the extender image
-// into its containerd (there is no registry), `kubectl apply -k deploy/`, the
-// extender's TLS Secret, `kubectl apply -f deploy/slo-controller-config.yaml`,
-// and waits until the extender answers where and as kube-scheduler calls it.
+// the nodes are up: label the control-plane node, import the images `make
+// images` builds into the nodes' containerd (there is no registry), `kubectl
+// apply -k deploy/`, the extender's TLS Secret, `kubectl apply -f
+// deploy/slo-controller-config.yaml`, and waits until the extender answers
+// where and as kube-scheduler calls it, and until tandem-webhook, when
+// deploy/ has it, has rolled out.
 // What fails is recorded in c.Problems; only a failure of the cluster itself
 // is returned.
 func (c *Cluster) installClusterSide(ctx context.Context) error {
@@ -146,10 +159,10 @@ func (c *Cluster) installClusterSide(ctx context.Context) error {
 		return err
 	}
 	t := time.Now()
-	if err := c.importExtenderImage(ctx, root); err != nil {
-		problem("extender image: %v", err)
+	if err := c.importImages(ctx, root); err != nil {
+		problem("images: %v", err)
 	} else {
-		logger.Info("Imported the extender image", "node", NodeA, "elapsed", time.Since(t).Round(time.Millisecond))
+		logger.Info("Imported the images of make images", "nodes", c.NodeNames(), "elapsed", time.Since(t).Round(time.Millisecond))
 	}
 	if _, err := c.RunKubectl(ctx, "apply", "-k", filepath.Join(root, "deploy")); err != nil {
 		problem("kubectl apply -k deploy/: %v", err)
@@ -161,7 +174,7 @@ func (c *Cluster) installClusterSide(ctx context.Context) error {
 		"--from-file=tls.crt="+x.Cert, "--from-file=tls.key="+x.Key, "--from-file=ca.crt="+x.CA); err != nil {
 		problem("create Secret kube-system/%s: %v", ExtenderSecret, err)
 	}
-	if err := c.pointExtenderAtAPIServer(ctx); err != nil {
+	for _, err := range c.pointAtAPIServer(ctx, root) {
 		problem("%v", err)
 	}
 	if _, err := c.RunKubectl(ctx, "apply", "-f", filepath.Join(root, "deploy", SLOConfig)); err != nil {
@@ -187,6 +200,9 @@ func (c *Cluster) installClusterSide(ctx context.Context) error {
 		problem("tandem-extender from deploy/ did not answer %s/readyz within 2 minutes (last: %v)", ExtenderURL, last)
 	} else {
 		logger.Info("tandem-extender ready", "url", ExtenderURL, "elapsed", time.Since(t).Round(time.Millisecond))
+	}
+	if err := c.waitWebhook(ctx); err != nil {
+		problem("%v", err)
 	}
 	return nil
 }
@@ -242,56 +258,254 @@ const (
 	SLOName      = "slo-controller-config"
 )
 
-// importExtenderImage builds the image with `make images`, as
-// docs/install.md does (so the cluster runs this checkout's extender, as it
-// runs this checkout's tandem-proxy), and imports it into NodeA's
-// containerd.
-func (c *Cluster) importExtenderImage(ctx context.Context, root string) error {
-	tarball := filepath.Join(root, ExtenderImage)
+// importImages builds the images with `make images`, as docs/install.md
+// does (so that the cluster runs this checkout's in-cluster binaries, as it
+// runs this checkout's tandem-proxy), and imports every tarball it wrote
+// into every node's containerd. tandem-extender runs on NodeA alone, but
+// tandem-webhook's replicas may land on either node, and an import costs
+// little next to `make images` (see ImportImage).
+func (c *Cluster) importImages(ctx context.Context, root string) error {
+	logger := klog.FromContext(ctx)
+	// hack/image writes each tarball afresh (through a temporary file and a
+	// rename): a tarball older than this run is one an earlier IMAGES left.
+	// A second of slack for file systems with coarse timestamps.
+	start := time.Now().Add(-time.Second)
 	cmd := exec.CommandContext(ctx, "make", "-C", root, "images")
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(goBinary())+":"+os.Getenv("PATH"))
+	var errs []error
+	// The images it wrote before a failure are still imported: one image
+	// that does not build must not keep the others out of the cluster.
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("make images: %w: %s", err, tail(out, 1000))
+		errs = append(errs, fmt.Errorf("make images: %w: %s", err, tail(out, 1000)))
 	}
-	if _, err := os.Stat(tarball); err != nil {
-		return fmt.Errorf("make images wrote no %s: %w", ExtenderImage, err)
-	}
-	ctrd, err := c.Containerd(ctx, NodeA)
+	logger.V(1).Info("make images", "elapsed", time.Since(start).Round(time.Millisecond))
+	tarballs, err := filepath.Glob(filepath.Join(root, ImagesDir, "*.tar"))
 	if err != nil {
 		return err
 	}
-	if _, err := ctrd.Ctr(ctx, "images", "import", tarball); err != nil {
+	built := false
+	for _, tarball := range tarballs {
+		fi, err := os.Stat(tarball)
+		if err != nil {
+			return err
+		}
+		if fi.ModTime().Before(start) {
+			logger.Info("Not importing an image make images did not write in this run", "tarball", tarball, "written", fi.ModTime())
+			continue
+		}
+		if tarball == filepath.Join(root, ExtenderImage) {
+			built = true
+		}
+		if _, err := c.ImportImage(ctx, tarball); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !built {
+		errs = append(errs, fmt.Errorf("make images wrote no %s", ExtenderImage))
+	}
+	return errors.Join(errs...)
+}
+
+// ImportImage imports an OCI image layout tarball (as `make images` and
+// hack/image write them) into the containerd of each named node, every node
+// when none is named, and waits until that containerd's CRI lists each image
+// the tarball names, so that a pod with imagePullPolicy Never starts at once
+// (the CRI plugin learns of an import from an event, not at once). It
+// returns the names of the images.
+func (c *Cluster) ImportImage(ctx context.Context, tarball string, nodes ...string) ([]string, error) {
+	logger := klog.FromContext(ctx)
+	names, err := imageNames(tarball)
+	if err != nil {
+		return nil, err
+	}
+	if len(nodes) == 0 {
+		nodes = c.NodeNames()
+	}
+	for _, node := range nodes {
+		t := time.Now()
+		n := c.Node(node)
+		if n == nil {
+			return nil, fmt.Errorf("no node %q in the cluster", node)
+		}
+		ctrd, err := c.Containerd(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ctrd.Ctr(ctx, "images", "import", tarball); err != nil {
+			return nil, fmt.Errorf("node %s: %w", node, err)
+		}
+		if err := waitCRIImages(ctx, n.ContainerdEndpoint(), names); err != nil {
+			return nil, fmt.Errorf("node %s: %w: see %s", node, err, n.ContainerdLog())
+		}
+		logger.Info("Imported image", "node", node, "images", names, "tarball", tarball, "elapsed", time.Since(t).Round(time.Millisecond))
+	}
+	return names, nil
+}
+
+// waitCRIImages waits up to 30 seconds until the CRI at endpoint knows every
+// image of names.
+func waitCRIImages(ctx context.Context, endpoint string, names []string) error {
+	_, is, err := framework.NewCRIClients(ctx, endpoint)
+	if err != nil {
 		return err
+	}
+	defer is.Close(ctx) //nolint:errcheck // the connection is done with
+	for _, name := range names {
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			resp, err := is.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: name}, false)
+			last = err
+			return err == nil && resp.GetImage() != nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("imported image %s is not visible through CRI (last error: %v): %w", name, last, err)
+		}
 	}
 	return nil
 }
 
-// pointExtenderAtAPIServer gives deploy/'s extender DaemonSet the API
-// server's real address. This cluster runs no kube-proxy, so the
-// `kubernetes` Service's ClusterIP that in-cluster configuration names
-// leads nowhere; on a real cluster kube-proxy makes it reach the API server.
-// The override is the container's own KUBERNETES_SERVICE_HOST/PORT, which
-// kubelet lets win over the Service's.
-func (c *Cluster) pointExtenderAtAPIServer(ctx context.Context) error {
+// imageNames returns the names an OCI image layout tarball gives its images:
+// the io.containerd.image.name annotations of its index.json, which `ctr
+// images import` names them after.
+func imageNames(tarball string) ([]string, error) {
+	f, err := os.Open(tarball)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("%s: no index.json: not an OCI image layout", tarball)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", tarball, err)
+		}
+		if path.Clean(h.Name) != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			return nil, fmt.Errorf("%s: index.json: %w", tarball, err)
+		}
+		var names []string
+		for _, m := range index.Manifests {
+			if name := m.Annotations["io.containerd.image.name"]; name != "" {
+				names = append(names, name)
+			}
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("%s: index.json names no image (io.containerd.image.name)", tarball)
+		}
+		return names, nil
+	}
+}
+
+// pointAtAPIServer gives the in-cluster parts of deploy/ the API server's
+// real address. This cluster runs no kube-proxy, so the `kubernetes`
+// Service's ClusterIP that in-cluster configuration names leads nowhere; on
+// a real cluster kube-proxy makes it reach the API server. The override is
+// the container's own KUBERNETES_SERVICE_HOST/PORT, which kubelet lets win
+// over the Service's:
+//   - the tandem-extender DaemonSet runs on the host network: 127.0.0.1;
+//   - the tandem-webhook Deployment runs on the pod network, where loopback
+//     is the pod's own: this machine's address (APIServerForPods). Until
+//     deploy/webhook/ exists, a missing Deployment is only logged.
+//
+// It returns what it could not do.
+func (c *Cluster) pointAtAPIServer(ctx context.Context, root string) []error {
+	logger := klog.FromContext(ctx)
+	cs, err := c.Client()
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	_, port, _ := strings.Cut(strings.TrimPrefix(c.APIServer, "https://"), ":")
+	daemonSets, err := cs.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []error{fmt.Errorf("list DaemonSets: %w", err)}
+	}
+	found := false
+	for _, ds := range daemonSets.Items {
+		if ds.Name != TandemExtender {
+			continue
+		}
+		found = true
+		if _, err := c.RunKubectl(ctx, "set", "env", "-n", ds.Namespace, "daemonset/"+ds.Name,
+			"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !found {
+		errs = append(errs, errors.New("kubectl apply -k deploy/ created no DaemonSet "+TandemExtender))
+	}
+
+	deployments, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return append(errs, fmt.Errorf("list Deployments: %w", err))
+	}
+	found = false
+	for _, d := range deployments.Items {
+		if d.Name != TandemWebhook {
+			continue
+		}
+		found = true
+		host, port, err := c.APIServerForPods()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("Deployment %s/%s: %w", d.Namespace, d.Name, err))
+			continue
+		}
+		if _, err := c.RunKubectl(ctx, "set", "env", "-n", d.Namespace, "deployment/"+d.Name,
+			"KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !found {
+		if _, err := os.Stat(filepath.Join(root, WebhookManifests)); err == nil {
+			errs = append(errs, fmt.Errorf("kubectl apply -k deploy/ created no Deployment %s, though %s exists", TandemWebhook, WebhookManifests))
+		} else {
+			logger.Info("No Deployment "+TandemWebhook+" to point at the API server: deploy/ has none yet", "manifests", WebhookManifests)
+		}
+	}
+	return errs
+}
+
+// waitWebhook waits until every tandem-webhook Deployment has rolled out
+// (pointAtAPIServer changed its pods), so that the tests start with the
+// webhook answering the API server. Without one it does nothing:
+// pointAtAPIServer reports a missing one.
+func (c *Cluster) waitWebhook(ctx context.Context) error {
 	cs, err := c.Client()
 	if err != nil {
 		return err
 	}
-	list, err := cs.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	deployments, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("list DaemonSets: %w", err)
+		return fmt.Errorf("list Deployments: %w", err)
 	}
-	host, port, _ := strings.Cut(strings.TrimPrefix(c.APIServer, "https://"), ":")
-	for _, ds := range list.Items {
-		if ds.Name != TandemExtender {
+	var errs []error
+	for _, d := range deployments.Items {
+		if d.Name != TandemWebhook {
 			continue
 		}
-		_, err := c.RunKubectl(ctx, "set", "env", "-n", ds.Namespace, "daemonset/"+ds.Name,
-			"KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
-		return err
+		t := time.Now()
+		if _, err := c.RunKubectl(ctx, "rollout", "status", "-n", d.Namespace, "deployment/"+d.Name, "--timeout=2m"); err != nil {
+			errs = append(errs, fmt.Errorf("Deployment %s/%s did not roll out within 2 minutes: %w", d.Namespace, d.Name, err))
+			continue
+		}
+		klog.FromContext(ctx).Info("tandem-webhook ready", "namespace", d.Namespace, "elapsed", time.Since(t).Round(time.Millisecond))
 	}
-	return errors.New("kubectl apply -k deploy/ created no DaemonSet " + TandemExtender)
+	return errors.Join(errs...)
 }
 
 // TandemExtender is the name of deploy/'s extender DaemonSet.
 const TandemExtender = "tandem-extender"
+
+// TandemWebhook is the name of deploy/'s admission webhook Deployment (and
+// of its Service).
+const TandemWebhook = "tandem-webhook"

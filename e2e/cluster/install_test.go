@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tandemkit/tandem/internal/ociimage"
 )
 
 // TestInstallProxy runs installProxy with stand-ins for tandemctl and
@@ -106,5 +109,38 @@ echo 'kind: KubeletConfiguration' > $p/etc/kubernetes/kubelet.conf.d/50-tandem-r
 				t.Errorf("no kubelet drop-in in %s", n.KubeletConfigDir)
 			}
 		})
+	}
+}
+
+// TestImageNames reads the names ImportImage waits for from a tarball as
+// hack/image writes it, and refuses what is not an OCI image layout.
+func TestImageNames(t *testing.T) {
+	dir := t.TempDir()
+	layer, err := ociimage.Layer([]ociimage.Entry{{Name: "hello", Type: ociimage.File, Mode: 0o755, Data: []byte("hi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	const name = "ghcr.io/tandemkit/tandem-webhook:v0.1.0"
+	if err := ociimage.Write(&buf, ociimage.Image{Name: name, Layers: [][]byte{layer}}); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.tar")
+	if err := os.WriteFile(good, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names, err := imageNames(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(names, []string{name}) {
+		t.Errorf("names %q, want %q", names, name)
+	}
+	bad := filepath.Join(dir, "bad.tar")
+	if err := os.WriteFile(bad, layer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := imageNames(bad); err == nil || !strings.Contains(err.Error(), "no index.json") {
+		t.Errorf("a plain tar: err %v, want no index.json", err)
 	}
 }

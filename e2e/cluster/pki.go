@@ -36,8 +36,11 @@ func newPKI(dir string) pki {
 	}
 }
 
-// write generates every key and certificate (see certLifetime).
-func (p pki) write() error {
+// write generates every key and certificate (see certLifetime). The API
+// server's serving certificate is valid for localhost and 127.0.0.1, where
+// the kubeconfigs, kubelet and hostNetwork pods reach it, and for each of
+// extraIPs: this machine's address, where pods on the pod network reach it.
+func (p pki) write(extraIPs ...net.IP) error {
 	if err := os.MkdirAll(filepath.Dir(p.CACert), 0o700); err != nil {
 		return fmt.Errorf("create pki dir: %w", err)
 	}
@@ -45,6 +48,7 @@ func (p pki) write() error {
 	if err != nil {
 		return err
 	}
+	servingIPs := append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, extraIPs...)
 	leaves := []struct {
 		cert, key string
 		tmpl      *x509.Certificate
@@ -53,7 +57,7 @@ func (p pki) write() error {
 			SerialNumber: big.NewInt(2),
 			Subject:      pkix.Name{CommonName: "kube-apiserver"},
 			DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+			IPAddresses:  servingIPs,
 			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		}},
 		{p.KubeletClientCert, p.KCKey, &x509.Certificate{

@@ -1,0 +1,486 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tandemkit/tandem/e2e/framework"
+)
+
+// Where deploy/webhook/ installs tandem-webhook.
+const (
+	tandemWebhookNS   = "koordinator-system"
+	tandemWebhookName = "tandem-webhook"
+	// seedNamespace carries seed 001's namespace label, so seed 001's profile takes its pods.
+	seedNamespace = "tandem-seed-001"
+	seedProfile   = "colocation-profile-example"
+)
+
+// TestColocationProfile runs the webhook `kubectl apply -k deploy/` installed: seed 001's profile
+// turns seed 001's pod into the pod seed 001 shows, which is then placed on published batch
+// capacity and runs with batch cgroups; a Job of 4 executors (init container and two containers
+// each) and a Deployment become BE and run; an LSE pod asking for 1500m is refused by `kubectl
+// apply` naming the rule; with the webhook's Deployment scaled to zero, pods are still admitted
+// (failurePolicy Ignore), the API server counts the bypass, and the webhook, back, counts and logs
+// the pod it missed.
+func TestColocationProfile(t *testing.T) {
+	ctx := testContext(t, 15*time.Minute)
+	cs := client(t)
+	waitWebhook(ctx, t, cs)
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: seedNamespace, Labels: map[string]string{"koordinator.sh/enable-colocation": "true"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		_, _ = suite.c.RunKubectl(ctx, "delete", "clustercolocationprofile", seedProfile, "--ignore-not-found")
+		_ = cs.CoreV1().Namespaces().Delete(ctx, seedNamespace, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, seedNamespace, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Errorf("namespace %s not gone 3 minutes after its delete", seedNamespace)
+		}
+	})
+	if out, err := suite.c.RunKubectl(ctx, "apply", "-f", repoPath(t, "admission/testdata/seed-001-profile.yaml")); err != nil {
+		t.Fatalf("kubectl apply seed 001's profile: %v: %s", err, out)
+	}
+	// The webhook's informer sees the profile a moment after the API server stored it.
+	waitProfileApplied(ctx, t, cs)
+
+	t.Run("seed 001's pod comes out as seed 001 shows it, runs on batch capacity", func(t *testing.T) {
+		pod := seedPod(t)
+		out, err := kubectlApply(ctx, pod)
+		if err != nil {
+			t.Fatalf("kubectl apply seed 001's pod: %v: %s", err, out)
+		}
+		p, err := cs.CoreV1().Pods(seedNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range map[string]string{"koordinator.sh/qosClass": "BE", "koordinator.sh/priority": "1000", "koordinator.sh/mutated": "true", "koordinator.sh/enable-colocation": "true"} {
+			if p.Labels[k] != v {
+				t.Errorf("label %s=%q, want %q (labels %v)", k, p.Labels[k], v, p.Labels)
+			}
+		}
+		if p.Annotations["koordinator.sh/intercepted"] != "true" {
+			t.Errorf("annotations %v lack koordinator.sh/intercepted: true", p.Annotations)
+		}
+		if p.Spec.Priority == nil || *p.Spec.Priority != 5000 || p.Spec.PriorityClassName != "koord-batch" || p.Spec.SchedulerName != "koord-scheduler" {
+			t.Errorf("priority %v, priorityClassName %q, schedulerName %q; want 5000, koord-batch, koord-scheduler", p.Spec.Priority, p.Spec.PriorityClassName, p.Spec.SchedulerName)
+		}
+		if g := p.Spec.TerminationGracePeriodSeconds; g == nil || *g != 30 {
+			t.Errorf("terminationGracePeriodSeconds %v, want 30 from the profile's patch", g)
+		}
+		r := p.Spec.Containers[0].Resources
+		for name, list := range map[string]corev1.ResourceList{"requests": r.Requests, "limits": r.Limits} {
+			cpu, mem := list["kubernetes.io/batch-cpu"], list["kubernetes.io/batch-memory"]
+			if len(list) != 2 || cpu.Value() != 1000 || mem.Value() != 3456<<20 {
+				t.Errorf("%s %v, want exactly kubernetes.io/batch-cpu 1000 and kubernetes.io/batch-memory 3456Mi", name, list)
+			}
+		}
+		if !strings.Contains(p.Annotations["node.koordinator.sh/extended-resource-spec"], `"kubernetes.io/batch-cpu":"1k"`) &&
+			!strings.Contains(p.Annotations["node.koordinator.sh/extended-resource-spec"], `"kubernetes.io/batch-cpu":"1000"`) {
+			t.Errorf("node.koordinator.sh/extended-resource-spec %q does not carry the batch-cpu", p.Annotations["node.koordinator.sh/extended-resource-spec"])
+		}
+		p = waitRunningIn(ctx, t, cs, seedNamespace, pod.Name, 4*time.Minute)
+		n, err := cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := batchCPU(n); !ok || v < 1000 {
+			t.Errorf("placed on %s, which publishes batch-cpu %d (present %v), less than the 1000 the pod asks", n.Name, v, ok)
+		}
+		checkBatchCgroups(t, p, 1000)
+		if got, want := readCgroup(t, p, "memory", "memory.limit_in_bytes"), fmt.Sprint(3456<<20); got != want {
+			t.Errorf("memory.limit_in_bytes %s, want %s from batch-memory 3456Mi", got, want)
+		}
+	})
+
+	t.Run("a Job of 4 executors and a Deployment become BE and run", func(t *testing.T) {
+		job := executorJob()
+		if _, err := cs.BatchV1().Jobs(seedNamespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.AppsV1().Deployments(seedNamespace).Create(ctx, webDeployment(), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+			j, err := cs.BatchV1().Jobs(seedNamespace).Get(ctx, job.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			last = fmt.Sprintf("succeeded %d, failed %d, active %d", j.Status.Succeeded, j.Status.Failed, j.Status.Active)
+			return j.Status.Succeeded == 4, nil
+		})
+		if err != nil {
+			t.Errorf("Job %s not complete in 4 minutes: %s", job.Name, last)
+		}
+		pods, err := cs.CoreV1().Pods(seedNamespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) < 4 {
+			t.Errorf("%d executor pods, want 4", len(pods.Items))
+		}
+		for _, p := range pods.Items {
+			checkBatchPod(t, &p, []string{"setup", "executor", "shuffle"})
+		}
+		err = wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+			ps, err := cs.CoreV1().Pods(seedNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err != nil || len(ps.Items) != 1 {
+				return false, nil
+			}
+			p := &ps.Items[0]
+			last = fmt.Sprintf("%s on %q: %s", p.Status.Phase, p.Spec.NodeName, podProblem(p))
+			if p.Status.Phase == corev1.PodRunning && podReady(p) {
+				checkBatchPod(t, p, []string{"web"})
+				return true, nil
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("Deployment web's pod not Running in 4 minutes: %s", last)
+		}
+	})
+
+	t.Run("an LSE pod asking for 1500m is refused by kubectl apply", func(t *testing.T) {
+		pod := sleepPod("lse-fractional")
+		pod.Labels["koordinator.sh/qosClass"] = "LSE"
+		cpu := resource.MustParse("1500m")
+		pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: cpu}, Limits: corev1.ResourceList{corev1.ResourceCPU: cpu},
+		}
+		out, err := kubectlApply(ctx, pod)
+		if err == nil {
+			t.Fatalf("kubectl apply created it: %s", out)
+		}
+		for _, want := range []string{"denied the request", "pod default/lse-fractional, container sleep: rule exclusive-cpus", "1500m"} {
+			if !bytes.Contains(out, []byte(want)) {
+				t.Errorf("kubectl apply said %q, want it to contain %q", out, want)
+			}
+		}
+		if _, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("refused pod exists anyway: %v", err)
+		}
+	})
+
+	t.Run("webhook down: pods still admitted, the bypass counted", func(t *testing.T) {
+		before := failOpen(ctx, t, cs)
+		scaleWebhook(ctx, t, cs, 0)
+		t.Cleanup(func() { scaleWebhook(context.WithoutCancel(ctx), t, cs, 2) })
+		pod := sleepPod("missed")
+		pod.Namespace = seedNamespace
+		pod.Labels["koordinator.sh/enable-colocation"] = "true"
+		created, err := cs.CoreV1().Pods(seedNamespace).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("with the webhook down, a pod was refused (failurePolicy must be Ignore): %v", err)
+		}
+		if _, ok := created.Labels["koordinator.sh/qosClass"]; ok {
+			t.Fatalf("pod mutated with no webhook replica: %v", created.Labels)
+		}
+		if after := failOpen(ctx, t, cs); after <= before {
+			t.Errorf("apiserver_admission_webhook_fail_open_count for pods.mutate.tandem.io %v, before %v: want it to grow", after, before)
+		}
+		scaleWebhook(ctx, t, cs, 2)
+		waitWebhook(ctx, t, cs)
+		var last string
+		err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			last = webhookMetric(ctx, t, cs, `tandem_webhook_unadmitted_pods{check="profiles"}`)
+			n, _ := strconv.ParseFloat(last, 64)
+			return n >= 1, nil
+		})
+		if err != nil {
+			t.Errorf(`tandem_webhook_unadmitted_pods{check="profiles"} = %q 2 minutes after the webhook came back, want >= 1`, last)
+		}
+		logs, _ := suite.c.RunKubectl(ctx, "-n", tandemWebhookNS, "logs", "deployment/"+tandemWebhookName, "--all-containers")
+		if !bytes.Contains(logs, []byte("Pod admitted without tandem-webhook")) || !bytes.Contains(logs, []byte(seedNamespace+"/missed")) {
+			t.Logf("webhook log (one replica) does not name the missed pod: the other replica may hold it:\n%s", tailBytes(logs, 2000))
+		}
+	})
+}
+
+// waitWebhook waits until both replicas are ready and both webhook configurations carry a caBundle.
+func waitWebhook(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := cs.AppsV1().Deployments(tandemWebhookNS).Get(ctx, tandemWebhookName, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		if d.Status.ReadyReplicas < 2 {
+			last = fmt.Sprintf("%d of 2 replicas ready", d.Status.ReadyReplicas)
+			return false, nil
+		}
+		m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, tandemWebhookName, metav1.GetOptions{})
+		if err != nil || len(m.Webhooks) == 0 || len(m.Webhooks[0].ClientConfig.CABundle) == 0 {
+			last = fmt.Sprintf("MutatingWebhookConfiguration without caBundle (%v)", err)
+			return false, nil
+		}
+		v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, tandemWebhookName, metav1.GetOptions{})
+		if err != nil || len(v.Webhooks) == 0 || len(v.Webhooks[0].ClientConfig.CABundle) == 0 {
+			last = fmt.Sprintf("ValidatingWebhookConfiguration without caBundle (%v)", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		out, _ := suite.c.RunKubectl(ctx, "-n", tandemWebhookNS, "get", "pods", "-o", "wide")
+		logs, _ := suite.c.RunKubectl(ctx, "-n", tandemWebhookNS, "logs", "deployment/"+tandemWebhookName, "--all-containers", "--tail=50")
+		t.Fatalf("tandem-webhook not ready with its caBundle in 4 minutes (%s)\n%s\n%s", last, out, logs)
+	}
+}
+
+// waitProfileApplied creates dry-run pods until one comes back changed by the profile.
+func waitProfileApplied(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p := sleepPod("probe")
+		p.Namespace = seedNamespace
+		p.Labels["koordinator.sh/enable-colocation"] = "true"
+		got, err := cs.CoreV1().Pods(seedNamespace).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && got.Labels["koordinator.sh/qosClass"] == "BE", nil
+	})
+	if err != nil {
+		t.Fatal("no dry-run pod got seed 001's profile within a minute")
+	}
+}
+
+// seedPod is seed 001's pod with this cluster's image: nginx cannot be pulled here.
+func seedPod(t *testing.T) *corev1.Pod {
+	t.Helper()
+	b, err := os.ReadFile(repoPath(t, "admission/testdata/seed-001-pod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p corev1.Pod
+	if err := yaml.UnmarshalStrict(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Namespace = seedNamespace
+	c := &p.Spec.Containers[0]
+	c.Image, c.ImagePullPolicy, c.Command = framework.TestImage, corev1.PullNever, []string{"/bin/sh", "-c", "exec sleep 3600"}
+	return &p
+}
+
+// executorJob stands in for Spark's executors: 4 pods, each with an init container and two
+// containers, created by the Job controller from a template that says nothing of batch.
+func executorJob() *batchv1.Job {
+	res := func(cpu string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("32Mi")}}
+	}
+	ctr := func(name, cmd, cpu string) corev1.Container {
+		return corev1.Container{Name: name, Image: framework.TestImage, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/sh", "-c", cmd}, Resources: res(cpu)}
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "spark-executors", Namespace: seedNamespace},
+		Spec: batchv1.JobSpec{
+			Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](4), BackoffLimit: ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"koordinator.sh/enable-colocation": "true", "spark-role": "executor"}},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					InitContainers:                []corev1.Container{ctr("setup", "true", "50m")},
+					Containers:                    []corev1.Container{ctr("executor", "sleep 5", "100m"), ctr("shuffle", "sleep 5", "50m")},
+				},
+			},
+		},
+	}
+}
+
+// checkBatchPod checks that a pod a BE profile took asks for batch resources only, in every
+// container named.
+func checkBatchPod(t *testing.T, p *corev1.Pod, containers []string) {
+	t.Helper()
+	if p.Labels["koordinator.sh/qosClass"] != "BE" || p.Spec.PriorityClassName != "koord-batch" {
+		t.Errorf("pod %s: qosClass %q, priorityClassName %q; want BE, koord-batch", p.Name, p.Labels["koordinator.sh/qosClass"], p.Spec.PriorityClassName)
+	}
+	all := append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)
+	for _, name := range containers {
+		found := false
+		for _, c := range all {
+			if c.Name != name {
+				continue
+			}
+			found = true
+			_, cpu := c.Resources.Requests[corev1.ResourceCPU]
+			bc := c.Resources.Requests["kubernetes.io/batch-cpu"]
+			if cpu || bc.Value() <= 0 {
+				t.Errorf("pod %s, container %s: requests %v, want batch-cpu instead of cpu", p.Name, name, c.Resources.Requests)
+			}
+		}
+		if !found {
+			t.Errorf("pod %s has no container %s", p.Name, name)
+		}
+	}
+}
+
+// webDeployment is an online-looking Deployment whose pods the profile's selector takes.
+func webDeployment() *appsv1.Deployment {
+	labels := map[string]string{"app": "web", "koordinator.sh/enable-colocation": "true"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: seedNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers: []corev1.Container{{
+						Name: "web", Image: framework.TestImage, ImagePullPolicy: corev1.PullNever,
+						Command: []string{"/bin/sh", "-c", "exec sleep 3600"},
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// kubectlApply applies a pod as a user would, from a file, and returns kubectl's output.
+func kubectlApply(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
+	pod = pod.DeepCopy()
+	pod.APIVersion, pod.Kind = "v1", "Pod"
+	b, err := yaml.Marshal(pod)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp("", "tandem-apply-*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		return nil, err
+	}
+	f.Close()
+	return suite.c.RunKubectl(ctx, "apply", "-f", f.Name())
+}
+
+func waitRunningIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if p, err = cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%s on %q: %s", p.Status.Phase, p.Spec.NodeName, podProblem(p))
+		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s not Running within %s (last: %s): %v", ns, name, timeout, last, err)
+	}
+	return p
+}
+
+func scaleWebhook(ctx context.Context, t *testing.T, cs kubernetes.Interface, replicas int) {
+	t.Helper()
+	if out, err := suite.c.RunKubectl(ctx, "-n", tandemWebhookNS, "scale", "deployment/"+tandemWebhookName, fmt.Sprintf("--replicas=%d", replicas)); err != nil {
+		t.Fatalf("scale %s to %d: %v: %s", tandemWebhookName, replicas, err, out)
+	}
+	if replicas > 0 {
+		return
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ps, err := cs.CoreV1().Pods(tandemWebhookNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + tandemWebhookName})
+		return err == nil && len(ps.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%s's pods not gone 2 minutes after scaling to 0", tandemWebhookName)
+	}
+}
+
+// failOpen reads the API server's count of admissions that went ahead without tandem-webhook's
+// mutating webhook.
+func failOpen(ctx context.Context, t *testing.T, cs kubernetes.Interface) float64 {
+	t.Helper()
+	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("read the API server's /metrics: %v", err)
+	}
+	total := 0.0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "apiserver_admission_webhook_fail_open_count{") && strings.Contains(l, `name="pods.mutate.tandem.io"`) {
+			f := strings.Fields(l)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			total += v
+		}
+	}
+	return total
+}
+
+// webhookMetric returns the largest value of a series across the webhook's replicas, read from
+// each pod's metrics port (pod IPs are reachable from this host).
+func webhookMetric(ctx context.Context, t *testing.T, cs kubernetes.Interface, series string) string {
+	t.Helper()
+	ps, err := cs.CoreV1().Pods(tandemWebhookNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + tandemWebhookName})
+	if err != nil {
+		return err.Error()
+	}
+	best := ""
+	bestV := -1.0
+	for _, p := range ps.Items {
+		if p.Status.PodIP == "" {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+p.Status.PodIP+":9080/metrics", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, series+" "); ok {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > bestV {
+					best, bestV = strings.TrimSpace(v), f
+				}
+			}
+		}
+	}
+	return best
+}
+
+func tailBytes(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
