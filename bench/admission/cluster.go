@@ -47,7 +47,8 @@ func kubeAPIServerPath() string {
 }
 
 // pki is the run's certificates: one CA that signs the API server's and the webhook's serving
-// certificates, both for 127.0.0.1, and the service-account key pair kube-apiserver insists on.
+// certificates, both for 127.0.0.1 (the floor webhook serves the webhook's too), and the
+// service-account key pair kube-apiserver insists on.
 type pki struct {
 	caPEM                        []byte
 	apiCert, apiKey              string
@@ -196,13 +197,17 @@ type process struct {
 	err       error
 }
 
-func startProcess(name, bin string, args []string, logPath string) (*process, error) {
+// env, if any, is added to the benchmark's own environment.
+func startProcess(name, bin string, args, env []string, logPath string) (*process, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -311,19 +316,21 @@ func tlsClient(caPEM []byte) *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
-// servers is what the benchmark runs: etcd, kube-apiserver and tandem-webhook, in its temp dir.
+// servers is what the benchmark runs: etcd, kube-apiserver, tandem-webhook and the floor webhook,
+// in its temp dir.
 type servers struct {
-	dir                   string
-	pki                   *pki
-	etcd, apiserver, hook *process
-	apiURL                string
-	webhookPort           int
-	metricsURL            string // tandem-webhook's plain-HTTP /metrics
+	dir                          string
+	pki                          *pki
+	etcd, apiserver, hook, floor *process
+	apiURL                       string
+	webhookPort, floorPort       int
+	metricsURL                   string // tandem-webhook's plain-HTTP /metrics
+	floorMetricsURL              string // the floor's
 }
 
-// stop stops what was started, the webhook first, etcd last.
+// stop stops what was started, the webhooks first, etcd last.
 func (s *servers) stop() {
-	for _, p := range []*process{s.hook, s.apiserver, s.etcd} {
+	for _, p := range []*process{s.floor, s.hook, s.apiserver, s.etcd} {
 		if p != nil {
 			p.stop(10 * time.Second)
 		}
@@ -332,13 +339,14 @@ func (s *servers) stop() {
 
 // startControlPlane starts etcd and kube-apiserver and waits until the API server is ready.
 func (s *servers) startControlPlane(ctx context.Context, etcdBin, apiserverBin string) error {
-	ports, err := freePorts(5)
+	ports, err := freePorts(7)
 	if err != nil {
 		return err
 	}
 	etcdPort, peerPort, apiPort := ports[0], ports[1], ports[2]
-	s.webhookPort = ports[3]
+	s.webhookPort, s.floorPort = ports[3], ports[5]
 	s.metricsURL = fmt.Sprintf("http://127.0.0.1:%d", ports[4])
+	s.floorMetricsURL = fmt.Sprintf("http://127.0.0.1:%d", ports[6])
 	if s.pki, err = newPKI(filepath.Join(s.dir, "pki")); err != nil {
 		return fmt.Errorf("make certificates: %w", err)
 	}
@@ -349,7 +357,7 @@ func (s *servers) startControlPlane(ctx context.Context, etcdBin, apiserverBin s
 		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
 		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
 		"--initial-cluster=bench=" + peerURL,
-	}, filepath.Join(s.dir, "etcd.log"))
+	}, nil, filepath.Join(s.dir, "etcd.log"))
 	if err != nil {
 		return err
 	}
@@ -369,7 +377,7 @@ func (s *servers) startControlPlane(ctx context.Context, etcdBin, apiserverBin s
 		"--service-account-signing-key-file=" + s.pki.saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--cert-dir=" + filepath.Join(s.dir, "pki", "apiserver"),
-	}, filepath.Join(s.dir, "kube-apiserver.log"))
+	}, nil, filepath.Join(s.dir, "kube-apiserver.log"))
 	if err != nil {
 		return err
 	}
@@ -390,7 +398,7 @@ func (s *servers) startWebhook(ctx context.Context, bin string) error {
 		"--kubeconfig=" + s.pki.kubeconfig,
 		"--tls-cert-file=" + s.pki.webhookCert, "--tls-private-key-file=" + s.pki.webhookKey,
 		"--webhook-configuration=" + webhookConfigName,
-	}, filepath.Join(s.dir, "tandem-webhook.log"))
+	}, nil, filepath.Join(s.dir, "tandem-webhook.log"))
 	if err != nil {
 		return err
 	}

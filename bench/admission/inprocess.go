@@ -34,6 +34,8 @@ func (staticCluster) NamespaceLabels(_ context.Context, name string) (map[string
 		return map[string]string{"env": "bench", "team-owner": "platform", labelWebhook: "webhook", corev1.LabelMetadataName: nsWebhook}, nil
 	case nsPlain:
 		return map[string]string{"env": "bench", "team-owner": "platform", corev1.LabelMetadataName: nsPlain}, nil
+	case nsFloor:
+		return map[string]string{"env": "bench", "team-owner": "platform", labelWebhook: "floor", corev1.LabelMetadataName: nsFloor}, nil
 	}
 	return nil, fmt.Errorf("namespace %s not found", name)
 }
@@ -165,15 +167,11 @@ func serveCheck(h http.Handler, path, body string) error {
 	return nil
 }
 
-// handlerCosts measures the mutate and validate reviews of each variant. submitted are the pods as
+// handlerCosts measures h's mutate and validate reviews of each variant. submitted are the pods as
 // the API server sends them to the mutating webhook (defaulted, in-tree admission done: the
 // bench-plain dry-run answers), admitted as it sends them to the validating one (the
 // bench-webhook answers).
-func handlerCosts(ps []benchProfile, submitted, admitted [variants]*corev1.Pod, iters int) ([]cost, error) {
-	h, err := inProcessHandler(ps)
-	if err != nil {
-		return nil, err
-	}
+func handlerCosts(h http.Handler, submitted, admitted [variants]*corev1.Pod, iters int) ([]cost, error) {
 	var out []cost
 	for v := range variants {
 		for _, c := range []struct {

@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// The two kinds of request, measured in the same run.
+// The three kinds of request, measured in the same run.
 const (
 	kindPlain   = 0 // namespace bench-plain: the API server's own round trip
 	kindWebhook = 1 // namespace bench-webhook: the same plus tandem-webhook's two calls
-	kinds       = 2
+	kindFloor   = 2 // namespace bench-floor: the same plus two calls to the floor webhook
+	kinds       = 3
 )
 
 // slot is one request of the open-loop schedule.
@@ -20,11 +21,11 @@ type slot struct {
 	// offset is when the request is due, from the start of the run.
 	offset time.Duration
 	kind   int
-	// seq counts the kind's requests from 0; it picks the pod variant, so both kinds send the same mix.
+	// seq counts the kind's requests from 0; it picks the pod variant, so every kind sends the same mix.
 	seq int
 }
 
-// requestCount is how many requests of one kind a run at rate per second sends in d.
+// requestCount is how many requests a run at rate per second sends in d.
 func requestCount(rate float64, d time.Duration) int {
 	if rate <= 0 || d <= 0 {
 		return 0
@@ -33,20 +34,22 @@ func requestCount(rate float64, d time.Duration) int {
 	return int(math.Floor(rate*d.Seconds() + 1e-9))
 }
 
-// schedule is the interleaved open-loop schedule of n requests of each kind at rate per second
-// each: slots 1/(2·rate) apart, taken in pairs, each pair one request of each kind in an order
-// drawn from rng. Both kinds thus keep exactly their rate over any two slots, and neither always
-// goes first (which would give it the quieter moment after the other's reply, or the reverse).
+// perKind is how many requests of each kind a run at rate per second (all kinds together) sends
+// in d: the schedule only holds whole blocks of one request of each kind.
+func perKind(rate float64, d time.Duration) int { return requestCount(rate, d) / kinds }
+
+// schedule is the interleaved open-loop schedule of n requests of each kind at rate per second in
+// all: slots 1/rate apart, taken in blocks of one request of each kind, in an order drawn from rng
+// for each block (a random permutation). So the API server gets rate per second whatever the
+// number of kinds, each slot's kind is random with the kinds equally likely, every kind keeps
+// exactly its share over any block, and none always goes first (which would give it the quieter
+// moment after another's reply, or the reverse).
 func schedule(rate float64, n int, rng *rand.Rand) []slot {
-	out := make([]slot, 0, 2*n)
-	step := float64(time.Second) / (2 * rate)
+	out := make([]slot, 0, kinds*n)
+	step := float64(time.Second) / rate
 	for i := range n {
-		first := kindPlain
-		if rng.IntN(2) == 1 {
-			first = kindWebhook
-		}
-		for j, k := range [2]int{first, 1 - first} {
-			out = append(out, slot{offset: time.Duration(float64(2*i+j) * step), kind: k, seq: i})
+		for j, k := range rng.Perm(kinds) {
+			out = append(out, slot{offset: time.Duration(float64(kinds*i+j) * step), kind: k, seq: i})
 		}
 	}
 	return out

@@ -30,6 +30,27 @@ func TestRequestCount(t *testing.T) {
 	}
 }
 
+func TestPerKind(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		rate float64
+		d    time.Duration
+		want int
+	}{
+		{50, 120 * time.Second, 2000}, // the defaults: 6000 requests in all
+		{50, 5 * time.Second, 83},     // 250 in all: whole blocks of three only
+		{50, 10 * time.Second, 166},
+		{3, time.Second, 1},
+		{2, time.Second, 0},
+		{0, time.Second, 0},
+	}
+	for _, tt := range tests {
+		if got := perKind(tt.rate, tt.d); got != tt.want {
+			t.Errorf("perKind(%g, %s) = %d, want %d", tt.rate, tt.d, got, tt.want)
+		}
+	}
+}
+
 func TestSchedule(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -38,45 +59,52 @@ func TestSchedule(t *testing.T) {
 		n    int
 		step time.Duration // between consecutive slots
 	}{
-		{name: "50 per second", rate: 50, n: 3000, step: 10 * time.Millisecond},
-		{name: "one pair", rate: 50, n: 1, step: 10 * time.Millisecond},
+		{name: "50 per second in all", rate: 50, n: 2000, step: 20 * time.Millisecond},
+		{name: "one block", rate: 50, n: 1, step: 20 * time.Millisecond},
 		{name: "none", rate: 50, n: 0},
-		{name: "fractional rate", rate: 3, n: 30, step: time.Second / 6},
+		{name: "fractional rate", rate: 3, n: 30, step: time.Second / 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := schedule(tt.rate, tt.n, rand.New(rand.NewPCG(1, 2)))
-			if len(s) != 2*tt.n {
-				t.Fatalf("%d slots, want %d", len(s), 2*tt.n)
+			if len(s) != kinds*tt.n {
+				t.Fatalf("%d slots, want %d", len(s), kinds*tt.n)
 			}
 			var count [kinds]int
-			var firsts [kinds]int
-			last := [kinds]time.Duration{-1, -1}
+			var position [kinds][kinds]int // how often each kind had each place in its block
+			last := [kinds]time.Duration{-1, -1, -1}
 			for i, sl := range s {
 				if want := time.Duration(i) * tt.step; sl.offset < want-time.Microsecond || sl.offset > want+time.Microsecond {
-					t.Fatalf("slot %d at %s, want %s", i, sl.offset, want)
+					t.Fatalf("slot %d at %s, want %s (the API server gets rate per second in all)", i, sl.offset, want)
 				}
-				if sl.seq != count[sl.kind] {
+				if sl.seq != count[sl.kind] || sl.seq != i/kinds {
 					t.Fatalf("slot %d: kind %d seq %d, want %d", i, sl.kind, sl.seq, count[sl.kind])
 				}
 				count[sl.kind]++
-				if i%2 == 0 {
-					firsts[sl.kind]++
-				} else if s[i-1].kind == sl.kind {
-					t.Fatalf("pair %d holds two requests of kind %d", i/2, sl.kind)
+				position[sl.kind][i%kinds]++
+				for j := i - i%kinds; j < i; j++ {
+					if s[j].kind == sl.kind {
+						t.Fatalf("block %d holds two requests of kind %d", i/kinds, sl.kind)
+					}
 				}
-				// A kind's requests are at most three slots apart (pair order BA then AB... AB then BA).
-				if last[sl.kind] >= 0 && sl.offset-last[sl.kind] > 3*tt.step+time.Microsecond {
+				// A kind's requests are at most 2·kinds−1 slots apart (first in one block, last in the next).
+				if last[sl.kind] >= 0 && sl.offset-last[sl.kind] > time.Duration(2*kinds-1)*tt.step+time.Microsecond {
 					t.Fatalf("kind %d waits %s between requests", sl.kind, sl.offset-last[sl.kind])
 				}
 				last[sl.kind] = sl.offset
 			}
-			if count[kindPlain] != tt.n || count[kindWebhook] != tt.n {
-				t.Fatalf("per kind %v, want %d each", count, tt.n)
-			}
-			if tt.n >= 100 && (firsts[kindPlain] < tt.n/3 || firsts[kindWebhook] < tt.n/3) {
-				t.Errorf("goes first: %v times; the order should be random", firsts)
+			for k := range kinds {
+				if count[k] != tt.n {
+					t.Fatalf("per kind %v, want %d each", count, tt.n)
+				}
+				if tt.n >= 300 {
+					for p := range kinds {
+						if position[k][p] < tt.n/5 {
+							t.Errorf("kind %d had place %d of its block %d times in %d: the order should be random", k, p, position[k][p], tt.n)
+						}
+					}
+				}
 			}
 		})
 	}
@@ -86,7 +114,7 @@ func TestSchedule(t *testing.T) {
 // latency counts from the due time.
 func TestRunScheduleIsOpenLoop(t *testing.T) {
 	t.Parallel()
-	slots := schedule(100, 10, rand.New(rand.NewPCG(3, 4))) // 20 slots 5 ms apart
+	slots := schedule(200, 7, rand.New(rand.NewPCG(3, 4))) // 21 slots 5 ms apart
 	release := make(chan struct{})
 	var mu sync.Mutex
 	sentBeforeRelease := 0
@@ -127,7 +155,7 @@ func TestRunScheduleIsOpenLoop(t *testing.T) {
 
 func TestRunScheduleStopsOnCancel(t *testing.T) {
 	t.Parallel()
-	slots := schedule(1, 5, rand.New(rand.NewPCG(5, 6))) // 10 slots 500 ms apart
+	slots := schedule(2, 4, rand.New(rand.NewPCG(5, 6))) // 12 slots 500 ms apart
 	ctx, cancel := context.WithCancel(context.Background())
 	send := func(context.Context, slot) error { cancel(); return nil }
 	outs := runSchedule(ctx, slots, time.Now(), send)

@@ -129,7 +129,7 @@ func TestHistogramQuantile(t *testing.T) {
 	}
 }
 
-func TestSummarizeAndJudge(t *testing.T) {
+func TestSummarize(t *testing.T) {
 	t.Parallel()
 	start := time.Unix(1000, 0)
 	var outs []outcome
@@ -157,25 +157,71 @@ func TestSummarizeAndJudge(t *testing.T) {
 	if e := summarize(nil, func(outcome) bool { return true }); e.n != 0 || e.p99 != 0 {
 		t.Fatalf("empty = %+v", e)
 	}
+}
 
+func TestMinus(t *testing.T) {
+	t.Parallel()
+	ms := func(v float64) time.Duration { return time.Duration(math.Round(v*1000)) * time.Microsecond }
+	st := func(mean, p50, p90, p99, mx float64) stats {
+		return stats{n: 100, mean: ms(mean), p50: ms(p50), p90: ms(p90), p99: ms(p99), max: ms(mx)}
+	}
+	a, b, c := st(10, 9, 12, 20, 40), st(18.2, 17, 22, 38, 45), st(17, 16, 21.5, 37, 60)
+	tests := []struct {
+		name string
+		x, y stats
+		want delta
+	}{
+		{"B − A", b, a, delta{mean: ms(8.2), p50: ms(8), p90: ms(10), p99: ms(18), max: ms(5)}},
+		{"C − A", c, a, delta{mean: ms(7), p50: ms(7), p90: ms(9.5), p99: ms(17), max: ms(20)}},
+		{"B − C, max negative", b, c, delta{mean: ms(1.2), p50: ms(1), p90: ms(0.5), p99: ms(1), max: ms(-15)}},
+		{"itself", a, a, delta{}},
+		{"empty kinds", stats{}, stats{}, delta{}},
+	}
+	for _, tt := range tests {
+		if got := minus(tt.x, tt.y); got != tt.want {
+			t.Errorf("%s: minus = %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+	// The three comparisons the report prints, in its order, and that B − A = (B − C) + (C − A).
+	want := [][2]int{{kindWebhook, kindPlain}, {kindFloor, kindPlain}, {kindWebhook, kindFloor}}
+	if len(comparisons) != len(want) {
+		t.Fatalf("%d comparisons", len(comparisons))
+	}
+	for i, c := range comparisons {
+		if [2]int{c.x, c.y} != want[i] {
+			t.Errorf("comparison %d is %c − %c, want %c − %c", i, 'A'+c.x, 'A'+c.y, 'A'+want[i][0], 'A'+want[i][1])
+		}
+	}
+	if ba, bc, ca := minus(b, a), minus(b, c), minus(c, a); ba.p99 != bc.p99+ca.p99 || ba.p50 != bc.p50+ca.p50 {
+		t.Errorf("B − A %+v is not (B − C) %+v + (C − A) %+v", ba, bc, ca)
+	}
+}
+
+func TestJudge(t *testing.T) {
+	t.Parallel()
 	ms := func(p99 int) stats { return stats{n: 100, p99: time.Duration(p99) * time.Millisecond} }
+	kinds3 := func(a, b, c int) [kinds]stats { return [kinds]stats{ms(a), ms(b), ms(c)} }
 	tests := []struct {
 		name       string
-		a, b       stats
+		st         [kinds]stats
 		failed     int
 		aa, ok     bool
 		wantInLine []string
 	}{
-		{name: "within", a: ms(10), b: ms(11), ok: true, wantInLine: []string{"verdict: PASS", "+1.00ms", "within the 2.00ms target", "all 200"}},
-		{name: "exactly the target", a: ms(10), b: ms(12), ok: true, wantInLine: []string{"PASS"}},
-		{name: "over", a: ms(10), b: ms(13), wantInLine: []string{"verdict: FAIL", "+3.00ms", "over the 2.00ms target"}},
-		{name: "webhook faster", a: ms(10), b: ms(9), ok: true, wantInLine: []string{"PASS", "-1.00ms"}},
-		{name: "failures fail a fast run", a: ms(10), b: ms(10), failed: 2, wantInLine: []string{"FAIL", "within", "2 requests failed"}},
-		{name: "A/A judges nothing", a: ms(10), b: ms(30), aa: true, ok: true, wantInLine: []string{"A/A", "+20.00ms", "noise floor"}},
-		{name: "A/A with failures", a: ms(10), b: ms(10), aa: true, failed: 1},
+		{name: "within, judged on B − C though B − A is over", st: kinds3(10, 28, 27), ok: true, wantInLine: []string{
+			"verdict: PASS", "adds +1.00ms at p99 over the leanest webhook", "B − C: bench-webhook 28.00ms − bench-floor 27.00ms",
+			"within the 2.00ms target", "B − A (+18.00ms at p99", "reported too but not judged", "calling any webhook", "C − A = +17.00ms", "all 300"}},
+		{name: "exactly the target", st: kinds3(10, 14, 12), ok: true, wantInLine: []string{"PASS", "+2.00ms at p99"}},
+		{name: "over", st: kinds3(10, 30, 27), wantInLine: []string{"verdict: FAIL", "+3.00ms at p99", "over the 2.00ms target", "B − A (+20.00ms", "C − A = +17.00ms"}},
+		{name: "tandem-webhook faster than the floor", st: kinds3(10, 26, 27), ok: true, wantInLine: []string{"PASS", "-1.00ms at p99"}},
+		{name: "the floor faster than no webhook", st: kinds3(10, 10, 9), ok: true, wantInLine: []string{"PASS", "+1.00ms at p99", "C − A = -1.00ms"}},
+		{name: "failures fail a fast run", st: kinds3(10, 10, 10), failed: 2, wantInLine: []string{"FAIL", "within", "2 requests failed"}},
+		{name: "A/A judges nothing", st: kinds3(10, 30, 12), aa: true, ok: true, wantInLine: []string{
+			"A/A", "all three kinds sent to bench-plain", "+18.00ms (B − C)", "+20.00ms (B − A)", "+2.00ms (C − A)", "noise floor", "all 300"}},
+		{name: "A/A with failures", st: kinds3(10, 10, 10), aa: true, failed: 1, wantInLine: []string{"1 requests failed"}},
 	}
 	for _, tt := range tests {
-		j := judge(tt.a, tt.b, 2*time.Millisecond, tt.failed, tt.aa)
+		j := judge(tt.st, 2*time.Millisecond, tt.failed, tt.aa)
 		if j.ok != tt.ok {
 			t.Errorf("%s: ok = %v, want %v (%s)", tt.name, j.ok, tt.ok, j.line)
 		}
@@ -184,6 +230,36 @@ func TestSummarizeAndJudge(t *testing.T) {
 				t.Errorf("%s: %q lacks %q", tt.name, j.line, w)
 			}
 		}
+	}
+}
+
+func TestCallPair(t *testing.T) {
+	t.Parallel()
+	inf := math.Inf(1)
+	h := func(count, sum float64) *histogram {
+		return &histogram{bounds: []float64{0.005, inf}, cum: []float64{count, count}, count: count, sum: sum}
+	}
+	after := map[string]*histogram{"m": h(110, 0.5), "v": h(110, 0.3), "empty": h(10, 0.01)}
+	before := map[string]*histogram{"m": h(10, 0.06), "v": h(10, 0.02), "empty": h(10, 0.01)}
+	tests := []struct {
+		name          string
+		mutate, valid string
+		m, v, sum     float64
+		ok            bool
+	}{
+		{"both in the window", "m", "v", 0.0044, 0.0028, 0.0072, true},
+		{"one without samples in the window", "m", "empty", 0, 0, 0, false},
+		{"one missing", "m", "absent", 0, 0, 0, false},
+	}
+	for _, tt := range tests {
+		m, v, sum, ok := callPair(after, before, tt.mutate, tt.valid)
+		if ok != tt.ok || math.Abs(m-tt.m) > 1e-12 || math.Abs(v-tt.v) > 1e-12 || math.Abs(sum-tt.sum) > 1e-12 {
+			t.Errorf("%s: callPair = %v %v %v %v, want %v %v %v %v", tt.name, m, v, sum, ok, tt.m, tt.v, tt.sum, tt.ok)
+		}
+	}
+	// Without a before (the first scrape of a series), the whole histogram counts.
+	if _, _, sum, ok := callPair(after, nil, "m", "v"); !ok || math.Abs(sum-(0.5/110+0.3/110)) > 1e-12 {
+		t.Errorf("callPair without before = %v %v", sum, ok)
 	}
 }
 
@@ -204,6 +280,9 @@ func TestCheckAdmitted(t *testing.T) {
 		{"webhook, other profiles", pod(map[string]string{admission.AnnotationProfiles: "bench-00"}), nsWebhook, false},
 		{"plain, untouched", pod(map[string]string{"x": "y"}), nsPlain, true},
 		{"plain, mutated", mutated, nsPlain, false},
+		{"floor, as expected", mutated, nsFloor, true},
+		{"floor, bypassed", pod(nil), nsFloor, false},
+		{"floor, other profiles", pod(map[string]string{admission.AnnotationProfiles: "bench-02"}), nsFloor, false},
 	}
 	for _, tt := range tests {
 		if err := checkAdmitted(tt.pod, tt.ns, "bench-00,bench-02"); (err == nil) != tt.ok {
@@ -248,7 +327,11 @@ func TestProfilesTakeWhatTheTableSays(t *testing.T) {
 		admitted[v] = submitted[v].DeepCopy()
 		admitted[v].Annotations = map[string]string{admission.AnnotationProfiles: want[v]}
 	}
-	costs, err := handlerCosts(ps, submitted, admitted, 5)
+	h, err := inProcessHandler(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	costs, err := handlerCosts(h, submitted, admitted, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

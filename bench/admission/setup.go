@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,16 +30,19 @@ import (
 	"github.com/tandemkit/tandem/resource/batch"
 )
 
-// The namespaces of the two kinds of request, and the label that sends a namespace's pods through
-// the webhook (the webhook configurations' namespaceSelector).
+// The namespaces of the three kinds of request, and the label that sends a namespace's pods
+// through a webhook (the webhook configurations' namespaceSelector: value "webhook" for
+// tandem-webhook, "floor" for the floor webhook).
 const (
 	nsPlain           = "bench-plain"
 	nsWebhook         = "bench-webhook"
+	nsFloor           = "bench-floor"
 	labelWebhook      = "tandem.io/bench-admission"
 	webhookConfigName = "tandem-webhook"
+	floorConfigName   = "bench-floor"
 )
 
-// The pods the benchmark creates, in turn, in both namespaces: a web replica (LS) and a Spark
+// The pods the benchmark creates, in turn, in every namespace: a web replica (LS) and a Spark
 // executor that profiles turn BE. Both are shaped as controllers make them: generateName, an owner,
 // two containers with resources.
 const (
@@ -234,7 +238,7 @@ func applyCRD(ctx context.Context, dyn dynamic.Interface, root string) error {
 	}
 }
 
-// createBase creates the PriorityClass koord-batch, the two namespaces and their default
+// createBase creates the PriorityClass koord-batch, the three namespaces and their default
 // ServiceAccounts (no kube-controller-manager runs to make them, and the ServiceAccount admission
 // plugin refuses pods without one).
 func createBase(ctx context.Context, cs kubernetes.Interface) error {
@@ -250,6 +254,7 @@ func createBase(ctx context.Context, cs kubernetes.Interface) error {
 	}{
 		{nsPlain, map[string]string{"env": "bench", "team-owner": "platform"}},
 		{nsWebhook, map[string]string{"env": "bench", "team-owner": "platform", labelWebhook: "webhook"}},
+		{nsFloor, map[string]string{"env": "bench", "team-owner": "platform", labelWebhook: "floor"}},
 	} {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.name, Labels: ns.labels}}, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create namespace %s: %w", ns.name, err)
@@ -261,11 +266,29 @@ func createBase(ctx context.Context, cs kubernetes.Interface) error {
 	return nil
 }
 
+// webhookSet is one registration of the webhooks of deploy/webhook/webhooks.yaml: tandem-webhook's
+// or the floor's, alike but for the names, the port and the namespaces they take.
+type webhookSet struct {
+	config string // the two configurations' name
+	domain string // the webhooks are named pods.mutate.<domain>, pods.validate.<domain>, ...
+	app    string // their app.kubernetes.io/name label
+	label  string // the value of labelWebhook a namespace needs for its pods to be sent here
+	port   int    // on 127.0.0.1
+}
+
+func tandemWebhooks(port int) webhookSet {
+	return webhookSet{config: webhookConfigName, domain: "tandem.io", app: "tandem-webhook", label: "webhook", port: port}
+}
+
+func floorWebhooks(port int) webhookSet {
+	return webhookSet{config: floorConfigName, domain: "floor.bench.tandem.io", app: "bench-floor-webhook", label: "floor", port: port}
+}
+
 // createWebhookConfigurations registers the webhooks of deploy/webhook/webhooks.yaml at the
-// webhook's URL, with failurePolicy Fail (a request the webhook did not answer fails rather than
-// passes unmeasured) and a namespaceSelector that takes only bench-webhook.
-func createWebhookConfigurations(ctx context.Context, cs kubernetes.Interface, port int, caPEM []byte) error {
-	url := func(path string) *string { return ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)) }
+// set's URL, with failurePolicy Fail (a request the webhook did not answer fails rather than
+// passes unmeasured) and a namespaceSelector that takes only the set's namespace.
+func createWebhookConfigurations(ctx context.Context, cs kubernetes.Interface, ws webhookSet, caPEM []byte) error {
+	url := func(path string) *string { return ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", ws.port, path)) }
 	fail := ptr.To(admissionregistrationv1.Fail)
 	none := ptr.To(admissionregistrationv1.SideEffectClassNone)
 	podRule := []admissionregistrationv1.RuleWithOperations{{
@@ -273,28 +296,28 @@ func createWebhookConfigurations(ctx context.Context, cs kubernetes.Interface, p
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
 			Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	}}
-	nsSel := &metav1.LabelSelector{MatchLabels: map[string]string{labelWebhook: "webhook"}}
-	meta := metav1.ObjectMeta{Name: webhookConfigName, Labels: map[string]string{"app.kubernetes.io/name": "tandem-webhook"}}
+	nsSel := &metav1.LabelSelector{MatchLabels: map[string]string{labelWebhook: ws.label}}
+	meta := metav1.ObjectMeta{Name: ws.config, Labels: map[string]string{"app.kubernetes.io/name": ws.app}}
 	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: meta,
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "pods.mutate.tandem.io", AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
+			Name: "pods.mutate." + ws.domain, AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
 			TimeoutSeconds: ptr.To[int32](5),
 			ClientConfig:   admissionregistrationv1.WebhookClientConfig{URL: url(admission.MutatePodPath), CABundle: caPEM},
 			Rules:          podRule, NamespaceSelector: nsSel,
 		}},
 	}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create MutatingWebhookConfiguration: %w", err)
+		return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", ws.config, err)
 	}
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: meta,
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "pods.validate.tandem.io", AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
+			Name: "pods.validate." + ws.domain, AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
 			TimeoutSeconds: ptr.To[int32](5),
 			ClientConfig:   admissionregistrationv1.WebhookClientConfig{URL: url(admission.ValidatePodPath), CABundle: caPEM},
 			Rules:          podRule, NamespaceSelector: nsSel,
 		}, {
-			Name: "clustercolocationprofiles.validate.tandem.io", AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
+			Name: "clustercolocationprofiles.validate." + ws.domain, AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
 			TimeoutSeconds: ptr.To[int32](5),
 			ClientConfig:   admissionregistrationv1.WebhookClientConfig{URL: url(admission.ValidateProfilePath), CABundle: caPEM},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
@@ -304,7 +327,7 @@ func createWebhookConfigurations(ctx context.Context, cs kubernetes.Interface, p
 			}},
 		}},
 	}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create ValidatingWebhookConfiguration: %w", err)
+		return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", ws.config, err)
 	}
 	return nil
 }
@@ -386,4 +409,81 @@ func waitAdmission(ctx context.Context, cs kubernetes.Interface, pods [variants]
 		submitted[v] = got
 	}
 	return submitted, admitted, nil
+}
+
+// waitFloor waits until a dry-run create of each variant comes back from bench-floor mutated (the
+// API server's webhook configuration cache has the floor's), and checks that the answer is the one
+// tandem-webhook's patch gave in bench-webhook (admitted), but for what differs between any two
+// creates: so the API server does the same work with the floor's answer as with tandem-webhook's.
+func waitFloor(ctx context.Context, cs kubernetes.Interface, pods, admitted [variants]*corev1.Pod) error {
+	deadline := time.Now().Add(time.Minute)
+	for v := range variants {
+		for {
+			got, err := cs.CoreV1().Pods(nsFloor).Create(ctx, pods[v].DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			var last string
+			if err != nil {
+				last = err.Error()
+			} else if _, ok := got.Annotations[admission.AnnotationProfiles]; !ok {
+				last = "not mutated yet"
+			} else {
+				if err := sameAnswer(admitted[v], got); err != nil {
+					return fmt.Errorf("%s pod: the floor's answer in %s differs from tandem-webhook's in %s: %w", variantNames[v], nsFloor, nsWebhook, err)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s pod in %s not mutated by the floor webhook within a minute: %s", variantNames[v], nsFloor, last)
+			}
+			if err := runctx.Sleep(ctx, 200*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sameAnswer compares two dry-run answers but for the fields that differ between any two creates
+// of the same pod: name (generated), namespace, uid, creation time, managed fields (their times),
+// and the random name of the service-account token volume.
+func sameAnswer(want, got *corev1.Pod) error {
+	w, err := comparablePod(want)
+	if err != nil {
+		return err
+	}
+	g, err := comparablePod(got)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(w, g) {
+		return nil
+	}
+	i := 0
+	for i < len(w) && i < len(g) && w[i] == g[i] {
+		i++
+	}
+	excerpt := func(b []byte) string { return string(b[max(0, i-80):min(len(b), i+80)]) }
+	return fmt.Errorf("at byte %d: want …%s…, got …%s…", i, excerpt(w), excerpt(g))
+}
+
+func comparablePod(p *corev1.Pod) ([]byte, error) {
+	q := p.DeepCopy()
+	q.Name, q.Namespace, q.UID, q.ResourceVersion = "", "", "", ""
+	q.CreationTimestamp = metav1.Time{}
+	q.ManagedFields = nil
+	rename := func(n *string) {
+		if strings.HasPrefix(*n, tokenVolumePrefix) {
+			*n = tokenVolumePrefix
+		}
+	}
+	for i := range q.Spec.Volumes {
+		rename(&q.Spec.Volumes[i].Name)
+	}
+	for _, cs := range [][]corev1.Container{q.Spec.InitContainers, q.Spec.Containers} {
+		for i := range cs {
+			for j := range cs[i].VolumeMounts {
+				rename(&cs[i].VolumeMounts[j].Name)
+			}
+		}
+	}
+	return json.Marshal(q)
 }
