@@ -43,6 +43,12 @@ func (v Violation) Error() string {
 	return fmt.Sprintf("%s: rule %s: %s", where, v.Rule, v.Message)
 }
 
+// ValidatePod's rules each look at a pod carrying one of: the label koordinator.sh/qosClass, the
+// annotations openfuyao.com/QoS-level, scheduling.koordinator.sh/resource-spec or
+// node.koordinator.sh/extended-resource-spec, or batch resources. deploy/webhook/webhooks.yaml's
+// matchConditions send the API server's call only for such pods: a rule on another key must be
+// added there too (deploy_test checks the keys).
+
 // ValidatePod checks a pod as it will be stored (after every mutating webhook) against the rules a
 // node applies when it creates the pod's containers, so that a pod the node would refuse with
 // CreateContainerError is refused by `kubectl apply` instead. It returns every rule broken, or nil.

@@ -40,6 +40,8 @@ import (
 
 	"github.com/tandemkit/tandem/admission"
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/hooks/policy/cpuset"
+	"github.com/tandemkit/tandem/resource/batch"
 	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
@@ -979,6 +981,41 @@ func checkWebhook(t *testing.T, byKind map[string][]runtime.Object) {
 		}
 		if len(hooks) != len(want) {
 			t.Errorf("%d webhooks, want %d", len(hooks), len(want))
+		}
+		// The pod validation is called only for pods carrying a key some rule of
+		// admission.ValidatePod checks; each key must be in its matchConditions, or pods breaking
+		// that rule would never be checked.
+		for _, obj := range byKind["ValidatingWebhookConfiguration"] {
+			for _, w := range obj.(*admissionregv1.ValidatingWebhookConfiguration).Webhooks {
+				if w.Name != "pods.validate.tandem.io" {
+					if len(w.MatchConditions) != 0 {
+						t.Errorf("webhook %s has matchConditions; only the pod validation narrows its calls", w.Name)
+					}
+					continue
+				}
+				if len(w.MatchConditions) != 1 {
+					t.Fatalf("webhook %s has %d matchConditions, want 1", w.Name, len(w.MatchConditions))
+				}
+				expr := w.MatchConditions[0].Expression
+				for _, key := range []string{resqos.LabelKoordinator, resqos.AnnotationOpenFuyao, cpuset.AnnotationResourceSpec,
+					batch.AnnotationExtendedResourceSpec, batch.CPU, batch.Memory} {
+					if !strings.Contains(expr, "'"+key+"'") {
+						t.Errorf("webhook %s matchConditions leave out %s, which a validation rule checks: %s", w.Name, key, expr)
+					}
+				}
+				for _, part := range []string{"object.spec.containers.exists", "object.spec.initContainers.exists", "c.resources.requests", "c.resources.limits"} {
+					if !strings.Contains(expr, part) {
+						t.Errorf("webhook %s matchConditions do not look at %s", w.Name, part)
+					}
+				}
+			}
+		}
+		for _, obj := range byKind["MutatingWebhookConfiguration"] {
+			for _, w := range obj.(*admissionregv1.MutatingWebhookConfiguration).Webhooks {
+				if len(w.MatchConditions) != 0 {
+					t.Errorf("webhook %s has matchConditions: every new pod may match a profile", w.Name)
+				}
+			}
 		}
 		excluded := strings.Split(def["excluded-namespaces"], ",")
 		for _, w := range want {

@@ -189,6 +189,27 @@ func TestColocationProfile(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod no rule concerns is not sent for validation", func(t *testing.T) {
+		series := func(path, decision string) string {
+			return fmt.Sprintf(`tandem_webhook_admission_requests_total{decision="%s",webhook="%s"}`, decision, path)
+		}
+		count := func() (mutated, validated float64) {
+			return webhookMetricSum(ctx, t, cs, series("/mutate-pod", "allowed")) + webhookMetricSum(ctx, t, cs, series("/mutate-pod", "patched")),
+				webhookMetricSum(ctx, t, cs, series("/validate-pod", "allowed")) + webhookMetricSum(ctx, t, cs, series("/validate-pod", "denied"))
+		}
+		m0, v0 := count()
+		for i := range 5 {
+			p := sleepPod(fmt.Sprintf("plain-%d", i))
+			if _, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m1, v1 := count()
+		if m1-m0 != 5 || v1 != v0 {
+			t.Errorf("5 plain pods: %v mutating and %v validating reviews, want 5 and 0 (matchConditions skip pods no rule concerns)", m1-m0, v1-v0)
+		}
+	})
+
 	t.Run("webhook down: pods still admitted, the bypass counted", func(t *testing.T) {
 		before := failOpen(ctx, t, cs)
 		scaleWebhook(ctx, t, cs, 0)
@@ -476,6 +497,39 @@ func webhookMetric(ctx context.Context, t *testing.T, cs kubernetes.Interface, s
 		}
 	}
 	return best
+}
+
+// webhookMetricSum adds up a series over the webhook's replicas: the API server keeps a
+// connection to one replica, but which one can change.
+func webhookMetricSum(ctx context.Context, t *testing.T, cs kubernetes.Interface, series string) float64 {
+	t.Helper()
+	ps, err := cs.CoreV1().Pods(tandemWebhookNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + tandemWebhookName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, p := range ps.Items {
+		if p.Status.PodIP == "" {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+p.Status.PodIP+":9080/metrics", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatalf("metrics of %s: %v", p.Name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, series+" "); ok {
+				f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				sum += f
+			}
+		}
+	}
+	return sum
 }
 
 func tailBytes(b []byte, n int) string {
