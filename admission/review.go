@@ -158,17 +158,59 @@ func (h *Handler) validatePod(_ context.Context, req *admissionv1.AdmissionReque
 	if !isPodCreate(req) {
 		return allow()
 	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	pod, err := decodeForValidation(req.Object.Raw)
+	if err != nil {
 		return deny(http.StatusBadRequest, "decode the pod: "+err.Error())
 	}
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
 	}
-	if err := ValidatePod(&pod); err != nil {
+	if err := ValidatePod(pod); err != nil {
 		return deny(http.StatusForbidden, err.Error())
 	}
 	return allow()
+}
+
+// podForValidation is the part of a pod ValidatePod reads. Decoding only it skips the rest of the
+// pod (volumes, probes, env, managedFields) without building it: measured on bench/admission's
+// web pod, the validation review took 0.8 ms server side against 0.4 ms for a webhook that
+// decodes the review only, most of the difference in decoding the whole corev1.Pod.
+type podForValidation struct {
+	Metadata struct {
+		Name         string            `json:"name"`
+		GenerateName string            `json:"generateName"`
+		Namespace    string            `json:"namespace"`
+		Labels       map[string]string `json:"labels"`
+		Annotations  map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		Priority       *int32                `json:"priority"`
+		InitContainers []containerResources `json:"initContainers"`
+		Containers     []containerResources `json:"containers"`
+	} `json:"spec"`
+}
+
+type containerResources struct {
+	Name      string                      `json:"name"`
+	Resources corev1.ResourceRequirements `json:"resources"`
+}
+
+func decodeForValidation(raw []byte) (*corev1.Pod, error) {
+	var p podForValidation
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, err
+	}
+	pod := &corev1.Pod{}
+	pod.Name, pod.GenerateName, pod.Namespace = p.Metadata.Name, p.Metadata.GenerateName, p.Metadata.Namespace
+	pod.Labels, pod.Annotations = p.Metadata.Labels, p.Metadata.Annotations
+	pod.Spec.Priority = p.Spec.Priority
+	for _, c := range p.Spec.InitContainers {
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{Name: c.Name, Resources: c.Resources})
+	}
+	for _, c := range p.Spec.Containers {
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c.Name, Resources: c.Resources})
+	}
+	return pod, nil
 }
 
 func (h *Handler) validateProfile(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {

@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -69,6 +70,15 @@ func TestValidatePod(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ValidatePod(podFromJSON(t, tc.pod))
+			// The webhook decodes only what the rules read; it must judge as on the whole pod.
+			lite, derr := decodeForValidation([]byte(tc.pod))
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			lite.Namespace = "default"
+			if liteErr := ValidatePod(lite); fmt.Sprint(liteErr) != fmt.Sprint(err) {
+				t.Errorf("on the decoded part: %v; on the whole pod: %v", liteErr, err)
+			}
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Errorf("refused: %v", err)
