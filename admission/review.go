@@ -184,7 +184,7 @@ type podForValidation struct {
 		Annotations  map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
-		Priority       *int32                `json:"priority"`
+		Priority       *int32               `json:"priority"`
 		InitContainers []containerResources `json:"initContainers"`
 		Containers     []containerResources `json:"containers"`
 	} `json:"spec"`
