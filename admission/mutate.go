@@ -90,7 +90,7 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, raw []byte) (Mut
 		out.Applied = append(out.Applied, p.Name)
 	}
 	if len(out.Matched) > 0 {
-		pod.setString(strings.Join(out.Applied, ","), "metadata", "annotations", AnnotationProfiles)
+		pod.set(strings.Join(out.Applied, ","), "metadata", "annotations", AnnotationProfiles)
 		// As Koordinator, only a pod some profile took has its resources converted: a BE pod
 		// written by hand is expected to ask for batch resources itself.
 		if pod.batch() {
@@ -115,16 +115,16 @@ func (m *Mutator) Mutate(ctx context.Context, namespace string, raw []byte) (Mut
 func (m *Mutator) apply(ctx context.Context, pod podDoc, p *Profile) (podDoc, error) {
 	s := p.Spec
 	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
-		pod.setString(s.Labels[k], "metadata", "labels", k)
+		pod.set(s.Labels[k], "metadata", "labels", k)
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Annotations)) {
-		pod.setString(s.Annotations[k], "metadata", "annotations", k)
+		pod.set(s.Annotations[k], "metadata", "annotations", k)
 	}
 	copyKeys := func(kind string, mapping map[string]string) {
 		current := pod.stringMap("metadata", kind)
 		for _, from := range slices.Sorted(maps.Keys(mapping)) {
 			if v, ok := current[from]; ok {
-				pod.setString(v, "metadata", kind, mapping[from])
+				pod.set(v, "metadata", kind, mapping[from])
 			}
 		}
 	}
@@ -133,14 +133,14 @@ func (m *Mutator) apply(ctx context.Context, pod podDoc, p *Profile) (podDoc, er
 	current := pod.stringMap("metadata", "labels")
 	for _, k := range slices.Sorted(maps.Keys(s.LabelSuffixes)) {
 		if v, ok := current[k]; ok {
-			pod.setString(v+s.LabelSuffixes[k], "metadata", "labels", k)
+			pod.set(v+s.LabelSuffixes[k], "metadata", "labels", k)
 		}
 	}
 	if s.SchedulerName != "" {
 		pod.set(s.SchedulerName, "spec", "schedulerName")
 	}
 	if s.QoSClass != "" {
-		pod.setString(s.QoSClass, "metadata", "labels", LabelQoSClass)
+		pod.set(s.QoSClass, "metadata", "labels", LabelQoSClass)
 	}
 	if s.PriorityClassName != "" {
 		pc, err := m.cluster.PriorityClass(ctx, s.PriorityClassName)
@@ -158,7 +158,7 @@ func (m *Mutator) apply(ctx context.Context, pod podDoc, p *Profile) (podDoc, er
 		}
 	}
 	if s.KoordinatorPriority != nil {
-		pod.setString(strconv.FormatInt(int64(*s.KoordinatorPriority), 10), "metadata", "labels", LabelKoordinatorPriority)
+		pod.set(strconv.FormatInt(int64(*s.KoordinatorPriority), 10), "metadata", "labels", LabelKoordinatorPriority)
 	}
 	if p.patch != nil {
 		patched, err := strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(map[string]any(pod), p.patch, podPatchMeta)
@@ -234,8 +234,6 @@ func (pod podDoc) object(path ...string) map[string]any {
 func (pod podDoc) set(v any, path ...string) {
 	pod.object(path[:len(path)-1]...)[path[len(path)-1]] = v
 }
-
-func (pod podDoc) setString(v string, path ...string) { pod.set(v, path...) }
 
 func (pod podDoc) stringMap(path ...string) map[string]string {
 	m, _ := pod.get(path...).(map[string]any)

@@ -161,6 +161,6 @@ func annotateBatch(pod podDoc) error {
 	if err != nil {
 		return err
 	}
-	pod.setString(string(b), "metadata", "annotations", batch.AnnotationExtendedResourceSpec)
+	pod.set(string(b), "metadata", "annotations", batch.AnnotationExtendedResourceSpec)
 	return nil
 }

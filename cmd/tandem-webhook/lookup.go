@@ -8,7 +8,6 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1"
@@ -46,5 +45,3 @@ func (c *clusterLookup) PriorityClass(ctx context.Context, name string) (*schedu
 	}
 	return pc, err
 }
-
-func everything() labels.Selector { return labels.Everything() }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -35,11 +36,11 @@ import (
 )
 
 type options struct {
-	listen, metricsListen, kubeconfig            string
-	namespace, service, secret, configuration    string
-	tlsCertFile, tlsKeyFile                      string
-	excluded                                     []string
-	auditInterval, lookupTimeout, shutdownTimout time.Duration
+	listen, metricsListen, kubeconfig             string
+	namespace, service, secret, configuration     string
+	tlsCertFile, tlsKeyFile                       string
+	excluded                                      []string
+	auditInterval, lookupTimeout, shutdownTimeout time.Duration
 }
 
 func main() {
@@ -72,7 +73,7 @@ func load(args []string) (*options, error) {
 	fs.StringSliceVar(&o.excluded, "excluded-namespaces", []string{"kube-system", "koordinator-system"}, "namespaces the webhook configurations leave out; the admission audit leaves them out too")
 	fs.DurationVar(&o.auditInterval, "audit-interval", 30*time.Second, "how often pods admitted without the webhook are looked for")
 	fs.DurationVar(&o.lookupTimeout, "lookup-timeout", 2*time.Second, "bound on a GET of a namespace or PriorityClass the caches do not hold yet")
-	fs.DurationVar(&o.shutdownTimout, "shutdown-timeout", 10*time.Second, "time for reviews in flight at SIGTERM")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time for reviews in flight at SIGTERM")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -133,13 +134,14 @@ func run(ctx context.Context) error {
 	pcInformer := factory.Scheduling().V1().PriorityClasses()
 	podInformer := factory.Core().V1().Pods()
 	lookup := &clusterLookup{client: client, namespaces: nsInformer.Lister(), classes: pcInformer.Lister(), timeout: o.lookupTimeout}
+	// Registered now, so that factory.Start starts it: the audit reads pods through its lister.
 	_ = podInformer.Informer()
 
 	profiles := admission.NewProfiles(reg)
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	profInformer := dynFactory.ForResource(admission.ProfileResource)
 	refresh := func() {
-		objs, err := profInformer.Lister().List(everything())
+		objs, err := profInformer.Lister().List(labels.Everything())
 		if err != nil {
 			logger.Error(err, "List ClusterColocationProfiles from the cache")
 			return
@@ -251,7 +253,7 @@ func run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	logger.Info("Shutting down")
-	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimout)
+	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
 	defer stop()
 	var all []error
 	if first != nil {

@@ -119,14 +119,20 @@ func deletePod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name 
 	}
 }
 
-// waitPodRunning waits until the pod runs and is Ready and returns it.
+// waitPodRunning waits until the pod of the default namespace runs and is Ready and returns it.
 func waitPodRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	return waitPodRunningIn(ctx, t, cs, metav1.NamespaceDefault, name, timeout)
+}
+
+// waitPodRunningIn waits until the pod ns/name runs and is Ready and returns it.
+func waitPodRunningIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
-		p, err = cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+		p, err = cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
@@ -135,7 +141,7 @@ func waitPodRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
 	})
 	if err != nil {
-		t.Fatalf("pod %s not Running within %s (last: %s): %v", name, timeout, last, err)
+		t.Fatalf("pod %s/%s not Running within %s (last: %s): %v", ns, name, timeout, last, err)
 	}
 	return p
 }
