@@ -29,6 +29,10 @@ type ContainerdOptions struct {
 	// socket paths must stay under 108 bytes.
 	Dir string
 	CNI bool // write a bridge conflist and enable pod networking (needs containernetworking-plugins)
+	// NRISocket, when set, enables containerd's NRI with its socket at this path (keep it under 108
+	// bytes; NRISocketPath gives one inside Dir), so that an NRI plugin such as tandem-proxy --mode=nri
+	// can connect. Only Flavor2: containerd 1.6 has NRI 0.1, which runs binaries and has no socket.
+	NRISocket string
 }
 
 // Containerd is a private containerd daemon with its CRI plugin.
@@ -38,6 +42,8 @@ type Containerd struct {
 	Socket   string // absolute path of the CRI/grpc socket
 	Endpoint string // "unix://" + Socket
 	LogPath  string // the daemon's log
+	// NRISocket is where containerd serves NRI to plugins; empty when NRI is off.
+	NRISocket string
 
 	bins       containerdBinaries
 	configPath string
@@ -52,7 +58,16 @@ type Containerd struct {
 const (
 	ctrdSocketName = "containerd.sock"
 	ctrdPIDName    = "containerd.pid"
+	nriSocketName  = "nri.sock"
 )
+
+// NRIRequestTimeout is how long containerd waits for an NRI plugin's answer (its
+// plugin_request_timeout) in the config StartContainerd writes: containerd's default, so that a
+// plugin is tested against the deadline it meets on a node.
+const NRIRequestTimeout = 2 * time.Second
+
+// NRISocketPath returns a path for containerd's NRI socket inside a containerd Dir.
+func NRISocketPath(dir string) string { return filepath.Join(dir, nriSocketName) }
 
 // StartContainerd writes a config under opts.Dir (restrict_oom_score_adj,
 // SandboxImage, cgroupfs, private runc root and CNI dirs), starts the daemon,
@@ -65,6 +80,9 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, 
 	if len(sock)+len(".ttrpc") >= 108 {
 		return nil, fmt.Errorf("containerd dir %s is too long for a unix socket path: use a shorter one", opts.Dir)
 	}
+	if err := checkNRISocket(opts.Flavor, opts.NRISocket); err != nil {
+		return nil, err
+	}
 	bins, err := ensureContainerd(ctx, opts.Flavor)
 	if err != nil {
 		return nil, err
@@ -75,10 +93,11 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, 
 		Socket:     sock,
 		Endpoint:   "unix://" + sock,
 		LogPath:    filepath.Join(opts.Dir, "containerd.log"),
+		NRISocket:  opts.NRISocket,
 		bins:       bins,
 		configPath: filepath.Join(opts.Dir, "config.toml"),
 	}
-	for _, d := range []string{"root", "state", "runc", "opt", "tmp", "s", "cni/net.d", "cni/ipam"} {
+	for _, d := range []string{"root", "state", "runc", "opt", "tmp", "s", "cni/net.d", "cni/ipam", "nri/plugins", "nri/conf.d"} {
 		if err := os.MkdirAll(filepath.Join(opts.Dir, d), 0o711); err != nil {
 			return nil, fmt.Errorf("create containerd dirs: %w", err)
 		}
@@ -98,6 +117,20 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, 
 		return nil, errors.Join(err, c.Stop(context.WithoutCancel(ctx)))
 	}
 	return c, nil
+}
+
+// checkNRISocket refuses an NRI socket that this flavor or a unix socket cannot have.
+func checkNRISocket(flavor, sock string) error {
+	if sock == "" {
+		return nil
+	}
+	if flavor != Flavor2 {
+		return fmt.Errorf("NRI plugins need containerd 1.7 or later; containerd %s has NRI 0.1 only (binaries run from /opt/nri/bin, no plugin socket): use flavor %q", flavor, Flavor2)
+	}
+	if !filepath.IsAbs(sock) || len(sock) >= 108 {
+		return fmt.Errorf("NRI socket %q must be an absolute path shorter than 108 bytes (a unix socket path)", sock)
+	}
+	return nil
 }
 
 // AttachContainerd returns the containerd that an earlier StartContainerd left
@@ -497,10 +530,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
   [plugins.'io.containerd.internal.v1.opt']
     path = %[5]q
 
-  # NRI's socket path is global (/var/run/nri); a private daemon must not take it.
-  [plugins.'io.containerd.nri.v1.nri']
-    disable = true
-
+%[11]s
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = 'overlayfs'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -524,7 +554,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
       max_conf_num = 1
 `, filepath.Join(d, "root"), filepath.Join(d, "state"), c.Socket, c.Socket+".ttrpc",
 			filepath.Join(d, "opt"), SandboxImage, filepath.Join(d, "runc"), filepath.Join(d, "cni", "net.d"),
-			filepath.Join(d, "tmp"), shimDir)
+			filepath.Join(d, "tmp"), shimDir, c.nriConfig())
 	}
 	return fmt.Sprintf(`version = 2
 root = %[1]q
@@ -561,6 +591,28 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       max_conf_num = 1
 `, filepath.Join(d, "root"), filepath.Join(d, "state"), c.Socket, c.Socket+".ttrpc",
 		filepath.Join(d, "opt"), SandboxImage, filepath.Join(d, "runc"), filepath.Join(d, "cni", "net.d"))
+}
+
+// nriConfig is the NRI section of a Flavor2 config. Every path is under Dir: the defaults
+// (/var/run/nri/nri.sock, /opt/nri/plugins, /etc/nri/conf.d) are the node's, and a test daemon must
+// neither take the node's socket nor start the node's plugins.
+func (c *Containerd) nriConfig() string {
+	if c.NRISocket == "" {
+		return `  # NRI's socket path is global (/var/run/nri); a private daemon must not take it.
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+`
+	}
+	return fmt.Sprintf(`  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    socket_path = %q
+    plugin_path = %q
+    plugin_config_path = %q
+    plugin_registration_timeout = '5s'
+    plugin_request_timeout = %q
+    # External plugins (tandem-proxy --mode=nri) connect to the socket.
+    disable_connections = false
+`, c.NRISocket, filepath.Join(c.Dir, "nri", "plugins"), filepath.Join(c.Dir, "nri", "conf.d"), NRIRequestTimeout.String())
 }
 
 // writeCNIConfig writes a bridge + host-local conflist whose bridge name,

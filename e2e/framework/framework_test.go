@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 )
@@ -17,9 +19,10 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	dir := "/tmp/tdm-e2e-x/ctrd"
 	tests := []struct {
-		name   string
-		flavor string
-		want   map[string]any // dotted path → value
+		name      string
+		flavor    string
+		nriSocket string
+		want      map[string]any // dotted path → value
 	}{
 		{
 			name:   "1.6",
@@ -55,11 +58,31 @@ func TestConfig(t *testing.T) {
 				`plugins.io.containerd.cri.v1.runtime.containerd.runtimes.runc.options.Root`:          dir + "/runc",
 			},
 		},
+		{
+			// The keys are those of containerd v2.4.2's internal/nri.Config.
+			name:      "2 with NRI",
+			flavor:    Flavor2,
+			nriSocket: NRISocketPath(dir),
+			want: map[string]any{
+				`plugins.io.containerd.server.v1.grpc.address`:                 dir + "/containerd.sock",
+				`plugins.io.containerd.nri.v1.nri.disable`:                     false,
+				`plugins.io.containerd.nri.v1.nri.socket_path`:                 dir + "/nri.sock",
+				`plugins.io.containerd.nri.v1.nri.plugin_path`:                 dir + "/nri/plugins",
+				`plugins.io.containerd.nri.v1.nri.plugin_config_path`:          dir + "/nri/conf.d",
+				`plugins.io.containerd.nri.v1.nri.plugin_registration_timeout`: "5s",
+				`plugins.io.containerd.nri.v1.nri.plugin_request_timeout`:      "2s",
+				`plugins.io.containerd.nri.v1.nri.disable_connections`:         false,
+				`plugins.io.containerd.cri.v1.runtime.restrict_oom_score_adj`:  true,
+				`plugins.io.containerd.cri.v1.images.pinned_images.sandbox`:    SandboxImage,
+				`plugins.io.containerd.cri.v1.runtime.cni.conf_dir`:            dir + "/cni/net.d",
+				`plugins.io.containerd.shim.v1.manager.socket_dir`:             dir + "/s",
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := &Containerd{Flavor: tc.flavor, Dir: dir, Socket: filepath.Join(dir, ctrdSocketName)}
+			c := &Containerd{Flavor: tc.flavor, Dir: dir, Socket: filepath.Join(dir, ctrdSocketName), NRISocket: tc.nriSocket}
 			var doc map[string]any
 			if err := toml.Unmarshal([]byte(c.config()), &doc); err != nil {
 				t.Fatalf("config is not valid TOML: %v\n%s", err, c.config())
@@ -74,6 +97,107 @@ func TestConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConfigNRITimeouts checks that the NRI timeouts parse as containerd parses them (its
+// tomlext.Duration is time.ParseDuration), so that a typo cannot leave containerd's defaults in force.
+func TestConfigNRITimeouts(t *testing.T) {
+	t.Parallel()
+	dir := "/tmp/tdm-e2e-x/ctrd"
+	c := &Containerd{Flavor: Flavor2, Dir: dir, Socket: filepath.Join(dir, ctrdSocketName), NRISocket: NRISocketPath(dir)}
+	var doc map[string]any
+	if err := toml.Unmarshal([]byte(c.config()), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]time.Duration{"plugin_registration_timeout": 5 * time.Second, "plugin_request_timeout": NRIRequestTimeout} {
+		s, _ := lookup(doc, "plugins.io.containerd.nri.v1.nri."+key).(string)
+		if got, err := time.ParseDuration(s); err != nil || got != want {
+			t.Errorf("%s = %q (%v, %v), want %v", key, s, got, err, want)
+		}
+	}
+}
+
+func TestCheckNRISocket(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, flavor, sock string
+		wantErr            string // "" for none
+	}{
+		{name: "off on 1.6", flavor: Flavor16},
+		{name: "off on 2", flavor: Flavor2},
+		{name: "2", flavor: Flavor2, sock: "/tmp/tdm-e2e-x/ctrd/nri.sock"},
+		{name: "1.6 has NRI 0.1 only", flavor: Flavor16, sock: "/tmp/tdm-e2e-x/ctrd/nri.sock", wantErr: "NRI 0.1 only"},
+		{name: "relative", flavor: Flavor2, sock: "nri.sock", wantErr: "absolute path"},
+		{name: "too long for a unix socket", flavor: Flavor2, sock: "/" + strings.Repeat("d", 110) + "/nri.sock", wantErr: "108 bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := checkNRISocket(tc.flavor, tc.sock)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("checkNRISocket(%q, %q) = %v, want an error mentioning %q", tc.flavor, tc.sock, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestProxyArgs: in NRI mode the proxy connects to containerd's NRI socket instead of listening, and
+// its Endpoint is containerd's, so that a test uses Proxy.Endpoint in both modes alike.
+func TestProxyArgs(t *testing.T) {
+	t.Parallel()
+	opts := ProxyOptions{Binary: "/bin/tandem-proxy", RuntimeEndpoint: "unix:///d/ctrd/containerd.sock", Dir: "/d/proxy", ExtraArgs: []string{"--reserved-cpus", "0"}}
+	tests := []struct {
+		name         string
+		nriSocket    string
+		wantSocket   string
+		wantEndpoint string
+		want         map[string]string // flag → value; "" for a flag that must be absent
+	}{
+		{
+			name: "proxy", wantSocket: "/d/proxy/tandem.sock", wantEndpoint: "unix:///d/proxy/tandem.sock",
+			want: map[string]string{"--listen": "/d/proxy/tandem.sock", "--runtime-endpoint": "unix:///d/ctrd/containerd.sock",
+				"--reserved-cpus": "0", "--mode": "", "--nri-socket": ""},
+		},
+		{
+			name: "nri", nriSocket: "/d/ctrd/nri.sock", wantEndpoint: "unix:///d/ctrd/containerd.sock",
+			want: map[string]string{"--mode": "nri", "--nri-socket": "/d/ctrd/nri.sock", "--runtime-endpoint": "unix:///d/ctrd/containerd.sock",
+				"--reserved-cpus": "0", "--listen": ""},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := opts
+			o.NRISocket = tc.nriSocket
+			p := newProxy(o, "127.0.0.1:1")
+			if p.Socket != tc.wantSocket || p.Endpoint != tc.wantEndpoint {
+				t.Errorf("Socket, Endpoint = %q, %q, want %q, %q", p.Socket, p.Endpoint, tc.wantSocket, tc.wantEndpoint)
+			}
+			got := flagValues(p.Args())
+			for flag, want := range tc.want {
+				if got[flag] != want {
+					t.Errorf("%s = %q, want %q (args %q)", flag, got[flag], want, p.Args())
+				}
+			}
+		})
+	}
+}
+
+// flagValues maps each --flag of args to its value, given as --flag=value or --flag value.
+func flagValues(args []string) map[string]string {
+	m := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "--") {
+			continue
+		}
+		if k, v, ok := strings.Cut(args[i], "="); ok {
+			m[k] = v
+		} else if i+1 < len(args) {
+			m[k] = args[i+1]
+			i++
+		}
+	}
+	return m
 }
 
 // lookup follows a dotted path whose plugin ids contain dots themselves, by

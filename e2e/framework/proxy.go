@@ -21,12 +21,19 @@ type ProxyOptions struct {
 	Dir             string // socket, state dir and log live here
 	// Listen overrides the socket path (default Dir/tandem.sock), to start a
 	// second proxy on the socket of a first one.
-	Listen    string
+	Listen string
+	// NRISocket, when set, runs tandem-proxy as an NRI plugin (--mode=nri) connected to containerd's
+	// NRI socket at this path (Containerd.NRISocket) instead of listening for kubelet. Kubelet then
+	// talks to containerd itself: Proxy.Endpoint is RuntimeEndpoint, so that a test drives either
+	// mode through Proxy.Endpoint alike, and Proxy.Socket is empty.
+	NRISocket string
 	ExtraArgs []string
 }
 
 // Proxy is a running tandem-proxy process.
 type Proxy struct {
+	// Socket is where the proxy listens for kubelet, and Endpoint the CRI endpoint kubelet uses:
+	// "unix://" + Socket, or in NRI mode the runtime's own endpoint (Socket is then empty).
 	Socket, Endpoint, StateDir, MetricsAddr string // MetricsAddr is 127.0.0.1:<free port>
 	// DebugSocket serves /debug/store and /debug/pools, to root alone.
 	DebugSocket string
@@ -74,7 +81,8 @@ func freeLocalAddr() (string, error) {
 }
 
 // StartProxy starts tandem-proxy, logging to Dir/proxy.log, and waits until
-// /readyz answers 200 (the runtime is reachable through it).
+// /readyz answers 200: the runtime is reachable through it or, in NRI mode,
+// the plugin is registered with containerd and synchronized.
 func StartProxy(ctx context.Context, opts ProxyOptions) (*Proxy, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create proxy dir: %w", err)
@@ -83,35 +91,47 @@ func StartProxy(ctx context.Context, opts ProxyOptions) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	sock := opts.Listen
-	if sock == "" {
-		sock = filepath.Join(opts.Dir, "tandem.sock")
-	}
-	p := &Proxy{
-		Socket:      sock,
-		Endpoint:    "unix://" + sock,
-		StateDir:    filepath.Join(opts.Dir, "state"),
-		MetricsAddr: addr,
-		DebugSocket: filepath.Join(opts.Dir, "state", "debug.sock"),
-		LogPath:     filepath.Join(opts.Dir, "proxy.log"),
-		opts:        opts,
-	}
+	p := newProxy(opts, addr)
 	if err := p.start(ctx); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
+// newProxy lays out the paths of a proxy with metrics on addr; it starts nothing.
+func newProxy(opts ProxyOptions, addr string) *Proxy {
+	sock := opts.Listen
+	if sock == "" {
+		sock = filepath.Join(opts.Dir, "tandem.sock")
+	}
+	endpoint := "unix://" + sock
+	if opts.NRISocket != "" {
+		sock, endpoint = "", opts.RuntimeEndpoint
+	}
+	return &Proxy{
+		Socket:      sock,
+		Endpoint:    endpoint,
+		StateDir:    filepath.Join(opts.Dir, "state"),
+		MetricsAddr: addr,
+		DebugSocket: filepath.Join(opts.Dir, "state", "debug.sock"),
+		LogPath:     filepath.Join(opts.Dir, "proxy.log"),
+		opts:        opts,
+	}
+}
+
 // Args are the command-line arguments the proxy runs with.
 func (p *Proxy) Args() []string {
-	args := []string{
-		"--listen", p.Socket,
+	args := []string{"--listen", p.Socket}
+	if p.opts.NRISocket != "" {
+		args = []string{"--mode=nri", "--nri-socket", p.opts.NRISocket}
+	}
+	args = append(args,
 		"--runtime-endpoint", p.opts.RuntimeEndpoint,
 		"--state-dir", p.StateDir,
 		"--metrics-addr", p.MetricsAddr,
 		"--debug-socket", p.DebugSocket,
 		"-v", "2",
-	}
+	)
 	return append(args, p.opts.ExtraArgs...)
 }
 
