@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/runctx"
+	"github.com/tandemkit/tandem/e2e/framework"
+)
+
+// The three ways kubelet can reach containerd.
+const (
+	pathNone  = "none"
+	pathProxy = "proxy"
+	pathNRI   = "nri"
+)
+
+func allPaths() []string { return []string{pathNone, pathProxy, pathNRI} }
+
+// path is one way of reaching containerd, with a containerd of its own.
+//
+// Why one containerd per path: NRI plugins attach to a containerd, not to a client, so none and nri
+// cannot share one (with the plugin connected every caller's CreateContainer goes through it). proxy
+// could share none's, but then that containerd would hold twice the containers and serve two paths'
+// calls, and tandem-proxy's node loops (collectors, resync) would read none's containers too: three
+// daemons of one config, each with the same pods and the same containers, differ in nothing but the path.
+//
+// Why NRI is enabled on all three: containerd 2 enables it by default, so a node without Tandem runs
+// with it on, and with no plugin connected containerd still builds the NRI view of every pod and
+// container on each call. So none is what a containerd 2 node pays today, and nri − none is what the
+// plugin adds, not the plugin plus NRI being switched on.
+type path struct {
+	name   string
+	ctrd   *framework.Containerd
+	tandem *framework.Proxy // nil for none
+	// rs is what kubelet talks to: containerd's CRI socket for none and nri, tandem-proxy's for proxy.
+	rs internalapi.RuntimeService
+	// root is the path's private cgroup root (kubelet's cgroupRoot): tandem-proxy manages the BE parent
+	// below it, and two instances must not manage the same one.
+	root string
+	pods []*pod // in podClasses order
+}
+
+// dirLetter keeps the per-path directories short: unix socket paths live in them.
+func dirLetter(p string) string { return p[:1] }
+
+func run(ctx context.Context, o options) (retErr error) {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	// Clean-up must run even after Ctrl-C has cancelled ctx.
+	cleanupCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	}
+	if err := framework.EnsureDebianPackages(ctx); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp(o.workDir, "nl")
+	if err != nil {
+		return fmt.Errorf("create work dir: %w", err)
+	}
+	// The dir is removed only when every containerd stopped cleanly: with a mount left behind, removing
+	// it would reach into a container's rootfs. After a failure (not a Ctrl-C) the logs are kept.
+	stoppedClean := true
+	defer func() {
+		if !stoppedClean || (retErr != nil && ctx.Err() == nil) {
+			logger.Info("Work dir kept for inspection", "dir", dir)
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("remove work dir: %w", err))
+		}
+	}()
+
+	needTandem := false
+	for _, p := range o.paths {
+		needTandem = needTandem || p != pathNone
+	}
+	// tandem-proxy builds while the first containerd starts; containerd 2.4.2 itself is built once and
+	// cached, which takes minutes the first time.
+	type built struct {
+		bin string
+		err error
+	}
+	buildDone := make(chan built, 1)
+	if needTandem && o.proxyBinary == "" {
+		logger.Info("Building tandem-proxy")
+		go func() {
+			bin, err := framework.BuildProxy(ctx, filepath.Join(dir, "bin"))
+			buildDone <- built{bin, err}
+		}()
+	} else {
+		buildDone <- built{bin: o.proxyBinary}
+	}
+	if !framework.ContainerdV2Cached() {
+		logger.Info("Building containerd " + framework.ContainerdV2Version + " once (minutes on two CPUs)")
+	}
+
+	// Every path's cgroups live under one private root, so the host's /kubepods is never touched.
+	base := fmt.Sprintf("/tdm-nrilat-%d", os.Getpid())
+	defer func() {
+		// Registered first, so it runs after the containerds have removed their pods.
+		if err := removeCgroupTree(base); err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+	}()
+	capShares := int64(runtime.NumCPU()) * 1024
+	if err := makeCgroup(base, capShares); err != nil {
+		return err
+	}
+
+	paths := make([]*path, len(o.paths))
+	for i, name := range o.paths {
+		p := &path{name: name, root: base + "/" + name}
+		paths[i] = p
+		for _, c := range []struct {
+			dir    string
+			shares int64
+		}{{p.root, capShares}, {p.root + "/kubepods", capShares}, {p.root + "/kubepods/besteffort", beShares}, {p.root + "/kubepods/burstable", int64(o.perPod) * lsShares}} {
+			if err := makeCgroup(c.dir, c.shares); err != nil {
+				return err
+			}
+		}
+		cdir := filepath.Join(dir, dirLetter(name))
+		logger.Info("Starting containerd", "path", name, "version", framework.ContainerdV2Version)
+		p.ctrd, err = framework.StartContainerd(ctx, framework.ContainerdOptions{
+			Flavor: framework.Flavor2, Dir: cdir, NRISocket: framework.NRISocketPath(cdir),
+		})
+		if err != nil {
+			return fmt.Errorf("path %s: %w", name, err)
+		}
+		defer func() {
+			cctx, cancel := cleanupCtx()
+			defer cancel()
+			if err := p.ctrd.Stop(cctx); err != nil {
+				stoppedClean = false
+				retErr = errors.Join(retErr, fmt.Errorf("path %s: stop containerd: %w", name, err))
+			}
+		}()
+	}
+
+	b := <-buildDone
+	if b.err != nil {
+		return b.err
+	}
+	for _, p := range paths {
+		endpoint := p.ctrd.Endpoint
+		if p.name != pathNone {
+			opts := framework.ProxyOptions{
+				Binary: b.bin, RuntimeEndpoint: p.ctrd.Endpoint, Dir: filepath.Join(dir, "t"+dirLetter(p.name)),
+				ExtraArgs: []string{"--kubelet-cgroup-root", p.root, "--hooks-dir", filepath.Join(dir, "hooks.d"),
+					"--node-name", "nrilatency", "-v", strconv.Itoa(o.proxyVerbosity)},
+			}
+			if p.name == pathNRI {
+				opts.NRISocket = p.ctrd.NRISocket
+			}
+			if err := os.MkdirAll(filepath.Join(dir, "hooks.d"), 0o755); err != nil {
+				return fmt.Errorf("create hooks dir: %w", err)
+			}
+			logger.Info("Starting tandem-proxy", "path", p.name)
+			if p.tandem, err = framework.StartProxy(ctx, opts); err != nil {
+				return fmt.Errorf("path %s: %w", p.name, err)
+			}
+			defer func() {
+				// Before its containerd stops (defers run last-in first-out).
+				cctx, cancel := cleanupCtx()
+				defer cancel()
+				code, err := p.tandem.Stop(cctx)
+				if err != nil {
+					retErr = errors.Join(retErr, fmt.Errorf("path %s: stop tandem-proxy: %w", p.name, err))
+				} else if code != 0 {
+					retErr = errors.Join(retErr, fmt.Errorf("path %s: tandem-proxy exited with code %d on SIGTERM, want 0: see %s", p.name, code, p.tandem.LogPath))
+				}
+			}()
+			endpoint = p.tandem.Endpoint
+		}
+		rs, is, err := framework.NewCRIClients(ctx, endpoint)
+		if err != nil {
+			return err
+		}
+		p.rs = rs
+		defer func() {
+			cctx, cancel := cleanupCtx()
+			defer cancel()
+			_ = rs.Close(cctx)
+			_ = is.Close(cctx)
+		}()
+	}
+
+	v, err := paths[0].rs.Version(ctx, "0.1.0")
+	if err != nil {
+		return fmt.Errorf("path %s: Version: %w", paths[0].name, err)
+	}
+	runtimeVersion := v.GetRuntimeName() + " " + v.GetRuntimeVersion()
+
+	for _, p := range paths {
+		if err := startPods(ctx, p, dir, o.perPod); err != nil {
+			return err
+		}
+		if err := checkStore(ctx, p); err != nil {
+			return err
+		}
+	}
+	logger.Info("Pods running", "paths", o.paths)
+
+	seed := o.seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	rep := &report{machine: hostinfo.Read(), runtime: runtimeVersion, opts: o, seed: seed, paths: o.paths, perPath: o.rounds * 2 * o.perPod}
+	rng := rand.New(rand.NewPCG(seed, seed^0x6e726c61))
+	var before map[string]int64
+	var measureStart time.Time
+	for r := range o.warmupRounds + o.rounds {
+		timed := r >= o.warmupRounds
+		if timed && before == nil {
+			if before, err = cpuTicks(paths); err != nil {
+				return err
+			}
+			measureStart = time.Now()
+			rep.loadBefore = hostinfo.LoadAverage()
+		}
+		outs, err := runOneRound(ctx, paths, o, r, rng)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", r+1, err)
+		}
+		if timed {
+			rep.maxFlight = max(rep.maxFlight, maxInFlight(outs))
+			for _, out := range outs {
+				rep.samples = append(rep.samples, newSample(out, paths[out.path].name, podClasses[out.block%len(podClasses)], r-o.warmupRounds))
+				rep.maxLag = max(rep.maxLag, out.sent.Sub(out.due))
+			}
+		}
+		if (r+1)%5 == 0 || r+1 == o.warmupRounds+o.rounds {
+			logger.Info("Progress", "rounds", r+1, "of", o.warmupRounds+o.rounds)
+		}
+	}
+	rep.seconds = time.Since(measureStart).Seconds()
+	rep.loadAfter = hostinfo.LoadAverage()
+	after, err := cpuTicks(paths)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: "containerd", Ticks: after[p.name+"/containerd"] - before[p.name+"/containerd"]})
+	}
+	for _, p := range paths {
+		if p.tandem != nil {
+			rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: "tandem-proxy", Ticks: after[p.name+"/tandem"] - before[p.name+"/tandem"]})
+		}
+	}
+	rep.print(os.Stdout)
+	if o.jsonPath != "" {
+		if err := rep.writeJSON(o.jsonPath); err != nil {
+			return err
+		}
+		logger.Info("Results written", "path", o.jsonPath)
+	}
+	return nil
+}
+
+// startPods runs the path's LS and BE pods through the path's own socket, as kubelet would: the pod's
+// cgroup first, then RunPodSandbox.
+func startPods(ctx context.Context, p *path, dir string, perPod int) error {
+	for _, class := range podClasses {
+		name := fmt.Sprintf("%s-%s", map[string]string{classLS: "web", classBE: "spark-exec"}[class], p.name)
+		cfg := podConfig(name, class, p.root, perPod)
+		pd := &pod{class: class, cfg: cfg, parent: cfg.Linux.CgroupParent, dir: filepath.Join(dir, "pods", p.name+"-"+class)}
+		shares := int64(beShares)
+		if class == classLS {
+			shares = int64(perPod) * lsShares
+		}
+		if err := makeCgroup(pd.parent, shares); err != nil {
+			return err
+		}
+		if err := preparePod(pd); err != nil {
+			return err
+		}
+		id, err := p.rs.RunPodSandbox(ctx, cfg, "")
+		if err != nil {
+			return fmt.Errorf("path %s: run pod %s: %w", p.name, name, err)
+		}
+		pd.id = id
+		p.pods = append(p.pods, pd)
+	}
+	return nil
+}
+
+// checkStore makes sure tandem-proxy saw the pods: a path whose tandem-proxy does not know them would be
+// timed without its policies.
+func checkStore(ctx context.Context, p *path) error {
+	if p.tandem == nil {
+		return nil
+	}
+	// In NRI mode the pods arrive by NRI events, which containerd may send after RunPodSandbox answers.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := p.tandem.Store(ctx)
+		if err != nil {
+			return fmt.Errorf("path %s: %w", p.name, err)
+		}
+		known := 0
+		for _, sp := range st.Pods {
+			for _, pd := range p.pods {
+				if sp.ID == pd.id {
+					known++
+				}
+			}
+		}
+		if known == len(p.pods) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("path %s: tandem-proxy's store holds %d of the %d pods 10 s after they ran: see %s", p.name, known, len(p.pods), p.tandem.LogPath)
+		}
+		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// runOneRound starts round r's containers on every path, open loop, then, untimed, checks them and stops
+// and removes them through their own path. It returns the outcomes of the starts.
+func runOneRound(ctx context.Context, paths []*path, o options, r int, rng *rand.Rand) ([]outcome, error) {
+	slots := roundSlots(len(paths), len(podClasses)*o.perPod, o.rate, rng)
+	// The configs are made before the round, as the files kubelet writes for a container are not part of
+	// the CRI calls timed here.
+	type key struct{ path, block int }
+	cfgs := map[key]*containerCall{}
+	for _, s := range slots {
+		p := paths[s.path]
+		pd := p.pods[s.block%len(podClasses)]
+		cfg, err := containerConfig(pd, fmt.Sprintf("c%d", s.block/len(podClasses)), uint32(r))
+		if err != nil {
+			return nil, err
+		}
+		cfgs[key{s.path, s.block}] = &containerCall{p: p, pod: pd, cfg: cfg}
+	}
+	// A short lead, so that the first slot is not already late when the goroutines are set up.
+	outs := runRound(ctx, slots, time.Now().Add(20*time.Millisecond), func(ctx context.Context, s slot, out *outcome) error {
+		c := cfgs[key{s.path, s.block}]
+		id, err := c.p.rs.CreateContainer(ctx, c.pod.id, c.cfg, c.pod.cfg)
+		out.created = time.Now()
+		if err != nil {
+			return fmt.Errorf("path %s: CreateContainer %s in pod %s: %w", c.p.name, c.cfg.Metadata.Name, c.pod.cfg.Metadata.Name, err)
+		}
+		out.id = id
+		err = c.p.rs.StartContainer(ctx, id)
+		out.started = time.Now()
+		if err != nil {
+			return fmt.Errorf("path %s: StartContainer %s in pod %s: %w", c.p.name, c.cfg.Metadata.Name, c.pod.cfg.Metadata.Name, err)
+		}
+		return nil
+	})
+	var errs []error
+	if len(outs) < len(slots) {
+		errs = append(errs, ctx.Err())
+	}
+	for _, out := range outs {
+		if out.err != nil {
+			errs = append(errs, out.err)
+			continue
+		}
+		if err := checkPolicies(paths[out.path], cfgs[key{out.path, out.block}].pod, out.id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Removed even after a failure, so that the next round (or the clean-up) finds the pods as before.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	for _, out := range outs {
+		if out.id == "" {
+			continue
+		}
+		p := paths[out.path]
+		if err := p.rs.StopContainer(cctx, out.id, 30); err != nil {
+			errs = append(errs, fmt.Errorf("path %s: stop container %s: %w", p.name, out.id, err))
+		}
+		if err := p.rs.RemoveContainer(cctx, out.id); err != nil {
+			errs = append(errs, fmt.Errorf("path %s: remove container %s: %w", p.name, out.id, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return outs, runctx.Sleep(ctx, o.settle)
+}
+
+// containerCall is what one slot sends.
+type containerCall struct {
+	p   *path
+	pod *pod
+	cfg *runtimeapi.ContainerConfig
+}
+
+// checkPolicies makes sure a BE container got what the path should give it: the batch resources' CPU
+// weight through proxy and nri (batchresource ran), kubelet's own through none (nothing ran).
+func checkPolicies(p *path, pd *pod, id string) error {
+	if pd.class != classBE {
+		return nil
+	}
+	shares := int64(beBatchShares)
+	if p.name == pathNone {
+		shares = beShares
+	}
+	got, want, err := cpuWeight(pd.parent, id, shares)
+	if err != nil {
+		return fmt.Errorf("path %s: %w", p.name, err)
+	}
+	if got != want {
+		return fmt.Errorf("path %s: BE container %s has CPU weight %d, want %d: its policies did not run as they should", p.name, id, got, want)
+	}
+	return nil
+}
+
+// cpuTicks reads the CPU time of every path's containerd and tandem-proxy, keyed path/process.
+func cpuTicks(paths []*path) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, p := range paths {
+		t, err := readCPUTicks(p.ctrd.PID())
+		if err != nil {
+			return nil, fmt.Errorf("path %s: containerd: %w", p.name, err)
+		}
+		out[p.name+"/containerd"] = t
+		if p.tandem != nil {
+			if t, err = readCPUTicks(p.tandem.PID()); err != nil {
+				return nil, fmt.Errorf("path %s: tandem-proxy: %w", p.name, err)
+			}
+			out[p.name+"/tandem"] = t
+		}
+	}
+	return out, nil
+}
