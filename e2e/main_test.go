@@ -79,6 +79,7 @@ func requireRoot(t *testing.T) {
 // cri-client connections to both.
 type env struct {
 	flavor     string
+	nri        bool // tandem-proxy runs as containerd's NRI plugin (envOptions.nri)
 	dir        string
 	containerd *framework.Containerd
 	proxy      *framework.Proxy
@@ -91,6 +92,10 @@ type envOptions struct {
 	cni bool
 	// proxyArgs are added to tandem-proxy's flags.
 	proxyArgs []string
+	// nri runs tandem-proxy as containerd's NRI plugin (--mode=nri) instead of in front of it. Kubelet's
+	// side then talks to containerd itself: viaProxy is a connection to containerd's CRI socket, on
+	// which containerd calls the plugin. Containerd 2 only.
+	nri bool
 }
 
 // forEachRuntime runs fn as a subtest per containerd flavor, each with a
@@ -154,18 +159,21 @@ func newEnv(t *testing.T, ctx context.Context, flavor string, opts envOptions) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{flavor: flavor, dir: dir}
+	e := &env{flavor: flavor, nri: opts.nri, dir: dir}
 	t.Cleanup(func() { e.teardown(t, ctx) })
 
 	start := time.Now()
-	e.containerd, err = framework.StartContainerd(ctx, framework.ContainerdOptions{
-		Flavor: flavor, Dir: filepath.Join(dir, "ctrd"), CNI: opts.cni,
-	})
+	ctrdOpts := framework.ContainerdOptions{Flavor: flavor, Dir: filepath.Join(dir, "ctrd"), CNI: opts.cni}
+	if opts.nri {
+		ctrdOpts.NRISocket = framework.NRISocketPath(ctrdOpts.Dir)
+	}
+	e.containerd, err = framework.StartContainerd(ctx, ctrdOpts)
 	if err != nil {
 		t.Fatalf("start containerd %s: %v", flavor, err)
 	}
 	e.proxy, err = framework.StartProxy(ctx, framework.ProxyOptions{
 		Binary: bin, RuntimeEndpoint: e.containerd.Endpoint, Dir: filepath.Join(dir, "proxy"), ExtraArgs: opts.proxyArgs,
+		NRISocket: e.containerd.NRISocket,
 	})
 	if err != nil {
 		t.Fatalf("start tandem-proxy: %v", err)
@@ -178,7 +186,11 @@ func newEnv(t *testing.T, ctx context.Context, flavor string, opts envOptions) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("containerd %s and tandem-proxy ready in %s under %s", flavor, time.Since(start).Round(time.Millisecond), dir)
+	mode := "in front of it"
+	if opts.nri {
+		mode = "as its NRI plugin"
+	}
+	t.Logf("containerd %s and tandem-proxy %s ready in %s under %s", flavor, mode, time.Since(start).Round(time.Millisecond), dir)
 	return e
 }
 

@@ -70,6 +70,24 @@ type StoreContainer struct {
 	Resources    json.RawMessage `json:"resources"`
 }
 
+// PoolsDump is the JSON of tandem-proxy's /debug/pools: CPU lists in the kernel's format ("" for an
+// empty pool) and the exclusive allocations keyed by "<podUID>/<container>".
+type PoolsDump struct {
+	LSE         string                `json:"lse"`
+	LSR         string                `json:"lsr"`
+	LS          string                `json:"ls"`
+	BE          string                `json:"be"`
+	Allocations map[string]Allocation `json:"allocations"`
+}
+
+// Allocation is one exclusive allocation of /debug/pools.
+type Allocation struct {
+	Class string `json:"class"`
+	CPUs  string `json:"cpus"`
+	// Container is the id of the container using the CPUs, empty until one starts.
+	Container string `json:"container,omitempty"`
+}
+
 // freeLocalAddr returns 127.0.0.1:<port> with a port that was free a moment ago.
 func freeLocalAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -227,6 +245,22 @@ func (p *Proxy) Store(ctx context.Context) (*StoreDump, error) {
 	var d StoreDump
 	if err := json.Unmarshal(body, &d); err != nil {
 		return nil, fmt.Errorf("decode /debug/store: %w", err)
+	}
+	return &d, nil
+}
+
+// Pools returns the proxy's /debug/pools, read on its debug socket.
+func (p *Proxy) Pools(ctx context.Context) (*PoolsDump, error) {
+	code, body, err := getOn(ctx, "unix", p.DebugSocket, "/debug/pools")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("/debug/pools answered %d: %s", code, tail(body, 500))
+	}
+	var d PoolsDump
+	if err := json.Unmarshal(body, &d); err != nil {
+		return nil, fmt.Errorf("decode /debug/pools: %w", err)
 	}
 	return &d, nil
 }
