@@ -100,50 +100,75 @@ func readCgroup(t *testing.T, ctrl, parent, file string) string {
 // TestBuiltinPolicies runs the built-in policies in the real tandem-proxy binary (the default
 // --policies) against real containerd: a BE pod with batch resources gets its shares, quota and memory
 // limit in the container cgroup and cpu.idle on its pod cgroup; an LSE pod asking for a fraction of a CPU
-// is refused with InvalidArgument and leaves nothing behind.
+// is refused with InvalidArgument and leaves nothing behind. TestNRIBuiltinPolicies runs the same with
+// tandem-proxy as containerd's NRI plugin.
 func TestBuiltinPolicies(t *testing.T) {
-	forEachRuntime(t, envOptions{}, func(t *testing.T, ctx context.Context, e *env) {
-		parent, ctr := runBEPod(t, ctx, e, "nginx-be")
-		ctrDir := filepath.Join(parent, ctr)
-		for _, c := range []struct{ ctrl, dir, file, want string }{
-			{"cpu", ctrDir, "cpu.shares", "1024"},
-			{"cpu", ctrDir, "cpu.cfs_quota_us", "150000"},
-			{"memory", ctrDir, "memory.limit_in_bytes", fmt.Sprint(64 << 20)},
-			{"cpu", parent, "cpu.idle", "1"},
-			// An idle group has the kernel's idle weight, whatever shares it was given.
-			{"cpu", parent, "cpu.shares", "3"},
-			{"cpu", parent, "cpu.cfs_quota_us", "150000"},
-		} {
-			if got := readCgroup(t, c.ctrl, c.dir, c.file); got != c.want {
-				t.Errorf("%s/%s = %s, want %s", c.dir, c.file, got, c.want)
-			}
-		}
-		st, err := e.direct.ContainerStatus(ctx, ctr, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := st.GetStatus().GetAnnotations()["tandem.io/qos-class"]; got != "BE" {
-			t.Errorf("container annotation tandem.io/qos-class = %q, want BE", got)
-		}
+	forEachRuntime(t, envOptions{}, testBuiltinPolicies)
+}
 
-		// LSE with 500m: refused, nothing created.
-		lse := framework.PodSandboxConfig("nginx-lse", "e2e", true)
-		lse.Labels["koordinator.sh/qosClass"] = "LSE"
-		lseID, _, _ := framework.RunPod(ctx, e.viaProxy, lse, 0)
-		t.Cleanup(func() { _ = framework.RemovePod(context.WithoutCancel(ctx), e.direct, lseID) })
-		cc := framework.ContainerConfig("nginx", framework.SleepCommand()...)
-		cc.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuShares: 512, CpuQuota: 50000, CpuPeriod: 100000}
-		_, err = e.viaProxy.CreateContainer(ctx, lseID, cc, lse)
-		if status.Code(err) != codes.InvalidArgument {
-			t.Fatalf("LSE container with 500m: %v, want InvalidArgument", err)
+func testBuiltinPolicies(t *testing.T, ctx context.Context, e *env) {
+	parent, ctr := runBEPod(t, ctx, e, "nginx-be")
+	ctrDir := filepath.Join(parent, ctr)
+	for _, c := range []struct{ ctrl, dir, file, want string }{
+		{"cpu", ctrDir, "cpu.shares", "1024"},
+		{"cpu", ctrDir, "cpu.cfs_quota_us", "150000"},
+		{"memory", ctrDir, "memory.limit_in_bytes", fmt.Sprint(64 << 20)},
+		{"cpu", parent, "cpu.idle", "1"},
+		// An idle group has the kernel's idle weight, whatever shares it was given.
+		{"cpu", parent, "cpu.shares", "3"},
+		{"cpu", parent, "cpu.cfs_quota_us", "150000"},
+	} {
+		if got := readCgroup(t, c.ctrl, c.dir, c.file); got != c.want {
+			t.Errorf("%s/%s = %s, want %s", c.dir, c.file, got, c.want)
 		}
-		t.Logf("LSE with a fraction of a CPU is refused: %v", err)
-		list, err := e.direct.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: lseID})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list) != 0 {
-			t.Fatalf("refused LSE container left %d containers behind", len(list))
-		}
-	})
+	}
+	if got := containerAnnotation(t, ctx, e, ctr, "tandem.io/qos-class"); got != "BE" {
+		t.Errorf("container annotation tandem.io/qos-class = %q, want BE", got)
+	}
+
+	// LSE with 500m: refused, nothing created.
+	lse := framework.PodSandboxConfig("nginx-lse", "e2e", true)
+	lse.Labels["koordinator.sh/qosClass"] = "LSE"
+	lseID, _, _ := framework.RunPod(ctx, e.viaProxy, lse, 0)
+	t.Cleanup(func() { _ = framework.RemovePod(context.WithoutCancel(ctx), e.direct, lseID) })
+	cc := framework.ContainerConfig("nginx", framework.SleepCommand()...)
+	cc.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuShares: 512, CpuQuota: 50000, CpuPeriod: 100000}
+	_, err := e.viaProxy.CreateContainer(ctx, lseID, cc, lse)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("LSE container with 500m: %v, want InvalidArgument", err)
+	}
+	t.Logf("LSE with a fraction of a CPU is refused: %v", err)
+	list, err := e.direct.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: lseID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 0 {
+		t.Fatalf("refused LSE container left %d containers behind", len(list))
+	}
+	if p := poolsOf(t, ctx, e); len(p.Allocations) != 0 || p.LSE != "" {
+		t.Fatalf("refused LSE container left CPUs allocated: /debug/pools = %+v", p)
+	}
+}
+
+// containerAnnotation returns an annotation Tandem gave a container, where the runtime keeps it: a
+// proxy adds it to the CreateContainer request, so the CRI status shows it; an NRI plugin adds it to
+// the OCI spec, which the verbose status (crictl inspect) shows.
+func containerAnnotation(t *testing.T, ctx context.Context, e *env, id, key string) string {
+	t.Helper()
+	st, err := e.direct.ContainerStatus(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.nri {
+		return st.GetStatus().GetAnnotations()[key]
+	}
+	var info struct {
+		RuntimeSpec struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"runtimeSpec"`
+	}
+	if err := jsonUnmarshal(st.GetInfo()["info"], &info); err != nil {
+		t.Fatalf("verbose status of %s: %v", id, err)
+	}
+	return info.RuntimeSpec.Annotations[key]
 }
