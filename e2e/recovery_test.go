@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -195,4 +196,141 @@ func waitServing(t *testing.T, ctx context.Context, e *env, timeout time.Duratio
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("Version through the proxy still fails after %s: %v", timeout, err)
+}
+
+// TestKillRecoveryPools: SIGKILL tandem-proxy while 20 pods of every class run (one LSE pod holding a CPU
+// of its own, LS and BE pods) and start it again. Its CPU pools and exclusive allocations come back
+// exactly as they were, bound to the same containers; every container keeps its cpuset and the store
+// its pods; the policies hold (a second LSE pod finds no free CPU); and once the pods are gone the pools
+// and the store are as before the first pod: nothing leaked. TestNRIPluginKillRecovery runs the same
+// with tandem-proxy as containerd's NRI plugin.
+func TestKillRecoveryPools(t *testing.T) {
+	forEachRuntime(t, envOptions{}, testKillRecoveryPools)
+}
+
+func testKillRecoveryPools(t *testing.T, ctx context.Context, e *env) {
+	empty := poolsOf(t, ctx, e)
+	if len(empty.Allocations) != 0 {
+		t.Fatalf("/debug/pools before any pod = %+v, want no allocation", empty)
+	}
+	lsePod, lse, err := classPod(t, ctx, e, e.viaProxy, "recover-lse", "LSE", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := make([]string, recoveryPods-1)
+	for i := range classes {
+		classes[i] = []string{"LS", "BE"}[i%2]
+	}
+	pods := append([]classPodIDs{{id: lsePod, ctr: lse}}, startClassPods(t, ctx, e, "recover", classes)...)
+	cpusets := map[string]string{}
+	for _, p := range pods {
+		cpusets[p.ctr] = cpusetOf(t, ctx, e, p.ctr)
+	}
+	before := poolsOf(t, ctx, e)
+	if len(before.Allocations) != 1 {
+		t.Fatalf("/debug/pools with an LSE pod = %+v, want its one allocation", before)
+	}
+
+	if err := e.proxy.Kill(); err != nil {
+		t.Fatalf("SIGKILL tandem-proxy: %v", err)
+	}
+	if err := e.proxy.Restart(ctx); err != nil {
+		t.Fatalf("restart tandem-proxy: %v", err)
+	}
+	waitVersion(t, ctx, e)
+
+	if after := poolsOf(t, ctx, e); !reflect.DeepEqual(after, before) {
+		t.Errorf("/debug/pools after the restart = %+v, want %+v as before", after, before)
+	}
+	store := storeOf(t, ctx, e)
+	for _, p := range pods {
+		if findPod(store, p.id) == nil {
+			t.Errorf("/debug/store after the restart lacks pod %s", p.id)
+		}
+		if c := findContainer(store, p.ctr); c == nil || c.State != "CONTAINER_RUNNING" {
+			t.Errorf("/debug/store container %s after the restart = %+v, want CONTAINER_RUNNING", p.ctr, c)
+		}
+		if got := cpusetOf(t, ctx, e, p.ctr); got != cpusets[p.ctr] {
+			t.Errorf("container %s after the restart: cpuset %s, want %s as before", p.ctr, got, cpusets[p.ctr])
+		}
+	}
+	if len(store.Pods) != recoveryPods || len(store.Containers) != recoveryPods {
+		t.Errorf("/debug/store after the restart holds %d pods and %d containers, want %d of each", len(store.Pods), len(store.Containers), recoveryPods)
+	}
+	lse2, _, err := classPod(t, ctx, e, e.viaProxy, "recover-lse2", "LSE", 1000)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("second LSE container after the restart: %v, want ResourceExhausted", err)
+	}
+
+	// Every pod goes, as kubelet removes them: the pools and the store are as before the first one.
+	for _, id := range append(podIDs(pods), lse2) {
+		if err := framework.RemovePod(ctx, e.viaProxy, id); err != nil {
+			t.Errorf("remove pod %s: %v", id, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, s := poolsOf(t, ctx, e), storeOf(t, ctx, e)
+		if reflect.DeepEqual(p, empty) && len(s.Pods) == 0 && len(s.Containers) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5s after the last pod went: /debug/pools = %+v (want %+v), /debug/store holds %d pods and %d containers (want none)",
+				p, empty, len(s.Pods), len(s.Containers))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func podIDs(pods []classPodIDs) []string {
+	ids := make([]string, len(pods))
+	for i, p := range pods {
+		ids[i] = p.id
+	}
+	return ids
+}
+
+// startClassPods runs pods (name-NN) of one container of the given classes, without CPU requests, four
+// at a time as a busy kubelet would; they are removed when the test ends. It returns their ids in
+// order.
+func startClassPods(t *testing.T, ctx context.Context, e *env, name string, classes []string) []classPodIDs {
+	t.Helper()
+	pods := make([]classPodIDs, len(classes))
+	errs := make([]error, len(classes))
+	sem := make(chan struct{}, 4) // enough to overlap runc's waits on two CPUs
+	done := make(chan struct{})
+	for i, class := range classes {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cfg := framework.PodSandboxConfig(fmt.Sprintf("%s-%02d", name, i), "e2e", true)
+			cfg.Labels["koordinator.sh/qosClass"] = class
+			podID, err := e.viaProxy.RunPodSandbox(ctx, cfg, "")
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			pods[i] = classPodIDs{id: podID, uid: cfg.Metadata.Uid}
+			cc := framework.ContainerConfig("app", framework.SleepCommand()...)
+			if pods[i].ctr, err = e.viaProxy.CreateContainer(ctx, podID, cc, cfg); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", cfg.Metadata.Name, err)
+				return
+			}
+			errs[i] = e.viaProxy.StartContainer(ctx, pods[i].ctr)
+		}()
+	}
+	for range classes {
+		<-done
+	}
+	for i := range pods {
+		removeAtCleanup(t, ctx, e, pods[i].id)
+		if errs[i] != nil {
+			t.Errorf("pod %s-%02d: %v", name, i, errs[i])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return pods
 }
