@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"os"
@@ -36,7 +36,7 @@ func TestLoadPrecedence(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := load(tt.args, func(k string) string { return tt.env[k] })
+			got, err := load(proxyBinary, tt.args, func(k string) string { return tt.env[k] })
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("load = %v, want an error naming %q", err, tt.wantErr)
@@ -51,7 +51,7 @@ func TestLoadPrecedence(t *testing.T) {
 			}
 		})
 	}
-	got, err := load([]string{"--config", file}, func(string) string { return "" })
+	got, err := load(proxyBinary, []string{"--config", file}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestDebugSocketDefault(t *testing.T) {
 		{args: []string{"--state-dir", "/n/a/state", "--debug-socket", "/run/tandem/debug/proxy.sock"}, want: "/run/tandem/debug/proxy.sock"},
 	}
 	for _, tt := range tests {
-		got, err := load(tt.args, func(string) string { return "" })
+		got, err := load(proxyBinary, tt.args, func(string) string { return "" })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,3 +82,6 @@ func TestDebugSocketDefault(t *testing.T) {
 		}
 	}
 }
+
+// proxyBinary is how cmd/tandem-proxy runs the agent.
+var proxyBinary = Binary{Name: "tandem-proxy"}

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 	"github.com/tandemkit/tandem/metrics/reporter"
 	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/metrics/yield"
-	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
@@ -92,10 +91,10 @@ func podRequests(st *store.Store) func() []reporter.PodRequest {
 // startNodeLoops starts CPU suppression and eviction, configured by resource-threshold-config (off unless
 // the operator enables it, as in Koordinator) and reconfigured by cons on every change of it.
 func startNodeLoops(ctx context.Context, loops *supervise.Group, st settings, col *collector.Collector, cpus *alloc.Allocator,
-	cgroups cgroup.Writer, poolsChanged func(), evictor evict.Evictor, srv *proxy.Server, reg prometheus.Registerer, cons *consumers) error {
+	cgroups cgroup.Writer, poolsChanged func(), evictor evict.Evictor, fe FrontEnd, reg prometheus.Registerer, cons *consumers) error {
 	logger := klog.FromContext(ctx)
 	thresholds := st.colocation.Load().ResourceThreshold
-	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Refresh: srv.Refresh,
+	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Refresh: fe.Refresh,
 		Cgroups: cgroups, Registerer: reg}
 	if cpus != nil {
 		sdeps.CPUs = cpus
@@ -120,7 +119,7 @@ func startNodeLoops(ctx context.Context, loops *supervise.Group, st settings, co
 	} else {
 		loops.Go("suppress", sup.Run)
 	}
-	edeps := evict.Deps{Latest: col.Latest, Evictor: evictor, Registerer: reg, Pods: podMeta(srv.Store())}
+	edeps := evict.Deps{Latest: col.Latest, Evictor: evictor, Registerer: reg, Pods: podMeta(fe.Store())}
 	if sup != nil {
 		edeps.BEAllowedMilli = sup.AllowedMilli
 	}

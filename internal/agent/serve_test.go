@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -96,7 +96,7 @@ func startRun(t *testing.T, ctx context.Context, dir, runtimeEndpoint string, ex
 	var runErr error
 	go func() {
 		defer close(done)
-		runErr = run(runCtx, args)
+		runErr = run(runCtx, proxyBinary, args)
 	}()
 	stop := func() error {
 		cancel()

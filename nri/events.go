@@ -1,0 +1,348 @@
+package nri
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/proxy/store"
+)
+
+// The stub finds the events the plugin handles by these interfaces, and subscribes to those alone.
+var (
+	_ interface {
+		Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error)
+	} = (*Plugin)(nil)
+	_ interface {
+		CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error)
+	} = (*Plugin)(nil)
+)
+
+// Synchronize rebuilds the store from what containerd reports: at the first connection, after the
+// plugin restarted, and after containerd did. Containers the store had and containerd no longer reports
+// are released as if removed; the exclusive CPUs of those it reports are restored (Deps.Synchronized).
+func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "Synchronize")
+	defer cancel()
+	logger := klog.FromContext(ctx)
+	seen := map[string]bool{}
+	for _, sb := range pods {
+		pod := podFromNRI(sb)
+		// The labels and annotations PreRunPodSandbox hooks set live only in the store: compute them again.
+		// The pod's cgroup settings are written again too; both are idempotent.
+		if adj, err := p.runHooks(ctx, hooks.PreRunPodSandbox, sandboxInfo(sb), nil); err != nil {
+			logger.Error(err, "Pod's sandbox hooks failed at synchronization; its labels and annotations are containerd's alone", "pod", klog.KRef(pod.Namespace, pod.Name))
+		} else {
+			recordSandbox(pod, adj)
+			p.applyPodResources(ctx, pod, adj)
+		}
+		p.store.PutPod(pod)
+		seen[pod.ID] = true
+	}
+	for _, c := range ctrs {
+		p.store.PutContainer(containerFromNRI(c))
+		seen[c.GetId()] = true
+	}
+	old := p.store.Snapshot()
+	for _, c := range old.Containers {
+		if !seen[c.ID] {
+			removed, _ := p.store.RemoveContainer(c.ID)
+			p.postRemove(ctx, removed)
+		}
+	}
+	for _, pod := range old.Pods {
+		if !seen[pod.ID] {
+			p.store.RemovePod(pod.ID)
+		}
+	}
+	snap := p.store.Snapshot()
+	if p.deps.Synchronized != nil {
+		p.deps.Synchronized(ctx, snap)
+	}
+	p.synced.Store(true)
+	p.metrics.observe("Synchronize", start, nil)
+	logger.Info("Synchronized with containerd", "pods", len(snap.Pods), "containers", len(snap.Containers), "took", time.Since(start))
+	// Running containers move to what the policies decide now, once containerd is done with us.
+	p.requestRefresh()
+	return nil, nil
+}
+
+// RunPodSandbox runs PreRunPodSandbox hooks. Their labels and annotations go to the store, their
+// pod-level settings to the pod's cgroup; an error fails the sandbox.
+func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) (err error) {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "RunPodSandbox", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
+	defer cancel()
+	defer func() { p.metrics.observe("RunPodSandbox", start, err) }()
+	info := sandboxInfo(sb)
+	adj, err := p.runHooks(ctx, hooks.PreRunPodSandbox, info, nil)
+	if err != nil {
+		return err
+	}
+	pod := podFromNRI(sb)
+	recordSandbox(pod, adj)
+	p.store.PutPod(pod)
+	p.applyPodResources(ctx, pod, adj)
+	if adj != nil && adj.CgroupParent != nil {
+		klog.FromContext(ctx).Info("A hook asked for another cgroup parent, which NRI cannot give a sandbox; ignored (it needs tandem-proxy as a CRI proxy)",
+			"cgroupParent", *adj.CgroupParent)
+	}
+	return nil
+}
+
+// recordSandbox keeps the labels and annotations the sandbox hooks set on the stored pod.
+func recordSandbox(pod *store.Pod, adj *hooks.Adjustment) {
+	if adj == nil {
+		return
+	}
+	pod.Labels = mergeMap(pod.Labels, adj.Labels)
+	pod.Annotations = mergeMap(pod.Annotations, adj.Annotations)
+}
+
+// StopPodSandbox marks the pod and its containers stopped and runs PostStopPodSandbox hooks.
+func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "StopPodSandbox", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
+	defer cancel()
+	id := sb.GetId()
+	p.store.UpdatePod(id, func(pod *store.Pod) { pod.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY.String() })
+	p.store.UpdatePodContainers(id, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
+	if pod, ok := p.store.Pod(id); ok {
+		_, _ = p.runHooks(ctx, hooks.PostStopPodSandbox, podInfo(pod), nil)
+	}
+	p.metrics.observe("StopPodSandbox", start, nil)
+	return nil
+}
+
+// RemovePodSandbox forgets the pod and releases what its containers held.
+func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "RemovePodSandbox", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
+	defer cancel()
+	pod, removed := p.store.RemovePod(sb.GetId())
+	if pod == nil {
+		pod = podFromNRI(sb)
+	}
+	for _, c := range removed {
+		p.ctrLocks.Delete(c.ID)
+		_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, podInfo(pod), storedContainerInfo(c))
+	}
+	p.metrics.observe("RemovePodSandbox", start, nil)
+	return nil
+}
+
+// podFor returns the stored pod, which carries what the sandbox hooks set, or the one NRI reports when
+// the store missed it.
+func (p *Plugin) podFor(sb *api.PodSandbox) *store.Pod {
+	if pod, ok := p.store.Pod(sb.GetId()); ok {
+		return pod
+	}
+	pod := podFromNRI(sb)
+	p.store.PutPod(pod)
+	return pod
+}
+
+// CreateContainer runs PreCreateContainer hooks and answers with their adjustment; an error refuses the
+// container, and what the hooks reserved for it goes back.
+func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) (_ *api.ContainerAdjustment, _ []*api.ContainerUpdate, err error) {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "CreateContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
+	defer cancel()
+	defer func() { p.metrics.observe("CreateContainer", start, err) }()
+	defer p.lockContainer(c.GetId())()
+	pod := p.podFor(sb)
+	pi, ci := podInfo(pod), containerInfo(c)
+	adj, err := p.runHooks(ctx, hooks.PreCreateContainer, pi, ci)
+	if err != nil {
+		return nil, nil, err
+	}
+	unified := p.unifiedToRuntime()
+	out, labels := containerAdjustment(adj, unified)
+	if len(labels) > 0 {
+		klog.FromContext(ctx).V(2).Info("Container labels from hooks kept by Tandem only: NRI cannot label a container", "labels", labels)
+	}
+	if err := ctx.Err(); err != nil {
+		// Past our deadline containerd has given up on this answer: what the hooks reserved goes back.
+		p.rollback(context.WithoutCancel(ctx), hooks.PreCreateContainer, pi, ci)
+		return nil, nil, fmt.Errorf("policies did not decide within containerd's NRI request timeout (%s): %w", p.cfg.RequestTimeout, err)
+	}
+	ctr := containerFromNRI(c)
+	if adj != nil {
+		ctr.Annotations = mergeMap(ctr.Annotations, adj.Annotations)
+		ctr.Labels = mergeMap(ctr.Labels, adj.Labels)
+		ctr.Resources = hooks.ApplyResources(ctr.Resources, adj.Resources)
+	}
+	ctr.State = runtimeapi.ContainerState_CONTAINER_CREATED.String()
+	p.store.PutContainer(ctr)
+	p.applyPodResources(ctx, pod, adj)
+	klog.FromContext(ctx).V(2).Info("Container adjusted", "resources", ctr.Resources)
+	return out, nil, nil
+}
+
+// StartContainer runs PreStartContainer hooks (the cpuset policy binds its CPUs to the container here).
+// NRI takes no adjustment at start: a change they decide reaches containerd from the refresh loop.
+func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) error {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "StartContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
+	defer cancel()
+	defer p.lockContainer(c.GetId())()
+	pod := p.podFor(sb)
+	stored, ok := p.store.Container(c.GetId())
+	if !ok {
+		stored = containerFromNRI(c)
+		p.store.PutContainer(stored)
+	}
+	adj, err := p.runHooks(ctx, hooks.PreStartContainer, podInfo(pod), storedContainerInfo(stored))
+	p.metrics.observe("StartContainer", start, err)
+	if err != nil {
+		// The container is about to start either way: NRI does not stop it for a plugin's error.
+		return err
+	}
+	if adj != nil && adj.Resources != nil && changes(stored.Resources, adj.Resources) {
+		p.requestRefresh()
+	}
+	p.applyPodResources(ctx, pod, adj)
+	return nil
+}
+
+// PostStartContainer writes what the runtime could not take (unified files on cgroup v1, the RDT class)
+// and runs PostStartContainer hooks.
+func (p *Plugin) PostStartContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) error {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "PostStartContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
+	defer cancel()
+	defer p.lockContainer(c.GetId())()
+	pod := p.podFor(sb)
+	p.store.UpdateContainer(c.GetId(), func(sc *store.Container) { sc.State = runtimeapi.ContainerState_CONTAINER_RUNNING.String() })
+	stored, ok := p.store.Container(c.GetId())
+	if !ok {
+		stored = containerFromNRI(c)
+		p.store.PutContainer(stored)
+	}
+	p.applyUnsent(ctx, pod, stored, p.v1Files(stored.Resources))
+	_, _ = p.runHooks(ctx, hooks.PostStartContainer, podInfo(pod), storedContainerInfo(stored))
+	p.metrics.observe("PostStartContainer", start, nil)
+	return nil
+}
+
+// UpdateContainer runs PreUpdateContainerResources hooks on kubelet's update and answers with what they
+// change in it: kubelet's own fields stay unless a hook changes them (in-place resize needs them).
+func (p *Plugin) UpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container, r *api.LinuxResources) (_ []*api.ContainerUpdate, err error) {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "UpdateContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
+	defer cancel()
+	defer func() { p.metrics.observe("UpdateContainer", start, err) }()
+	defer p.lockContainer(c.GetId())()
+	pod := p.podFor(sb)
+	stored, ok := p.store.Container(c.GetId())
+	if !ok {
+		stored = containerFromNRI(c)
+	}
+	ci := storedContainerInfo(stored)
+	requested := resourcesFromNRI(r)
+	ci.Resources = requested
+	adj, err := p.runHooks(ctx, hooks.PreUpdateContainerResources, podInfo(pod), ci)
+	if err != nil {
+		return nil, err
+	}
+	var a *hooks.ResourceAdjustment
+	if adj != nil {
+		a = adj.Resources
+	}
+	applied := hooks.ApplyResources(requested, a)
+	applied.RDTClass = rdtClass(stored.Resources, a)
+	if !p.unifiedToRuntime() {
+		// On cgroup v1 the files are the plugin's to write, after the update (PostUpdateContainer).
+		applied.Unified = mergeMap(maps.Clone(unifiedOf(stored.Resources)), applied.Unified)
+	}
+	stored.Resources = applied
+	p.store.PutContainer(stored)
+	p.applyPodResources(ctx, pod, adj)
+	if u := containerUpdate(c.GetId(), a, p.unifiedToRuntime()); u != nil {
+		return []*api.ContainerUpdate{u}, nil
+	}
+	return nil, nil
+}
+
+// PostUpdateContainer writes what the runtime could not take of an update.
+func (p *Plugin) PostUpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) error {
+	ctx, cancel := p.eventContext(ctx, "PostUpdateContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
+	defer cancel()
+	defer p.lockContainer(c.GetId())()
+	if stored, ok := p.store.Container(c.GetId()); ok && stored.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String() {
+		p.applyUnsent(ctx, p.podFor(sb), stored, p.v1Files(stored.Resources))
+	}
+	return nil
+}
+
+// StopContainer marks the container stopped and runs PostStopContainer hooks.
+func (p *Plugin) StopContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "StopContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
+	defer cancel()
+	p.store.UpdateContainer(c.GetId(), func(sc *store.Container) { sc.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
+	if stored, ok := p.store.Container(c.GetId()); ok {
+		_, _ = p.runHooks(ctx, hooks.PostStopContainer, podInfo(p.podFor(sb)), storedContainerInfo(stored))
+	}
+	p.metrics.observe("StopContainer", start, nil)
+	return nil, nil
+}
+
+// RemoveContainer forgets the container and releases what it held. containerd also sends it when a
+// container it created with our adjustment then failed to be created, so a refused container leaks nothing.
+func (p *Plugin) RemoveContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) error {
+	start := time.Now()
+	ctx, cancel := p.eventContext(ctx, "RemoveContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
+	defer cancel()
+	removed, ok := p.store.RemoveContainer(c.GetId())
+	if !ok {
+		removed = containerFromNRI(c)
+	}
+	p.ctrLocks.Delete(c.GetId())
+	pod := p.podFor(sb)
+	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, podInfo(pod), storedContainerInfo(removed))
+	p.metrics.observe("RemoveContainer", start, nil)
+	return nil
+}
+
+// postRemove runs PostRemoveContainer for a container found gone at synchronization.
+func (p *Plugin) postRemove(ctx context.Context, c *store.Container) {
+	if c == nil {
+		return
+	}
+	p.ctrLocks.Delete(c.ID)
+	pod, ok := p.store.Pod(c.PodSandboxID)
+	if !ok {
+		pod = &store.Pod{ID: c.PodSandboxID}
+	}
+	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, podInfo(pod), storedContainerInfo(c))
+}
+
+func mergeMap(dst, src map[string]string) map[string]string {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = make(map[string]string, len(src))
+	}
+	maps.Copy(dst, src)
+	return dst
+}
+
+// rdtClass is the class an adjustment sets, else the one the container had.
+func rdtClass(prev *hooks.Resources, a *hooks.ResourceAdjustment) string {
+	switch {
+	case a != nil && a.RDTClass != nil:
+		return *a.RDTClass
+	case prev != nil:
+		return prev.RDTClass
+	}
+	return ""
+}
