@@ -2,7 +2,6 @@ package nri
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"time"
 
@@ -167,11 +166,6 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	out, labels := containerAdjustment(adj, unified)
 	if len(labels) > 0 {
 		klog.FromContext(ctx).V(2).Info("Container labels from hooks kept by Tandem only: NRI cannot label a container", "labels", labels)
-	}
-	if err := ctx.Err(); err != nil {
-		// Past our deadline containerd has given up on this answer: what the hooks reserved goes back.
-		p.rollback(context.WithoutCancel(ctx), hooks.PreCreateContainer, pi, ci)
-		return nil, nil, fmt.Errorf("policies did not decide within containerd's NRI request timeout (%s): %w", p.cfg.RequestTimeout, err)
 	}
 	ctr := containerFromNRI(c)
 	if adj != nil {
