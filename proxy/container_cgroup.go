@@ -24,7 +24,7 @@ func ContainerCgroup(podCgroupParent, id string) string {
 }
 
 // RDT moves a container's tasks into a resctrl group; resource/resctrl's FS with the cgroup's thread list
-// is one (see cmd/tandem-proxy).
+// is one (see internal/agent).
 type RDT interface {
 	// Assign moves the tasks of the container whose cgroup is ctrCgroup (relative to the hierarchy) into
 	// group.

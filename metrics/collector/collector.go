@@ -30,7 +30,7 @@ import (
 	"github.com/tandemkit/tandem/resource/qos"
 )
 
-// Target is a container the node runs, as the proxy's store knows it; cmd/tandem-proxy builds the list
+// Target is a container the node runs, as the proxy's store knows it; internal/agent builds the list
 // from proxy/store (pod namespace/name/uid, container name/id, QoS class from annotation
 // tandem.io/qos-class, pod cgroup parent).
 type Target struct {
