@@ -4,7 +4,8 @@
 # Go may be installed but not on root's PATH: fall back to where the Go tarball installs.
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 BIN      ?= bin
-# Tag of the images `make images` builds; deploy/extender/daemonset.yaml and deploy/webhook/deployment.yaml name the same one.
+# Tag of the images `make images` builds; deploy/extender/daemonset.yaml, deploy/webhook/deployment.yaml and
+# deploy/nri/daemonset.yaml name the same one.
 VERSION  ?= v0.1.0
 E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 # Which containerd builds the e2e tier runs against: Debian's 1.6 and a v2.4.2 built once and cached.
@@ -13,8 +14,9 @@ export TANDEM_E2E_FLAVORS
 
 # Where the images' registry would be; `make images` tags them $(IMAGE_REPO)/<binary>:$(VERSION).
 IMAGE_REPO ?= ghcr.io/tandemkit
-# The in-cluster binaries shipped as images (node-side binaries are installed by tandemctl).
-IMAGES     ?= tandem-extender tandem-webhook
+# The binaries shipped as images: the in-cluster ones, and tandem-nri, the node agent as an NRI plugin,
+# a DaemonSet (deploy/nri). tandem-proxy, the CRI proxy, is installed on the nodes by tandemctl.
+IMAGES     ?= tandem-extender tandem-webhook tandem-nri
 
 .PHONY: all build images test unit lint e2e bench bench-unit demo deps generate clean
 
@@ -25,7 +27,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
-## images: OCI image-layout tarballs of the in-cluster binaries in $(BIN)/images/<name>.tar, static
+## images: OCI image-layout tarballs of the $(IMAGES) binaries in $(BIN)/images/<name>.tar, static
 ## binaries and no base image; load one with `ctr -n k8s.io images import $(BIN)/images/<name>.tar`
 images:
 	@mkdir -p $(BIN)/images
