@@ -196,7 +196,7 @@ func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.
 	adj, err := p.runHooks(ctx, hooks.PreStartContainer, podInfo(pod), storedContainerInfo(stored))
 	p.metrics.observe("StartContainer", start, err)
 	if err != nil {
-		// The container is about to start either way: NRI does not stop it for a plugin's error.
+		// containerd fails the start, as tandem-proxy fails StartContainer.
 		return err
 	}
 	if adj != nil && adj.Resources != nil && changes(stored.Resources, adj.Resources) {
