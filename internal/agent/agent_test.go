@@ -85,3 +85,47 @@ func TestDebugSocketDefault(t *testing.T) {
 
 // proxyBinary is how cmd/tandem-proxy runs the agent.
 var proxyBinary = Binary{Name: "tandem-proxy"}
+
+// nriBinary is how cmd/tandem-nri runs the agent; its front end is not built by these tests.
+var nriBinary = Binary{Name: "tandem-nri", NRI: func(NRIOptions, FrontEndDeps) (Plugin, error) { return nil, nil }}
+
+// TestLoadNRI: tandem-nri's own flags resolve like every other (flag over TANDEM_* over file over
+// default), and tandem-proxy has none of them.
+func TestLoadNRI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tandem.yaml")
+	if err := os.WriteFile(file, []byte("nriSocket: /from/file.sock\nnriRequestTimeout: 3s\nlisten: /ignored.sock\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want NRIOptions
+	}{
+		{name: "defaults", want: NRIOptions{Socket: "/var/run/nri/nri.sock", Index: "40", RequestTimeout: 2 * time.Second}},
+		{name: "file", args: []string{"--config", file}, want: NRIOptions{Socket: "/from/file.sock", Index: "40", RequestTimeout: 3 * time.Second}},
+		{name: "env beats file", args: []string{"--config", file}, env: map[string]string{"TANDEM_NRI_SOCKET": "/from/env.sock", "TANDEM_NRI_PLUGIN_INDEX": "10"},
+			want: NRIOptions{Socket: "/from/env.sock", Index: "10", RequestTimeout: 3 * time.Second}},
+		{name: "flag beats env", args: []string{"--nri-socket", "/from/flag.sock", "--nri-request-timeout", "5s"}, env: map[string]string{"TANDEM_NRI_SOCKET": "/from/env.sock"},
+			want: NRIOptions{Socket: "/from/flag.sock", Index: "40", RequestTimeout: 5 * time.Second}},
+		// One config file serves both binaries: the CRI socket's flags are accepted and ignored.
+		{name: "proxy flags accepted", args: []string{"--listen", "/x.sock", "--socket-mode", "0600"}, want: NRIOptions{Socket: "/var/run/nri/nri.sock", Index: "40", RequestTimeout: 2 * time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := load(nriBinary, tt.args, func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.nri != tt.want {
+				t.Fatalf("nri options = %+v, want %+v", got.nri, tt.want)
+			}
+		})
+	}
+	if _, err := load(proxyBinary, []string{"--nri-socket", "/x.sock"}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "nri-socket") {
+		t.Fatalf("tandem-proxy with --nri-socket: err = %v, want an unknown flag", err)
+	}
+}
