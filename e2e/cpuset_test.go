@@ -67,7 +67,7 @@ func cpusetOf(t *testing.T, ctx context.Context, e *env, id string) string {
 // containerd: an LSE container gets a CPU of its own, LS and BE containers are kept off it, and when the
 // LSE pod goes they widen again within a second. A proxy SIGKILL and restart keeps every allocation, so a
 // second LSE container is refused rather than given the same CPU. TestNRICPUSetPools runs the same with
-// tandem-proxy as containerd's NRI plugin.
+// tandem-nri, Tandem as containerd's NRI plugin.
 func TestCPUSetPools(t *testing.T) {
 	forEachRuntime(t, envOptions{}, testCPUSetPools)
 }
@@ -175,7 +175,7 @@ func machine16Args(t *testing.T) []string {
 // shows: LSE 0-1, LSR 2-3, LS 4-15, BE 2-15; when the LSE pod goes, LS and BE widen. This machine has 2
 // CPUs, so the topology is a fake sysfs tree and the containers are created but not started (runc cannot
 // pin a task to a CPU the kernel lacks): the cpusets checked are those of the containers' OCI specs, what
-// runc applies when they start. TestNRICPUSetSeed000 runs the same with tandem-proxy as the NRI plugin.
+// runc applies when they start. TestNRICPUSetSeed000 runs the same with tandem-nri as the NRI plugin.
 func TestCPUSetSeed000(t *testing.T) {
 	forEachRuntime(t, envOptions{proxyArgs: machine16Args(t)}, testSeed000)
 }

@@ -30,6 +30,13 @@ var proxyBinary = sync.OnceValues(func() (string, error) {
 	return framework.BuildProxy(ctx, binDir())
 })
 
+// nriBinary builds tandem-nri once per test run, on first use.
+var nriBinary = sync.OnceValues(func() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return framework.BuildNRI(ctx, binDir())
+})
+
 // containerdV2 builds (or finds cached) containerd v2 once per test run.
 var containerdV2 = sync.OnceValues(func() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -79,7 +86,7 @@ func requireRoot(t *testing.T) {
 // cri-client connections to both.
 type env struct {
 	flavor     string
-	nri        bool // tandem-proxy runs as containerd's NRI plugin (envOptions.nri)
+	nri        bool // tandem-nri runs as containerd's NRI plugin instead of tandem-proxy (envOptions.nri)
 	dir        string
 	containerd *framework.Containerd
 	proxy      *framework.Proxy
@@ -92,9 +99,9 @@ type envOptions struct {
 	cni bool
 	// proxyArgs are added to tandem-proxy's flags.
 	proxyArgs []string
-	// nri runs tandem-proxy as containerd's NRI plugin (--mode=nri) instead of in front of it. Kubelet's
-	// side then talks to containerd itself: viaProxy is a connection to containerd's CRI socket, on
-	// which containerd calls the plugin. Containerd 2 only.
+	// nri runs tandem-nri, Tandem as containerd's NRI plugin, instead of tandem-proxy in front of
+	// containerd. Kubelet's side then talks to containerd itself: viaProxy is a connection to
+	// containerd's CRI socket, on which containerd calls the plugin. Containerd 2 only.
 	nri bool
 }
 
@@ -151,8 +158,11 @@ func newEnv(t *testing.T, ctx context.Context, flavor string, opts envOptions) *
 	t.Helper()
 	requireFlavor(t, flavor)
 	bin, err := proxyBinary()
+	if opts.nri {
+		bin, err = nriBinary()
+	}
 	if err != nil {
-		t.Fatalf("tandem-proxy does not build: %v", err)
+		t.Fatalf("Tandem does not build: %v", err)
 	}
 	// Short paths: unix sockets live in here.
 	dir, err := os.MkdirTemp("", "tdm-e2e-")
@@ -186,11 +196,11 @@ func newEnv(t *testing.T, ctx context.Context, flavor string, opts envOptions) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	mode := "in front of it"
+	mode := "tandem-proxy in front of it"
 	if opts.nri {
-		mode = "as its NRI plugin"
+		mode = "tandem-nri as its NRI plugin"
 	}
-	t.Logf("containerd %s and tandem-proxy %s ready in %s under %s", flavor, mode, time.Since(start).Round(time.Millisecond), dir)
+	t.Logf("containerd %s and %s ready in %s under %s", flavor, mode, time.Since(start).Round(time.Millisecond), dir)
 	return e
 }
 

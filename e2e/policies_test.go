@@ -101,7 +101,7 @@ func readCgroup(t *testing.T, ctrl, parent, file string) string {
 // --policies) against real containerd: a BE pod with batch resources gets its shares, quota and memory
 // limit in the container cgroup and cpu.idle on its pod cgroup; an LSE pod asking for a fraction of a CPU
 // is refused with InvalidArgument and leaves nothing behind. TestNRIBuiltinPolicies runs the same with
-// tandem-proxy as containerd's NRI plugin.
+// tandem-nri, Tandem as containerd's NRI plugin.
 func TestBuiltinPolicies(t *testing.T) {
 	forEachRuntime(t, envOptions{}, testBuiltinPolicies)
 }

@@ -203,7 +203,7 @@ func waitServing(t *testing.T, ctx context.Context, e *env, timeout time.Duratio
 // exactly as they were, bound to the same containers; every container keeps its cpuset and the store
 // its pods; the policies hold (a second LSE pod finds no free CPU); and once the pods are gone the pools
 // and the store are as before the first pod: nothing leaked. TestNRIPluginKillRecovery runs the same
-// with tandem-proxy as containerd's NRI plugin.
+// with tandem-nri, Tandem as containerd's NRI plugin.
 func TestKillRecoveryPools(t *testing.T) {
 	forEachRuntime(t, envOptions{}, testKillRecoveryPools)
 }

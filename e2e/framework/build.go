@@ -188,6 +188,11 @@ func BuildProxy(ctx context.Context, outDir string) (string, error) {
 	return BuildCommand(ctx, outDir, "tandem-proxy")
 }
 
+// BuildNRI builds ./cmd/tandem-nri, Tandem as an NRI plugin, into outDir and returns the binary's path.
+func BuildNRI(ctx context.Context, outDir string) (string, error) {
+	return BuildCommand(ctx, outDir, "tandem-nri")
+}
+
 // BuildCommand builds ./cmd/<name> of the repository into outDir and returns the binary's path.
 func BuildCommand(ctx context.Context, outDir, name string) (string, error) {
 	root, err := RepoRoot(ctx)

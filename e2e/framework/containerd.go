@@ -30,7 +30,7 @@ type ContainerdOptions struct {
 	Dir string
 	CNI bool // write a bridge conflist and enable pod networking (needs containernetworking-plugins)
 	// NRISocket, when set, enables containerd's NRI with its socket at this path (keep it under 108
-	// bytes; NRISocketPath gives one inside Dir), so that an NRI plugin such as tandem-proxy --mode=nri
+	// bytes; NRISocketPath gives one inside Dir), so that an NRI plugin such as tandem-nri
 	// can connect. Only Flavor2: containerd 1.6 has NRI 0.1, which runs binaries and has no socket.
 	NRISocket string
 }
@@ -610,7 +610,7 @@ func (c *Containerd) nriConfig() string {
     plugin_config_path = %q
     plugin_registration_timeout = '5s'
     plugin_request_timeout = %q
-    # External plugins (tandem-proxy --mode=nri) connect to the socket.
+    # External plugins (tandem-nri) connect to the socket.
     disable_connections = false
 `, c.NRISocket, filepath.Join(c.Dir, "nri", "plugins"), filepath.Join(c.Dir, "nri", "conf.d"), NRIRequestTimeout.String())
 }

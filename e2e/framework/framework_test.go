@@ -141,11 +141,11 @@ func TestCheckNRISocket(t *testing.T) {
 	}
 }
 
-// TestProxyArgs: in NRI mode the proxy connects to containerd's NRI socket instead of listening, and
-// its Endpoint is containerd's, so that a test uses Proxy.Endpoint in both modes alike.
+// TestProxyArgs: tandem-nri connects to containerd's NRI socket instead of listening, and its Endpoint
+// is containerd's, so that a test uses Proxy.Endpoint in both modes alike.
 func TestProxyArgs(t *testing.T) {
 	t.Parallel()
-	opts := ProxyOptions{Binary: "/bin/tandem-proxy", RuntimeEndpoint: "unix:///d/ctrd/containerd.sock", Dir: "/d/proxy", ExtraArgs: []string{"--reserved-cpus", "0"}}
+	opts := ProxyOptions{RuntimeEndpoint: "unix:///d/ctrd/containerd.sock", Dir: "/d/proxy", ExtraArgs: []string{"--reserved-cpus", "0"}}
 	tests := []struct {
 		name         string
 		nriSocket    string
@@ -156,11 +156,11 @@ func TestProxyArgs(t *testing.T) {
 		{
 			name: "proxy", wantSocket: "/d/proxy/tandem.sock", wantEndpoint: "unix:///d/proxy/tandem.sock",
 			want: map[string]string{"--listen": "/d/proxy/tandem.sock", "--runtime-endpoint": "unix:///d/ctrd/containerd.sock",
-				"--reserved-cpus": "0", "--mode": "", "--nri-socket": ""},
+				"--reserved-cpus": "0", "--nri-socket": ""},
 		},
 		{
 			name: "nri", nriSocket: "/d/ctrd/nri.sock", wantEndpoint: "unix:///d/ctrd/containerd.sock",
-			want: map[string]string{"--mode": "nri", "--nri-socket": "/d/ctrd/nri.sock", "--runtime-endpoint": "unix:///d/ctrd/containerd.sock",
+			want: map[string]string{"--nri-socket": "/d/ctrd/nri.sock", "--runtime-endpoint": "unix:///d/ctrd/containerd.sock",
 				"--reserved-cpus": "0", "--listen": ""},
 		},
 	}

@@ -14,23 +14,23 @@ import (
 	"time"
 )
 
-// ProxyOptions configure a tandem-proxy started by StartProxy.
+// ProxyOptions configure a tandem-proxy, or a tandem-nri, started by StartProxy.
 type ProxyOptions struct {
-	Binary          string // path of a built tandem-proxy
+	Binary          string // path of a built tandem-proxy (BuildProxy), or of tandem-nri (BuildNRI) with NRISocket
 	RuntimeEndpoint string
 	Dir             string // socket, state dir and log live here
 	// Listen overrides the socket path (default Dir/tandem.sock), to start a
 	// second proxy on the socket of a first one.
 	Listen string
-	// NRISocket, when set, runs tandem-proxy as an NRI plugin (--mode=nri) connected to containerd's
-	// NRI socket at this path (Containerd.NRISocket) instead of listening for kubelet. Kubelet then
-	// talks to containerd itself: Proxy.Endpoint is RuntimeEndpoint, so that a test drives either
-	// mode through Proxy.Endpoint alike, and Proxy.Socket is empty.
+	// NRISocket, when set, is containerd's NRI socket (Containerd.NRISocket) and Binary is tandem-nri,
+	// Tandem as an NRI plugin: it connects there instead of listening for kubelet. Kubelet then talks
+	// to containerd itself: Proxy.Endpoint is RuntimeEndpoint, so that a test drives either mode
+	// through Proxy.Endpoint alike, and Proxy.Socket is empty.
 	NRISocket string
 	ExtraArgs []string
 }
 
-// Proxy is a running tandem-proxy process.
+// Proxy is a running tandem-proxy or tandem-nri process.
 type Proxy struct {
 	// Socket is where the proxy listens for kubelet, and Endpoint the CRI endpoint kubelet uses:
 	// "unix://" + Socket, or in NRI mode the runtime's own endpoint (Socket is then empty).
@@ -141,7 +141,7 @@ func newProxy(opts ProxyOptions, addr string) *Proxy {
 func (p *Proxy) Args() []string {
 	args := []string{"--listen", p.Socket}
 	if p.opts.NRISocket != "" {
-		args = []string{"--mode=nri", "--nri-socket", p.opts.NRISocket}
+		args = []string{"--nri-socket", p.opts.NRISocket}
 	}
 	args = append(args,
 		"--runtime-endpoint", p.opts.RuntimeEndpoint,
