@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,17 +45,27 @@ func allPaths() []string { return []string{pathNone, pathProxy, pathNRI} }
 type path struct {
 	name   string
 	ctrd   *framework.Containerd
-	tandem *framework.Proxy // nil for none
+	tandem *framework.Proxy // tandem-proxy or tandem-nri; nil for none
 	// rs is what kubelet talks to: containerd's CRI socket for none and nri, tandem-proxy's for proxy.
 	rs internalapi.RuntimeService
-	// root is the path's private cgroup root (kubelet's cgroupRoot): tandem-proxy manages the BE parent
+	// root is the path's private cgroup root (kubelet's cgroupRoot): Tandem manages the BE parent
 	// below it, and two instances must not manage the same one.
 	root string
 	pods []*pod // in podClasses order
 }
 
-// dirLetter keeps the per-path directories short: unix socket paths live in them.
-func dirLetter(p string) string { return p[:1] }
+// tandemName is the Tandem binary the path runs.
+func (p *path) tandemName() string {
+	if p.name == pathNRI {
+		return "tandem-nri"
+	}
+	return "tandem-proxy"
+}
+
+// dirLetter keeps the per-path directories short (unix socket paths live in them) and distinct.
+func dirLetter(p string) string {
+	return map[string]string{pathNone: "0", pathProxy: "p", pathNRI: "i"}[p]
+}
 
 func run(ctx context.Context, o options) (retErr error) {
 	if err := o.validate(); err != nil {
@@ -76,7 +87,7 @@ func run(ctx context.Context, o options) (retErr error) {
 	// it would reach into a container's rootfs. After a failure (not a Ctrl-C) the logs are kept.
 	stoppedClean := true
 	defer func() {
-		if !stoppedClean || (retErr != nil && ctx.Err() == nil) {
+		if !stoppedClean || o.keep || (retErr != nil && ctx.Err() == nil) {
 			logger.Info("Work dir kept for inspection", "dir", dir)
 			return
 		}
@@ -85,26 +96,25 @@ func run(ctx context.Context, o options) (retErr error) {
 		}
 	}()
 
-	needTandem := false
-	for _, p := range o.paths {
-		needTandem = needTandem || p != pathNone
-	}
-	// tandem-proxy builds while the first containerd starts; containerd 2.4.2 itself is built once and
-	// cached, which takes minutes the first time.
+	// tandem-proxy and tandem-nri build while the containerds start; containerd 2.4.2 itself is built
+	// once and cached, which takes minutes the first time.
 	type built struct {
-		bin string
-		err error
+		proxy, nri string
+		err        error
 	}
 	buildDone := make(chan built, 1)
-	if needTandem && o.proxyBinary == "" {
-		logger.Info("Building tandem-proxy")
-		go func() {
-			bin, err := framework.BuildProxy(ctx, filepath.Join(dir, "bin"))
-			buildDone <- built{bin, err}
-		}()
-	} else {
-		buildDone <- built{bin: o.proxyBinary}
-	}
+	go func() {
+		b := built{proxy: o.proxyBinary, nri: o.nriBinary}
+		if slices.Contains(o.paths, pathProxy) && b.proxy == "" {
+			logger.Info("Building tandem-proxy")
+			b.proxy, b.err = framework.BuildProxy(ctx, filepath.Join(dir, "bin"))
+		}
+		if slices.Contains(o.paths, pathNRI) && b.nri == "" && b.err == nil {
+			logger.Info("Building tandem-nri")
+			b.nri, b.err = framework.BuildNRI(ctx, filepath.Join(dir, "bin"))
+		}
+		buildDone <- b
+	}()
 	if !framework.ContainerdV2Cached() {
 		logger.Info("Building containerd " + framework.ContainerdV2Version + " once (minutes on two CPUs)")
 	}
@@ -160,17 +170,17 @@ func run(ctx context.Context, o options) (retErr error) {
 		endpoint := p.ctrd.Endpoint
 		if p.name != pathNone {
 			opts := framework.ProxyOptions{
-				Binary: b.bin, RuntimeEndpoint: p.ctrd.Endpoint, Dir: filepath.Join(dir, "t"+dirLetter(p.name)),
+				Binary: b.proxy, RuntimeEndpoint: p.ctrd.Endpoint, Dir: filepath.Join(dir, "t"+dirLetter(p.name)),
 				ExtraArgs: []string{"--kubelet-cgroup-root", p.root, "--hooks-dir", filepath.Join(dir, "hooks.d"),
 					"--node-name", "nrilatency", "-v", strconv.Itoa(o.proxyVerbosity)},
 			}
 			if p.name == pathNRI {
-				opts.NRISocket = p.ctrd.NRISocket
+				opts.Binary, opts.NRISocket = b.nri, p.ctrd.NRISocket
 			}
 			if err := os.MkdirAll(filepath.Join(dir, "hooks.d"), 0o755); err != nil {
 				return fmt.Errorf("create hooks dir: %w", err)
 			}
-			logger.Info("Starting tandem-proxy", "path", p.name)
+			logger.Info("Starting "+p.tandemName(), "path", p.name)
 			if p.tandem, err = framework.StartProxy(ctx, opts); err != nil {
 				return fmt.Errorf("path %s: %w", p.name, err)
 			}
@@ -180,9 +190,9 @@ func run(ctx context.Context, o options) (retErr error) {
 				defer cancel()
 				code, err := p.tandem.Stop(cctx)
 				if err != nil {
-					retErr = errors.Join(retErr, fmt.Errorf("path %s: stop tandem-proxy: %w", p.name, err))
+					retErr = errors.Join(retErr, fmt.Errorf("path %s: stop %s: %w", p.name, p.tandemName(), err))
 				} else if code != 0 {
-					retErr = errors.Join(retErr, fmt.Errorf("path %s: tandem-proxy exited with code %d on SIGTERM, want 0: see %s", p.name, code, p.tandem.LogPath))
+					retErr = errors.Join(retErr, fmt.Errorf("path %s: %s exited with code %d on SIGTERM, want 0: see %s", p.name, p.tandemName(), code, p.tandem.LogPath))
 				}
 			}()
 			endpoint = p.tandem.Endpoint
@@ -207,6 +217,17 @@ func run(ctx context.Context, o options) (retErr error) {
 	runtimeVersion := v.GetRuntimeName() + " " + v.GetRuntimeVersion()
 
 	for _, p := range paths {
+		// The pods go through their own path too, before Tandem stops, as kubelet removes them: tandem-nri
+		// then sees its StopPodSandbox and RemovePodSandbox events instead of containerd finding it gone.
+		defer func() {
+			cctx, cancel := cleanupCtx()
+			defer cancel()
+			for _, pd := range p.pods {
+				if err := framework.RemovePod(cctx, p.rs, pd.id); err != nil {
+					retErr = errors.Join(retErr, fmt.Errorf("path %s: %w", p.name, err))
+				}
+			}
+		}()
 		if err := startPods(ctx, p, dir, o.perPod); err != nil {
 			return err
 		}
@@ -223,12 +244,20 @@ func run(ctx context.Context, o options) (retErr error) {
 	rep := &report{machine: hostinfo.Read(), runtime: runtimeVersion, opts: o, seed: seed, paths: o.paths, perPath: o.rounds * 2 * o.perPod}
 	rng := rand.New(rand.NewPCG(seed, seed^0x6e726c61))
 	var before map[string]int64
+	timesBefore := map[string]tandemTimes{}
 	var measureStart time.Time
 	for r := range o.warmupRounds + o.rounds {
 		timed := r >= o.warmupRounds
 		if timed && before == nil {
 			if before, err = cpuTicks(paths); err != nil {
 				return err
+			}
+			for _, p := range paths {
+				if p.tandem != nil {
+					if timesBefore[p.name], err = readTandemTimes(ctx, p); err != nil {
+						return err
+					}
+				}
 			}
 			measureStart = time.Now()
 			rep.loadBefore = hostinfo.LoadAverage()
@@ -257,9 +286,15 @@ func run(ctx context.Context, o options) (retErr error) {
 	for _, p := range paths {
 		rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: "containerd", Ticks: after[p.name+"/containerd"] - before[p.name+"/containerd"]})
 	}
+	rep.inside = map[string][]inside{}
 	for _, p := range paths {
 		if p.tandem != nil {
-			rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: "tandem-proxy", Ticks: after[p.name+"/tandem"] - before[p.name+"/tandem"]})
+			rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: p.tandemName(), Ticks: after[p.name+"/tandem"] - before[p.name+"/tandem"]})
+			t, err := readTandemTimes(ctx, p)
+			if err != nil {
+				return err
+			}
+			rep.inside[p.name] = insideTimes(timesBefore[p.name], t, rep.perPath)
 		}
 	}
 	rep.print(os.Stdout)
@@ -299,8 +334,8 @@ func startPods(ctx context.Context, p *path, dir string, perPod int) error {
 	return nil
 }
 
-// checkStore makes sure tandem-proxy saw the pods: a path whose tandem-proxy does not know them would be
-// timed without its policies.
+// checkStore makes sure tandem-proxy or tandem-nri saw the pods: a path whose Tandem does not know them
+// would be timed without its policies.
 func checkStore(ctx context.Context, p *path) error {
 	if p.tandem == nil {
 		return nil
@@ -324,7 +359,7 @@ func checkStore(ctx context.Context, p *path) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("path %s: tandem-proxy's store holds %d of the %d pods 10 s after they ran: see %s", p.name, known, len(p.pods), p.tandem.LogPath)
+			return fmt.Errorf("path %s: %s's store holds %d of the %d pods 10 s after they ran: see %s", p.name, p.tandemName(), known, len(p.pods), p.tandem.LogPath)
 		}
 		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
@@ -426,7 +461,7 @@ func checkPolicies(p *path, pd *pod, id string) error {
 	return nil
 }
 
-// cpuTicks reads the CPU time of every path's containerd and tandem-proxy, keyed path/process.
+// cpuTicks reads the CPU time of every path's containerd and Tandem, keyed path/process.
 func cpuTicks(paths []*path) (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, p := range paths {
@@ -437,7 +472,7 @@ func cpuTicks(paths []*path) (map[string]int64, error) {
 		out[p.name+"/containerd"] = t
 		if p.tandem != nil {
 			if t, err = readCPUTicks(p.tandem.PID()); err != nil {
-				return nil, fmt.Errorf("path %s: tandem-proxy: %w", p.name, err)
+				return nil, fmt.Errorf("path %s: %s: %w", p.name, p.tandemName(), err)
 			}
 			out[p.name+"/tandem"] = t
 		}

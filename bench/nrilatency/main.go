@@ -4,8 +4,8 @@
 // remove later, outside the timed window), through three paths:
 //
 //	none   k8s.io/cri-client → containerd (NRI on, no plugin connected)
-//	proxy  k8s.io/cri-client → tandem-proxy (proxy mode, default policies) → containerd
-//	nri    k8s.io/cri-client → containerd → tandem-proxy --mode=nri (default policies)
+//	proxy  k8s.io/cri-client → tandem-proxy (default policies) → containerd
+//	nri    k8s.io/cri-client → containerd → tandem-nri, its NRI plugin (default policies)
 //
 // Each path has a containerd 2.4.2 of its own, all three of the same config with NRI enabled on a
 // private socket (bench.go says why three and why NRI is on for all). Pods are kubelet's: an LS pod
@@ -22,7 +22,7 @@
 //
 // It prints p50 and p99 of CreateContainer, StartContainer and their sum per path, and proxy's and
 // NRI's added latency over none (difference and ratio, in the same run), with the half-run gap as the
-// figures' noise, the CPU time each containerd and tandem-proxy spent per container, and the load
+// figures' noise, the CPU time each containerd, tandem-proxy and tandem-nri spent per container, and the load
 // average. It exits non-zero when any call or check fails. See docs/performance.md.
 //
 //	go run ./bench/nrilatency [--rounds 25] [--per-pod 2] [--rate 2] [--json out.json]
@@ -54,9 +54,11 @@ type options struct {
 	seed                 uint64
 	paths                []string
 	proxyBinary          string
+	nriBinary            string
 	proxyVerbosity       int
 	workDir              string
 	jsonPath             string
+	keep                 bool
 }
 
 func main() {
@@ -70,9 +72,11 @@ func main() {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the order of the paths within each block (0: from the clock)")
 	fs.StringSliceVar(&o.paths, "paths", allPaths(), "paths to measure ("+strings.Join(allPaths(), ", ")+"); the comparison needs none")
 	fs.StringVar(&o.proxyBinary, "proxy-binary", "", "use this tandem-proxy binary instead of building ./cmd/tandem-proxy")
-	fs.IntVar(&o.proxyVerbosity, "proxy-v", 0, "klog verbosity of both tandem-proxy processes while measured")
+	fs.StringVar(&o.nriBinary, "nri-binary", "", "use this tandem-nri binary instead of building ./cmd/tandem-nri")
+	fs.IntVar(&o.proxyVerbosity, "proxy-v", 0, "klog verbosity of tandem-proxy and tandem-nri while measured")
 	fs.StringVar(&o.workDir, "work-dir", os.TempDir(), "where the run's private directory is created (keep it short: unix socket paths must stay under 108 bytes)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (the logs of every containerd, tandem-proxy and tandem-nri) after a successful run too")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)

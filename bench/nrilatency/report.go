@@ -148,7 +148,7 @@ func rows(samples []sample, paths []string) []row {
 // cpuUse is the CPU time one process spent over the timed rounds.
 type cpuUse struct {
 	Path    string `json:"path"`
-	Process string `json:"process"` // containerd or tandem-proxy
+	Process string `json:"process"` // containerd, tandem-proxy or tandem-nri
 	Ticks   int64  `json:"cpuTicks"`
 }
 
@@ -167,6 +167,7 @@ type report struct {
 	maxFlight  int
 	perPath    int // timed containers per path
 	cpu        []cpuUse
+	inside     map[string][]inside // by path: Tandem's own timings
 }
 
 func ms(d time.Duration) string {
@@ -260,6 +261,20 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	if len(r.inside) > 0 {
+		fmt.Fprintf(w, "inside Tandem, ms per timed container (its own metrics; xN: observations per container, one per hook for a stage):\n")
+		for _, p := range r.paths {
+			ins, ok := r.inside[p]
+			if !ok {
+				continue
+			}
+			var parts []string
+			for _, in := range ins {
+				parts = append(parts, fmt.Sprintf("%s %s %.2f x%.1f", in.Kind, in.Name, in.MsPer, in.PerContainer))
+			}
+			fmt.Fprintf(w, "  %-6s %s\n", p, strings.Join(parts, ", "))
+		}
+	}
 	fmt.Fprintln(w)
 }
 
@@ -282,9 +297,9 @@ func pathDescription(p string) string {
 	case pathNone:
 		return "k8s.io/cri-client -> containerd (no plugin)"
 	case pathProxy:
-		return "k8s.io/cri-client -> tandem-proxy (proxy mode, default policies) -> containerd"
+		return "k8s.io/cri-client -> tandem-proxy (default policies) -> containerd"
 	default:
-		return "k8s.io/cri-client -> containerd -> tandem-proxy --mode=nri (default policies)"
+		return "k8s.io/cri-client -> containerd -> tandem-nri, its NRI plugin (default policies)"
 	}
 }
 
@@ -314,21 +329,22 @@ type jsonRow struct {
 }
 
 type jsonReport struct {
-	Machine      hostinfo.Facts `json:"machine"`
-	Runtime      string         `json:"runtime"`
-	Paths        []string       `json:"paths"`
-	Rounds       int            `json:"rounds"`
-	WarmupRounds int            `json:"warmupRounds"`
-	PerPod       int            `json:"perPodPerRound"`
-	Rate         float64        `json:"rate"`
-	Seed         uint64         `json:"seed"`
-	Seconds      float64        `json:"seconds"`
-	LoadBefore   string         `json:"loadBefore"`
-	LoadAfter    string         `json:"loadAfter"`
-	MaxLagMs     float64        `json:"maxLagMs"`
-	MaxInFlight  int            `json:"maxInFlight"`
-	CPU          []cpuUse       `json:"cpu"`
-	Rows         []jsonRow      `json:"latency"`
+	Machine      hostinfo.Facts      `json:"machine"`
+	Runtime      string              `json:"runtime"`
+	Paths        []string            `json:"paths"`
+	Rounds       int                 `json:"rounds"`
+	WarmupRounds int                 `json:"warmupRounds"`
+	PerPod       int                 `json:"perPodPerRound"`
+	Rate         float64             `json:"rate"`
+	Seed         uint64              `json:"seed"`
+	Seconds      float64             `json:"seconds"`
+	LoadBefore   string              `json:"loadBefore"`
+	LoadAfter    string              `json:"loadAfter"`
+	MaxLagMs     float64             `json:"maxLagMs"`
+	MaxInFlight  int                 `json:"maxInFlight"`
+	CPU          []cpuUse            `json:"cpu"`
+	Inside       map[string][]inside `json:"insideTandem,omitempty"`
+	Rows         []jsonRow           `json:"latency"`
 }
 
 func toMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -346,7 +362,7 @@ func (r *report) writeJSON(path string) error {
 	j := jsonReport{
 		Machine: r.machine, Runtime: r.runtime, Paths: r.paths, Rounds: r.opts.rounds, WarmupRounds: r.opts.warmupRounds,
 		PerPod: r.opts.perPod, Rate: r.opts.rate, Seed: r.seed, Seconds: r.seconds, LoadBefore: r.loadBefore,
-		LoadAfter: r.loadAfter, MaxLagMs: toMs(r.maxLag), MaxInFlight: r.maxFlight, CPU: r.cpu,
+		LoadAfter: r.loadAfter, MaxLagMs: toMs(r.maxLag), MaxInFlight: r.maxFlight, CPU: r.cpu, Inside: r.inside,
 	}
 	for _, rw := range rows(r.samples, r.paths) {
 		jr := jsonRow{Call: rw.call, Paths: map[string]jsonQuantiles{}, Sample: map[string][]float64{}}

@@ -139,10 +139,10 @@ func TestReportPrintAndJSON(t *testing.T) {
 	s = append(s, samples(pathNone, 100, 2, 1)...)
 	s = append(s, samples(pathNRI, 100, 2, 11)...)
 	r := &report{runtime: "containerd 2.4.2", opts: options{rounds: 25, perPod: 2, rate: 2}, paths: []string{pathNone, pathNRI},
-		samples: s, perPath: 100, cpu: []cpuUse{{Path: pathNRI, Process: "tandem-proxy", Ticks: 50}}}
+		samples: s, perPath: 100, cpu: []cpuUse{{Path: pathNRI, Process: "tandem-nri", Ticks: 50}}}
 	var out bytes.Buffer
 	r.print(&out)
-	for _, want := range []string{"Create+Start", "nri+ p50", "p99 is the 2nd largest value", "nri tandem-proxy 5.0"} {
+	for _, want := range []string{"Create+Start", "nri+ p50", "p99 is the 2nd largest value", "nri tandem-nri 5.0"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
