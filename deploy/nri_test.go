@@ -173,13 +173,11 @@ func TestNRIComponent(t *testing.T) {
 				t.Errorf("volume %s mounts the socket %s: mount its directory", v.Name, v.HostPath.Path)
 			}
 		}
-		// Host directories that get mounts later (containers' root file systems, resctrl, cgroup
-		// hierarchies) must follow the host's.
-		for _, m := range c.VolumeMounts {
-			if (m.MountPath == "/run/containerd" || m.MountPath == "/sys" || m.MountPath == "/sys/fs/cgroup") &&
-				(m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
-				t.Errorf("mount %s has propagation %s, want HostToContainer", m.MountPath, deref(m.MountPropagation))
-			}
+		// containerd mounts and unmounts containers' root file systems below its directory: the
+		// pod's copies must follow the host's.
+		m, _ := mountOf(spec, c, paths["runtime-endpoint"])
+		if m != nil && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+			t.Errorf("mount %s has propagation %s, want HostToContainer", m.MountPath, deref(m.MountPropagation))
 		}
 	})
 
