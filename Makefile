@@ -101,6 +101,7 @@ bench: bench-unit
 	-$(GO) run ./bench/cpuset
 	-$(GO) run ./bench/extender
 	-$(GO) run ./bench/admission
+	-$(GO) run ./bench/nrilatency
 
 ## bench-colocation: first whether the machine itself stalls busy CPUs (hypervisor steal), then LS
 ## latency and BE throughput, solo and colocated, with and without Tandem, then a node daemon's wakeup
