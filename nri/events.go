@@ -5,6 +5,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -83,7 +84,7 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) (err err
 	info := sandboxInfo(sb)
 	adj, err := p.runHooks(ctx, hooks.PreRunPodSandbox, info, nil)
 	if err != nil {
-		return err
+		return errgrpc.ToGRPC(err)
 	}
 	pod := podFromNRI(sb)
 	recordSandbox(pod, adj)
@@ -160,7 +161,12 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	pi, ci := podInfo(pod), containerInfo(c)
 	adj, err := p.runHooks(ctx, hooks.PreCreateContainer, pi, ci)
 	if err != nil {
-		return nil, nil, err
+		// The code (InvalidArgument, ResourceExhausted...) reaches kubelet through containerd, as through
+		// tandem-proxy.
+		return nil, nil, errgrpc.ToGRPC(err)
+	}
+	if adj != nil && adj.Resources != nil && adj.Resources.OomScoreAdj != nil {
+		p.clampOOMScore(ctx, adj.Resources, c)
 	}
 	unified := p.unifiedToRuntime()
 	out, labels := containerAdjustment(adj, unified)
@@ -180,6 +186,26 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	return out, nil, nil
 }
 
+// clampOOMScore keeps a hook's oom_score_adj where containerd lets runc set it (see oom.go).
+func (p *Plugin) clampOOMScore(ctx context.Context, r *hooks.ResourceAdjustment, c *api.Container) {
+	var spec *int64
+	if o := c.GetLinux().GetOomScoreAdj(); o != nil {
+		v := int64(o.GetValue())
+		spec = &v
+	}
+	want := *r.OomScoreAdj
+	got, ok := oomScore(want, p.runtimeOOM.Load(), spec)
+	if !ok {
+		klog.FromContext(ctx).V(2).Info("oom_score_adj left as containerd set it: neither containerd's own nor the spec's is known", "wanted", want)
+		r.OomScoreAdj = nil
+		return
+	}
+	if got != want {
+		klog.FromContext(ctx).V(2).Info("oom_score_adj raised to the lowest containerd allows", "wanted", want, "set", got)
+	}
+	r.OomScoreAdj = &got
+}
+
 // StartContainer runs PreStartContainer hooks (the cpuset policy binds its CPUs to the container here).
 // NRI takes no adjustment at start: a change they decide reaches containerd from the refresh loop.
 func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) error {
@@ -197,7 +223,7 @@ func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.
 	p.metrics.observe("StartContainer", start, err)
 	if err != nil {
 		// containerd fails the start, as tandem-proxy fails StartContainer.
-		return err
+		return errgrpc.ToGRPC(err)
 	}
 	if adj != nil && adj.Resources != nil && changes(stored.Resources, adj.Resources) {
 		p.requestRefresh()
@@ -244,7 +270,7 @@ func (p *Plugin) UpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	ci.Resources = requested
 	adj, err := p.runHooks(ctx, hooks.PreUpdateContainerResources, podInfo(pod), ci)
 	if err != nil {
-		return nil, err
+		return nil, errgrpc.ToGRPC(err)
 	}
 	var a *hooks.ResourceAdjustment
 	if adj != nil {

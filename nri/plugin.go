@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,11 @@ type Plugin struct {
 	// kick asks the refresh loop for a pass (a pre-start change, a synchronization); one is enough.
 	kick chan struct{}
 
+	// runtimeOOM is containerd's own oom_score_adj, read at connection (unknownScore when unreadable).
+	runtimeOOM atomic.Int64
+	// procRoot is where containerd's /proc entry is read.
+	procRoot string
+
 	// ctrLocks serialises what the plugin does to one container: a refresh must not interleave with the
 	// container's own events.
 	ctrLocks sync.Map // container id → *sync.Mutex
@@ -115,7 +121,9 @@ func New(cfg Config, deps Deps) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register NRI metrics: %w", err)
 	}
-	return &Plugin{cfg: cfg, deps: deps, store: store.New(), metrics: m, kick: make(chan struct{}, 1)}, nil
+	p := &Plugin{cfg: cfg, deps: deps, store: store.New(), metrics: m, kick: make(chan struct{}, 1), procRoot: "/proc"}
+	p.runtimeOOM.Store(unknownScore)
+	return p, nil
 }
 
 // Store is what the plugin knows of the node's pods and containers; the node loops read it.
@@ -163,11 +171,13 @@ func (p *Plugin) Run(ctx context.Context) error {
 func (p *Plugin) serveOnce(ctx context.Context) error {
 	closed := make(chan struct{})
 	var once sync.Once
+	logger := klog.FromContext(ctx)
 	s, err := stub.New(p,
+		stub.WithDialer(func(path string) (net.Conn, error) { return p.dial(logger, path) }),
 		stub.WithPluginName(p.cfg.Name), stub.WithPluginIdx(p.cfg.Index), stub.WithSocketPath(p.cfg.Socket),
 		// Without it the stub exits the process when containerd goes away.
 		stub.WithOnClose(func() { once.Do(func() { close(closed) }) }),
-		stub.WithLogger(nriLogger{klog.FromContext(ctx).WithName("nri")}))
+		stub.WithLogger(nriLogger{logger.WithName("nri")}))
 	if err != nil {
 		return fmt.Errorf("create the NRI stub: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/hooks"
@@ -234,13 +237,14 @@ func TestCreateContainer(t *testing.T) {
 		milli       int64
 		wantCPUs    string // cpuset in the adjustment; "" with wantErr
 		wantErr     string
+		wantCode    codes.Code
 	}{
 		// The 16-CPU machine's first two hyperthreads of one core (full-pcpus).
 		{name: "lse", class: "LSE", milli: 2000, wantCPUs: "0,8"},
 		{name: "lsr", class: "LSR", milli: 2000, wantCPUs: "0,8"},
 		{name: "ls", class: "LS", milli: 500, wantCPUs: "0-15"},
 		{name: "be", class: "BE", milli: 500, wantCPUs: "0-15"},
-		{name: "lse-fraction", class: "LSE", milli: 1500, wantErr: "whole CPUs"},
+		{name: "lse-fraction", class: "LSE", milli: 1500, wantErr: "whole CPUs", wantCode: codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -253,6 +257,10 @@ func TestCreateContainer(t *testing.T) {
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("CreateContainer error = %v, want one saying %q", err, tt.wantErr)
+				}
+				// containerd passes the code on to kubelet, as tandem-proxy does.
+				if got := status.Code(err); got != tt.wantCode {
+					t.Fatalf("CreateContainer error code = %v, want %v", got, tt.wantCode)
 				}
 				if a := n.cpus.Allocations(); len(a) != 0 {
 					t.Fatalf("allocations after a refused container = %v, want none", a)
@@ -501,5 +509,60 @@ func TestSlowHookKeepsPlugin(t *testing.T) {
 	}
 	if err := n.plugin.Ready(ctx); err != nil {
 		t.Fatalf("plugin not connected after the slow hook: %v", err)
+	}
+}
+
+// TestOOMScoreClamped: an LSE container's -998 is not put below what containerd allows. Here containerd's
+// side is this test process (score read through the socket's peer), and the spec carries kubelet's -997 for
+// a Guaranteed pod: the lower of the two bounds the hook's value.
+func TestOOMScoreClamped(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Skip("no /proc/self/oom_score_adj")
+	}
+	self, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := shortSocket(t)
+	rt := startRuntime(t, sock, nil, nil)
+	startNode(t, ctx, sock)
+	pod := sandbox("db", "LSE")
+	c := container(pod, "app", 1000)
+	c.Linux.OomScoreAdj = &api.OptionalInt{Value: -997}
+	adj, err := create(ctx, rt, pod, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := max(-998, min(self, -997))
+	if got := adj.GetLinux().GetOomScoreAdj(); got == nil || int64(got.GetValue()) != want {
+		t.Fatalf("adjusted oom_score_adj = %v, want %d (containerd's own %d, spec -997, hook -998)", got, want, self)
+	}
+}
+
+func TestOOMScore(t *testing.T) {
+	spec := func(v int64) *int64 { return &v }
+	tests := []struct {
+		name    string
+		v, rt   int64
+		spec    *int64
+		want    int64
+		wantSet bool
+	}{
+		{name: "containerd under systemd (-999), kubelet's -997", v: -998, rt: -999, spec: spec(-997), want: -998, wantSet: true},
+		{name: "containerd at 0 with restrict on, kubelet's -997", v: -998, rt: 0, spec: spec(-997), want: -997, wantSet: true},
+		{name: "raising is always allowed", v: 1000, rt: -999, spec: spec(-997), want: 1000, wantSet: true},
+		{name: "containerd's score unknown: the spec's bounds it", v: -998, rt: unknownScore, spec: spec(-997), want: -997, wantSet: true},
+		{name: "no spec value: containerd's bounds it", v: -998, rt: -500, want: -500, wantSet: true},
+		{name: "nothing known: left alone", v: -998, rt: unknownScore, wantSet: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := oomScore(tt.v, tt.rt, tt.spec)
+			if ok != tt.wantSet || (ok && got != tt.want) {
+				t.Fatalf("oomScore(%d, %d, %v) = %d, %v; want %d, %v", tt.v, tt.rt, tt.spec, got, ok, tt.want, tt.wantSet)
+			}
+		})
 	}
 }
