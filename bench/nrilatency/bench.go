@@ -168,7 +168,7 @@ func run(ctx context.Context, o options) (retErr error) {
 	}
 	for _, p := range paths {
 		endpoint := p.ctrd.Endpoint
-		if p.name != pathNone {
+		if p.name != pathNone && !o.aa {
 			opts := framework.ProxyOptions{
 				Binary: b.proxy, RuntimeEndpoint: p.ctrd.Endpoint, Dir: filepath.Join(dir, "t"+dirLetter(p.name)),
 				ExtraArgs: []string{"--kubelet-cgroup-root", p.root, "--hooks-dir", filepath.Join(dir, "hooks.d"),
@@ -442,13 +442,14 @@ type containerCall struct {
 }
 
 // checkPolicies makes sure a BE container got what the path should give it: the batch resources' CPU
-// weight through proxy and nri (batchresource ran), kubelet's own through none (nothing ran).
+// weight where Tandem runs (batchresource ran), kubelet's own where it does not (none, and every path of
+// an A/A check).
 func checkPolicies(p *path, pd *pod, id string) error {
 	if pd.class != classBE {
 		return nil
 	}
 	shares := int64(beBatchShares)
-	if p.name == pathNone {
+	if p.tandem == nil {
 		shares = beShares
 	}
 	got, want, err := cpuWeight(pd.parent, id, shares)

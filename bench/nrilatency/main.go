@@ -59,6 +59,7 @@ type options struct {
 	workDir              string
 	jsonPath             string
 	keep                 bool
+	aa                   bool
 }
 
 func main() {
@@ -76,6 +77,7 @@ func main() {
 	fs.IntVar(&o.proxyVerbosity, "proxy-v", 0, "klog verbosity of tandem-proxy and tandem-nri while measured")
 	fs.StringVar(&o.workDir, "work-dir", os.TempDir(), "where the run's private directory is created (keep it short: unix socket paths must stay under 108 bytes)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
+	fs.BoolVar(&o.aa, "aa", false, "A/A check of the benchmark itself: proxy and nri run no Tandem (plain containerds like none's), so the differences show what three identical paths get on this machine")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (the logs of every containerd, tandem-proxy and tandem-nri) after a successful run too")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)

@@ -198,6 +198,9 @@ func (r *report) print(w io.Writer) {
 	for _, p := range r.paths {
 		fmt.Fprintf(w, "          %-6s %s\n", p, pathDescription(p))
 	}
+	if o.aa {
+		fmt.Fprintf(w, "A/A:      NO TANDEM on any path: proxy and nri are plain containerds like none's, so the differences show the benchmark's own bias and noise\n")
+	}
 	fmt.Fprintf(w, "pods:     per path an LS pod (Burstable: 500m/1 CPU, 256Mi/512Mi) and a BE pod (BestEffort, batch-cpu 1k/1500m, batch-memory 64Mi)\n")
 	fmt.Fprintf(w, "schedule: %d timed rounds (+%d warm-up) x %d containers per path (half LS, half BE) = %d per path;\n",
 		o.rounds, o.warmupRounds, 2*o.perPod, r.perPath)
@@ -337,6 +340,7 @@ type jsonReport struct {
 	PerPod       int                 `json:"perPodPerRound"`
 	Rate         float64             `json:"rate"`
 	Seed         uint64              `json:"seed"`
+	AA           bool                `json:"aaCheck"`
 	Seconds      float64             `json:"seconds"`
 	LoadBefore   string              `json:"loadBefore"`
 	LoadAfter    string              `json:"loadAfter"`
@@ -361,7 +365,7 @@ func toJSONAdded(a added) jsonAdded {
 func (r *report) writeJSON(path string) error {
 	j := jsonReport{
 		Machine: r.machine, Runtime: r.runtime, Paths: r.paths, Rounds: r.opts.rounds, WarmupRounds: r.opts.warmupRounds,
-		PerPod: r.opts.perPod, Rate: r.opts.rate, Seed: r.seed, Seconds: r.seconds, LoadBefore: r.loadBefore,
+		PerPod: r.opts.perPod, Rate: r.opts.rate, Seed: r.seed, AA: r.opts.aa, Seconds: r.seconds, LoadBefore: r.loadBefore,
 		LoadAfter: r.loadAfter, MaxLagMs: toMs(r.maxLag), MaxInFlight: r.maxFlight, CPU: r.cpu, Inside: r.inside,
 	}
 	for _, rw := range rows(r.samples, r.paths) {
