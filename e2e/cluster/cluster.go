@@ -86,6 +86,11 @@ type Options struct {
 	// Tandemctl is the tandemctl that installs tandem-proxy on each node;
 	// empty builds ./cmd/tandemctl of this checkout.
 	Tandemctl string
+	// NRI runs Tandem as deploy/nri's DaemonSet, an NRI plugin of each
+	// node's containerd, instead of tandem-proxy between kubelet and
+	// containerd (nri.go). It needs Flavor2, the default then; Policies,
+	// ProxyBinary and Tandemctl do not apply.
+	NRI bool
 }
 
 // NoPolicies, as Options.Policies, runs tandem-proxy without built-in
@@ -104,6 +109,10 @@ type Node struct {
 	// ProxySocket is the socket kubelet's containerRuntimeEndpoint names.
 	ProxySocket  string `json:"proxySocket"`
 	ProxyMetrics string `json:"proxyMetrics"` // host:port of /readyz and /metrics
+	// NRISocket is containerd's NRI socket, in NRI mode.
+	NRISocket string `json:"nriSocket,omitempty"`
+	// StateDir is the agent's --state-dir on this machine.
+	StateDir string `json:"stateDir"`
 	// Kubeconfig is the node's credentials, user system:node:<Name> in
 	// group system:nodes: kubelet's, and tandem-proxy's too.
 	Kubeconfig    string `json:"kubeconfig"`
@@ -137,6 +146,11 @@ type Cluster struct {
 	// TestInstalledAsDocumented fails naming each.
 	Problems []string           `json:"problems,omitempty"`
 	Daemons  map[string]*daemon `json:"daemons"`
+	// NRI is Options.NRI: Tandem runs as the tandem-nri DaemonSet.
+	NRI bool `json:"nri,omitempty"`
+	// NRIMetricsPort is the port of the tandem-nri pods' /metrics, /healthz
+	// and /readyz (NRI mode).
+	NRIMetricsPort int `json:"nriMetricsPort,omitempty"`
 }
 
 // stateFile is the name of the saved Cluster below Dir.
@@ -152,6 +166,12 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if opts.Flavor == "" {
 		opts.Flavor = framework.Flavor16
+		if opts.NRI {
+			opts.Flavor = framework.Flavor2
+		}
+	}
+	if opts.NRI && opts.Flavor != framework.Flavor2 {
+		return nil, fmt.Errorf("NRI mode needs containerd %s: containerd %s has no NRI plugin socket", framework.Flavor2, opts.Flavor)
 	}
 	if !filepath.IsAbs(opts.Dir) {
 		return nil, fmt.Errorf("cluster dir %q must be an absolute path", opts.Dir)
@@ -178,12 +198,13 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("create cluster dir: %w", err)
 	}
 	binDir := filepath.Join(opts.Dir, "bin")
-	if opts.ProxyBinary == "" {
+	// In NRI mode the plugin comes from its image (make images), and nothing is installed on the nodes.
+	if opts.ProxyBinary == "" && !opts.NRI {
 		if opts.ProxyBinary, err = framework.BuildProxy(ctx, binDir); err != nil {
 			return nil, err
 		}
 	}
-	if opts.Tandemctl == "" {
+	if opts.Tandemctl == "" && !opts.NRI {
 		if opts.Tandemctl, err = framework.BuildCommand(ctx, binDir, "tandemctl"); err != nil {
 			return nil, err
 		}
@@ -325,6 +346,7 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 		HostIP:     ip,
 		Dir:        dir,
 		Flavor:     opts.Flavor,
+		NRI:        opts.NRI,
 		Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
 		APIServer:  fmt.Sprintf("https://127.0.0.1:%d", apiPort),
 		Kubectl:    filepath.Join(bins, Kubectl),
@@ -499,6 +521,11 @@ func (c *Cluster) NodeNames() []string {
 // tandem-proxy as installed by tandemctl, kubelet), then installs deploy/'s
 // cluster side.
 func (c *Cluster) start(ctx context.Context, opts Options) error {
+	if c.NRI {
+		if err := c.shareDir(); err != nil {
+			return err
+		}
+	}
 	for _, name := range controlPlaneOrder() {
 		if err := c.startDaemon(ctx, name); err != nil {
 			return err
@@ -517,44 +544,60 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 }
 
 // startNode starts one node: its containerd, tandem-proxy from the unit
-// `tandemctl node install` writes, and kubelet.
+// `tandemctl node install` writes, and kubelet. In NRI mode containerd
+// serves NRI on the node's own socket, and kubelet talks to it directly:
+// the plugin comes with the cluster side (installClusterSide).
 func (c *Cluster) startNode(ctx context.Context, n *Node, bins string, opts Options) error {
 	logger := klog.FromContext(ctx)
 	t := time.Now()
-	if _, err := framework.StartContainerd(ctx, framework.ContainerdOptions{Flavor: c.Flavor, Dir: n.ContainerdDir, CNI: true}); err != nil {
+	ctrdOpts := framework.ContainerdOptions{Flavor: c.Flavor, Dir: n.ContainerdDir, CNI: true}
+	if c.NRI {
+		if err := c.prepareNRINode(n); err != nil {
+			return err
+		}
+		ctrdOpts.NRISocket = n.NRISocket
+	}
+	if _, err := framework.StartContainerd(ctx, ctrdOpts); err != nil {
 		return fmt.Errorf("start containerd %s: %w", c.Flavor, err)
 	}
-	logger.Info("Started", "daemon", "containerd", "node", n.Name, "flavor", c.Flavor, "elapsed", time.Since(t).Round(time.Millisecond))
+	logger.Info("Started", "daemon", "containerd", "node", n.Name, "flavor", c.Flavor, "nriSocket", n.NRISocket, "elapsed", time.Since(t).Round(time.Millisecond))
 	if err := prepareCgroupRoot(n.CgroupRoot); err != nil {
 		return err
 	}
-	proxyArgs, problem, err := c.installProxy(ctx, n, opts)
-	if err != nil {
-		return err
-	}
-	if problem != "" {
-		c.Problems = append(c.Problems, problem)
-	}
-	if opts.Policies != "" {
-		pol := opts.Policies
-		if pol == NoPolicies {
-			pol = ""
+	var daemons []string
+	// Unset, kubelet's runtime endpoint is the drop-in's that tandemctl installed: the proxy.
+	runtimeEndpoint := ""
+	if c.NRI {
+		runtimeEndpoint = n.ContainerdEndpoint()
+	} else {
+		proxyArgs, problem, err := c.installProxy(ctx, n, opts)
+		if err != nil {
+			return err
 		}
-		proxyArgs = append(proxyArgs[:len(proxyArgs):len(proxyArgs)], "--policies="+pol)
+		if problem != "" {
+			c.Problems = append(c.Problems, problem)
+		}
+		if opts.Policies != "" {
+			pol := opts.Policies
+			if pol == NoPolicies {
+				pol = ""
+			}
+			proxyArgs = append(proxyArgs[:len(proxyArgs):len(proxyArgs)], "--policies="+pol)
+		}
+		proxy := NodeDaemon(TandemProxy, n.Name)
+		c.add(proxy, proxyArgs[0], proxyArgs[1:]...).Ready = "http://" + n.ProxyMetrics + "/readyz"
+		daemons = append(daemons, proxy)
 	}
-	proxy := NodeDaemon(TandemProxy, n.Name)
-	c.add(proxy, proxyArgs[0], proxyArgs[1:]...).Ready = "http://" + n.ProxyMetrics + "/readyz"
 
 	kubeletConfig := filepath.Join(n.Dir, "kubelet-config.yaml")
 	ca := filepath.Join(c.Dir, "pki", "ca.crt")
 	if err := writeKubeletConfig(kubeletConfig, kubeletConfigParams{
-		Dir: n.Dir, Port: n.KubeletPort, CACert: ca, CgroupRoot: n.CgroupRoot,
+		Dir: n.Dir, Port: n.KubeletPort, CACert: ca, CgroupRoot: n.CgroupRoot, RuntimeEndpoint: runtimeEndpoint,
 	}); err != nil {
 		return err
 	}
 	args := []string{
 		"--config=" + kubeletConfig,
-		"--config-dir=" + n.KubeletConfigDir,
 		"--kubeconfig=" + n.Kubeconfig,
 		"--root-dir=" + filepath.Join(n.Dir, "kubelet"),
 		"--cert-dir=" + filepath.Join(n.Dir, "kubelet", "pki"),
@@ -566,11 +609,16 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bins string, opts Opti
 	} else {
 		logger.Info("No --node-ip (no default route with an IPv4 address): kubelet picks the address")
 	}
+	if !c.NRI {
+		// Where tandemctl installed the drop-in; in NRI mode kubelet is left as it is.
+		args = append(args, "--config-dir="+n.KubeletConfigDir)
+	}
 	c.add(NodeDaemon(Kubelet, n.Name), filepath.Join(bins, Kubelet), args...)
+	daemons = append(daemons, NodeDaemon(Kubelet, n.Name))
 	if err := c.save(); err != nil {
 		return err
 	}
-	for _, name := range []string{proxy, NodeDaemon(Kubelet, n.Name)} {
+	for _, name := range daemons {
 		if err := c.startDaemon(ctx, name); err != nil {
 			return err
 		}

@@ -87,6 +87,9 @@ type kubeletConfigParams struct {
 	Port       int
 	CACert     string
 	CgroupRoot string
+	// RuntimeEndpoint is containerRuntimeEndpoint; empty leaves it to the
+	// drop-in in --config-dir.
+	RuntimeEndpoint string
 }
 
 // SystemReservedCPU is what each kubelet reserves of the machine's 2 CPUs,
@@ -96,9 +99,11 @@ type kubeletConfigParams struct {
 // from allocatable alone, so it puts them on different nodes.
 const SystemReservedCPU = "100m"
 
-// writeKubeletConfig writes kubelet's --config. It deliberately leaves
-// containerRuntimeEndpoint unset: deploy/kubelet's drop-in, loaded through
-// --config-dir, must be what points kubelet at tandem-proxy, as on a node.
+// writeKubeletConfig writes kubelet's --config. Without p.RuntimeEndpoint it
+// deliberately leaves containerRuntimeEndpoint unset: deploy/kubelet's
+// drop-in, loaded through --config-dir, must be what points kubelet at
+// tandem-proxy, as on a node. In NRI mode kubelet talks to containerd, as on
+// a node without Tandem.
 func writeKubeletConfig(path string, p kubeletConfigParams) error {
 	cfg := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubeletv1beta1.SchemeGroupVersion.String(), Kind: "KubeletConfiguration"},
@@ -139,6 +144,7 @@ func writeKubeletConfig(path string, p kubeletConfigParams) error {
 		FileCheckFrequency:        metav1.Duration{Duration: 10 * time.Second},
 		RegisterNode:              ptr.To(true),
 		ServerTLSBootstrap:        false,
+		ContainerRuntimeEndpoint:  p.RuntimeEndpoint,
 	}
 	b, err := yaml.Marshal(cfg)
 	if err != nil {

@@ -103,7 +103,7 @@ func TestEvictThroughAPI(t *testing.T) {
 		return apierrors.IsNotFound(err) || (err == nil && (p.UID != freePod.UID || p.DeletionTimestamp != nil)), nil
 	})
 	if err != nil {
-		t.Fatalf("BE pod %s not evicted a minute after memory eviction was enabled at 1%%: see %s", free, suite.c.Logs(proxyDaemon(cluster.NodeA)))
+		t.Fatalf("BE pod %s not evicted a minute after memory eviction was enabled at 1%%: see %s", free, suite.c.AgentLogs(cluster.NodeA))
 	}
 	t.Logf("%s evicted %s after the change", free, time.Since(start).Round(100*time.Millisecond))
 

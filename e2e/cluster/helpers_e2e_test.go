@@ -190,28 +190,26 @@ func proxyJSON(ctx context.Context, t *testing.T, nodeName, path string, v any) 
 	}
 }
 
-// proxyDebugSocket is where a node's tandem-proxy serves /debug/*, to root
-// alone: its --debug-socket, by default debug.sock in its --state-dir, as
-// the arguments it runs with (its unit's ExecStart, --flag=value) say.
+// proxyDebugSocket is where a node's Tandem agent serves /debug/*, to root
+// alone: its --debug-socket, by default debug.sock in its --state-dir.
 func proxyDebugSocket(t *testing.T, nodeName string) string {
 	t.Helper()
-	d := suite.c.Daemons[proxyDaemon(nodeName)]
-	if d == nil {
-		t.Fatalf("no tandem-proxy on node %s", nodeName)
-	}
-	socket, state := "", "/var/lib/tandem"
-	for _, a := range d.Args {
-		switch name, value, _ := strings.Cut(a, "="); name {
-		case "--debug-socket":
-			socket = value
-		case "--state-dir":
-			state = value
-		}
-	}
-	if socket == "" {
-		socket = filepath.Join(state, "debug.sock")
+	socket, err := suite.c.AgentDebugSocket(nodeName)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return socket
+}
+
+// agentURL is the URL of path on the node's Tandem agent's metrics address
+// (tandem-proxy's --metrics-addr, or the tandem-nri pod's).
+func agentURL(ctx context.Context, t *testing.T, nodeName, path string) string {
+	t.Helper()
+	addr, err := suite.c.AgentMetrics(ctx, nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + addr + path
 }
 
 // pools is tandem-proxy's /debug/pools, what `tandemctl pools` shows.

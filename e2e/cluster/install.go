@@ -53,6 +53,7 @@ const (
 func (c *Cluster) installProxy(ctx context.Context, n *Node, opts Options) (args []string, problem string, err error) {
 	prefix := filepath.Join(n.Dir, "prefix")
 	stateDir := filepath.Join(n.Dir, "proxy", "state")
+	n.StateDir = stateDir
 	cmdArgs := []string{"node", "install",
 		"--prefix", prefix,
 		"--binary", opts.ProxyBinary,
@@ -138,7 +139,8 @@ func (c *Cluster) installProxy(ctx context.Context, n *Node, opts Options) (args
 // installClusterSide does what docs/install.md does on the cluster side once
 // the nodes are up: label the control-plane node, import the images `make
 // images` builds into the nodes' containerd (there is no registry), `kubectl
-// apply -k deploy/`, the extender's TLS Secret, `kubectl apply -f
+// apply -k deploy/` (in NRI mode, of deploy/ with the deploy/nri component,
+// and waits until its DaemonSet is ready), the extender's TLS Secret, `kubectl apply -f
 // deploy/slo-controller-config.yaml`, and waits until the extender answers
 // where and as kube-scheduler calls it, and until tandem-webhook, when
 // deploy/ has it, has rolled out.
@@ -164,8 +166,14 @@ func (c *Cluster) installClusterSide(ctx context.Context) error {
 	} else {
 		logger.Info("Imported the images of make images", "nodes", c.NodeNames(), "elapsed", time.Since(t).Round(time.Millisecond))
 	}
-	if _, err := c.RunKubectl(ctx, "apply", "-k", filepath.Join(root, "deploy")); err != nil {
-		problem("kubectl apply -k deploy/: %v", err)
+	if !c.NRI {
+		if _, err := c.RunKubectl(ctx, "apply", "-k", filepath.Join(root, "deploy")); err != nil {
+			problem("kubectl apply -k deploy/: %v", err)
+		}
+	} else if overlay, err := c.writeNRIOverlay(root); err != nil {
+		problem("the kustomization of deploy/ and deploy/%s: %v", NRIComponent, err)
+	} else if _, err := c.RunKubectl(ctx, "apply", "-k", overlay); err != nil {
+		problem("kubectl apply -k of deploy/ and deploy/%s (%s): %v", NRIComponent, overlay, err)
 	}
 	// The extender's serving certificate and client CA, as docs/install.md has
 	// an operator store them; the DaemonSet's pod starts once the Secret exists.
@@ -203,6 +211,11 @@ func (c *Cluster) installClusterSide(ctx context.Context) error {
 	}
 	if err := c.waitWebhook(ctx); err != nil {
 		problem("%v", err)
+	}
+	if c.NRI {
+		if err := c.waitNRI(ctx); err != nil {
+			problem("%v", err)
+		}
 	}
 	return nil
 }

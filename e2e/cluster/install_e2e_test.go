@@ -26,15 +26,40 @@ import (
 // TestInstalledAsDocumented checks that the cluster runs Tandem the way
 // docs/install.md installs it: every step done as documented (no fallback),
 // each node's tandem-proxy running the ExecStart of the unit `tandemctl node
-// install` wrote, with the node's kubelet credentials, and tandem-extender
-// running in the cluster from its image on the control-plane node, where
-// kube-scheduler calls it.
+// install` wrote, with the node's kubelet credentials (in NRI mode: the
+// tandem-nri DaemonSet's pod on each node, kubelet talking to containerd),
+// and tandem-extender running in the cluster from its image on the
+// control-plane node, where kube-scheduler calls it.
 func TestInstalledAsDocumented(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	cs := client(t)
 	for _, p := range suite.c.Problems {
 		t.Errorf("not installed as documented: %s", p)
 	}
+	if suite.c.NRI {
+		checkNRIInstalled(ctx, t, cs)
+	} else {
+		checkProxyInstalled(t)
+	}
+	pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=tandem-extender"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 {
+		t.Fatalf("%d tandem-extender pods, want one, on the control-plane node %s", len(pods.Items), cluster.NodeA)
+	}
+	p := pods.Items[0]
+	if p.Spec.NodeName != cluster.NodeA || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+		t.Errorf("tandem-extender pod %s on %q is %s (ready %v): %s; want Running and Ready on %s",
+			p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), podProblem(&p), cluster.NodeA)
+	}
+}
+
+// checkProxyInstalled: each node's tandem-proxy runs the ExecStart of the
+// unit `tandemctl node install` wrote, with the node's kubelet credentials,
+// and kubelet has the drop-in that points it at the proxy.
+func checkProxyInstalled(t *testing.T) {
+	t.Helper()
 	for _, n := range suite.c.Nodes {
 		args := procArgs(t, suite.c.PID(proxyDaemon(n.Name)))
 		if n.Unit == "" {
@@ -63,18 +88,6 @@ func TestInstalledAsDocumented(t *testing.T) {
 			t.Errorf("%s: no kubelet drop-in in %s", n.Name, n.KubeletConfigDir)
 		}
 	}
-	pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=tandem-extender"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pods.Items) != 1 {
-		t.Fatalf("%d tandem-extender pods, want one, on the control-plane node %s", len(pods.Items), cluster.NodeA)
-	}
-	p := pods.Items[0]
-	if p.Spec.NodeName != cluster.NodeA || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
-		t.Errorf("tandem-extender pod %s on %q is %s (ready %v): %s; want Running and Ready on %s",
-			p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), podProblem(&p), cluster.NodeA)
-	}
 }
 
 // procArgs returns a process's command line.
@@ -97,6 +110,9 @@ func procArgs(t *testing.T, pid int) []string {
 // the slo-controller-config ConfigMap. Then the requests it must not be able
 // to make: patch node-b, read a Secret, evict a pod of node-b.
 func TestNodeCredentials(t *testing.T) {
+	if suite.c.NRI {
+		t.Skip("NRI mode: the plugin acts as its ServiceAccount, not with the node's credentials (TestNRIServiceAccount)")
+	}
 	ctx := testContext(t, 3*time.Minute)
 	admin := client(t)
 	self, err := suite.c.NodeClient(cluster.NodeA)

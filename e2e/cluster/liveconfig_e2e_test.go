@@ -315,15 +315,15 @@ func TestLiveConfig(t *testing.T) {
 		// stays published, and every proxy keeps serving.
 		nodeStaysReady(ctx, t, cs, beNode, 6*time.Second)
 		for _, name := range suite.c.NodeNames() {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node(t, name).ProxyMetrics+"/readyz", nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, agentURL(ctx, t, name, "/readyz"), nil)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
-				t.Errorf("%s: tandem-proxy /readyz after the typo: %v", name, err)
+				t.Errorf("%s: agent /readyz after the typo: %v", name, err)
 				continue
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				t.Errorf("%s: tandem-proxy /readyz after the typo: %s", name, resp.Status)
+				t.Errorf("%s: agent /readyz after the typo: %s", name, resp.Status)
 			}
 		}
 		n, err := cs.CoreV1().Nodes().Get(ctx, beNode, metav1.GetOptions{})

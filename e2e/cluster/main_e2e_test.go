@@ -66,22 +66,28 @@ func runMain(m *testing.M) int {
 				return 1
 			}
 		}
+		// TANDEM_CLUSTER_MODE=nri: Tandem as the NRI DaemonSet, on containerd 2 unless told.
+		nri := os.Getenv("TANDEM_CLUSTER_MODE") == "nri"
 		flavor := os.Getenv("TANDEM_CLUSTER_CONTAINERD")
-		if flavor == "" {
+		if flavor == "" && !nri {
 			flavor = framework.Flavor16
 		}
 		upCtx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 		// Every default policy, API access through each node's kubelet
 		// credentials, as `tandemctl node install` sets tandem-proxy up;
 		// TANDEM_CLUSTER_POLICIES overrides the policies ("none": none).
-		c, err = cluster.Up(upCtx, cluster.Options{Dir: testDir, Flavor: flavor, Policies: os.Getenv("TANDEM_CLUSTER_POLICIES"), ProxyBinary: os.Getenv("TANDEM_PROXY_BINARY")})
+		c, err = cluster.Up(upCtx, cluster.Options{Dir: testDir, Flavor: flavor, NRI: nri, Policies: os.Getenv("TANDEM_CLUSTER_POLICIES"), ProxyBinary: os.Getenv("TANDEM_PROXY_BINARY")})
 		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e/cluster: cluster up:", err)
 			return 1
 		}
-		fmt.Printf("e2e/cluster: cluster up in %s (containerd %s) in %s; kubeconfig %s\n",
-			c.Dir, c.Flavor, time.Since(start).Round(100*time.Millisecond), c.Kubeconfig)
+		mode := "tandem-proxy"
+		if c.NRI {
+			mode = "NRI mode"
+		}
+		fmt.Printf("e2e/cluster: cluster up in %s (containerd %s, %s) in %s; kubeconfig %s\n",
+			c.Dir, c.Flavor, mode, time.Since(start).Round(100*time.Millisecond), c.Kubeconfig)
 	}
 	suite.c = c
 
@@ -126,6 +132,16 @@ func saveArtifacts(c *cluster.Cluster) {
 		}
 	}
 	copyTo(filepath.Join(c.Dir, "logs"), dst)
+	if c.NRI {
+		// The plugin logs to its container's log, below each node's pod log directory.
+		copyTo(c.NRIOverlay(), dst)
+		for _, n := range c.Nodes {
+			logs, _ := filepath.Glob(filepath.Join(n.Dir, "pods", cluster.NRINamespace+"_"+cluster.NRIDaemonSet+"-*"))
+			for _, l := range logs {
+				copyTo(l, filepath.Join(dst, n.Name))
+			}
+		}
+	}
 	copyTo(filepath.Join(c.Dir, "kube-scheduler-config.yaml"), dst)
 	for _, n := range c.Nodes {
 		for _, src := range []string{n.ContainerdLog(), filepath.Join(n.Dir, "kubelet-config.yaml"), n.KubeletConfigDir, n.Unit} {

@@ -45,13 +45,19 @@ var seedDeployments = []struct {
 }
 
 // applyDeploy installs deploy/ with `kubectl apply -k`, as the README tells
-// users to. It is idempotent, so every test that needs it calls it.
+// users to (in NRI mode, the kustomization of deploy/ and deploy/nri the
+// cluster was installed with). It is idempotent, so every test that needs it
+// calls it.
 func applyDeploy(ctx context.Context, t *testing.T) {
 	t.Helper()
-	if out, err := suite.c.RunKubectl(ctx, "apply", "-k", repoPath(t, "deploy")); err != nil {
-		t.Fatalf("apply deploy/: %v", err)
+	dir := repoPath(t, "deploy")
+	if suite.c.NRI {
+		dir = suite.c.NRIOverlay()
+	}
+	if out, err := suite.c.RunKubectl(ctx, "apply", "-k", dir); err != nil {
+		t.Fatalf("apply -k %s: %v", dir, err)
 	} else {
-		t.Logf("kubectl apply -k deploy/:\n%s", out)
+		t.Logf("kubectl apply -k %s:\n%s", dir, out)
 	}
 }
 
@@ -179,17 +185,36 @@ func sameSnapshots(t *testing.T, what string, before, after map[string]podSnapsh
 	}
 }
 
-// proxyOKCalls returns, from the proxy's /metrics, how many calls of each
-// method it has answered with OK since it started.
-func proxyOKCalls(ctx context.Context, t *testing.T, nodeName string) map[string]float64 {
+// agentMetrics returns the text of the node agent's /metrics.
+func agentMetrics(ctx context.Context, t *testing.T, nodeName string) string {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node(t, nodeName).ProxyMetrics+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, agentURL(ctx, t, nodeName, "/metrics"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("get tandem-proxy /metrics: %v", err)
+		t.Fatalf("get the agent's /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read the agent's /metrics: %v", err)
+	}
+	return string(b)
+}
+
+// proxyOKCalls returns, from the proxy's /metrics, how many calls of each
+// method it has answered with OK since it started.
+func proxyOKCalls(ctx context.Context, t *testing.T, nodeName string) map[string]float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, agentURL(ctx, t, nodeName, "/metrics"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("get the agent's /metrics: %v", err)
 	}
 	defer resp.Body.Close()
 	re := regexp.MustCompile(`^tandem_proxy_requests_total\{code="OK",method="([^"]+)"\} (\S+)$`)
@@ -236,9 +261,24 @@ func nodeStaysReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 }
 
 // kubeletCallsSucceed waits until kubelet has made successful calls through
-// the (restarted) proxy: its periodic relist and status calls.
+// the (restarted) proxy: its periodic relist and status calls. In NRI mode
+// kubelet's calls do not pass through Tandem: the restarted plugin must be
+// registered with containerd and have answered its Synchronize.
 func kubeletCallsSucceed(ctx context.Context, t *testing.T, nodeName string) {
 	t.Helper()
+	if suite.c.NRI {
+		var connected, synced bool
+		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			m := agentMetrics(ctx, t, nodeName)
+			connected = strings.Contains(m, "\ntandem_nri_connected 1\n")
+			synced = regexp.MustCompile(`(?m)^tandem_nri_events_total\{event="Synchronize",result="ok"\} [1-9]`).MatchString(m)
+			return connected && synced, nil
+		})
+		if err != nil {
+			t.Fatalf("tandem-nri on %s after its restart: connected %v, Synchronize answered %v within a minute: %v", nodeName, connected, synced, err)
+		}
+		return
+	}
 	var last map[string]float64
 	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		last = proxyOKCalls(ctx, t, nodeName)
@@ -354,11 +394,11 @@ func deleteSeed(ctx context.Context, cs kubernetes.Interface) error {
 // scaled, see testdata/seed-000.yaml) and checks what a user of the seed
 // checks: the pods run, each with the cpuset the seed prescribes, read from
 // the real cgroup files the way the seed's get_cpuset.sh reads them; kubectl
-// logs, exec and port-forward work; a SIGKILLed tandem-proxy costs no pod a
-// restart and changes no cpuset, and its pools are right at once; so does a
-// containerd restart; deleting the Deployments leaves no exclusive CPU
-// allocated. The steps share the
-// pods, so a failing step ends the test; the clean-up deletes the
+// logs, exec and port-forward work; a SIGKILLed node agent (tandem-proxy, or
+// the tandem-nri plugin in NRI mode) costs no pod a restart and changes no
+// cpuset, and its pools are right at once; so does a containerd restart;
+// deleting the Deployments leaves no exclusive CPU allocated. The steps
+// share the pods, so a failing step ends the test; the clean-up deletes the
 // Deployments whatever happened.
 func TestSeed000(t *testing.T) {
 	ctx := testContext(t, 15*time.Minute)
@@ -449,7 +489,7 @@ func TestSeed000(t *testing.T) {
 		t.FailNow()
 	}
 
-	t.Run("SIGKILL tandem-proxy with the policies on", func(t *testing.T) {
+	t.Run("SIGKILL the node agent with the policies on", func(t *testing.T) {
 		for _, nodeName := range suite.c.NodeNames() {
 			before := snapshot(ctx, t, cs)
 			var poolsBefore pools
@@ -459,15 +499,13 @@ func TestSeed000(t *testing.T) {
 				t.Fatal(err)
 			}
 			batchBefore, _ := batchCPU(nodeBefore)
-			oldPID := suite.c.PID(proxyDaemon(nodeName))
-			if err := suite.c.KillDaemon(ctx, proxyDaemon(nodeName)); err != nil {
-				t.Fatalf("SIGKILL tandem-proxy on %s: %v", nodeName, err)
+			// tandem-proxy is started again as systemd would; tandem-nri's container is restarted by kubelet.
+			oldPID, newPID, err := suite.c.KillAgent(ctx, nodeName)
+			if err != nil {
+				t.Fatalf("SIGKILL the agent on %s and start it again: %v", nodeName, err)
 			}
-			if err := suite.c.StartDaemon(ctx, proxyDaemon(nodeName)); err != nil {
-				t.Fatalf("restart tandem-proxy on %s: %v", nodeName, err)
-			}
-			if newPID := suite.c.PID(proxyDaemon(nodeName)); newPID == 0 || newPID == oldPID {
-				t.Fatalf("tandem-proxy on %s: pid %d after restart, was %d", nodeName, newPID, oldPID)
+			if newPID == 0 || newPID == oldPID {
+				t.Fatalf("agent on %s: pid %d after restart, was %d", nodeName, newPID, oldPID)
 			}
 			// At once, before any lifecycle call: what `tandemctl pools`
 			// shows must be what it showed before the kill.
@@ -494,7 +532,7 @@ func TestSeed000(t *testing.T) {
 				t.Errorf("%s: batch-cpu %d (published: %v) after the restart, %d before: the restart took batch capacity off the Node", nodeName, v, ok, batchBefore)
 			}
 			after := snapshot(ctx, t, cs)
-			sameSnapshots(t, "SIGKILL of tandem-proxy on "+nodeName, before, after)
+			sameSnapshots(t, "SIGKILL of the agent on "+nodeName, before, after)
 			checkSeedCPUSets(ctx, t, runningSeedPods(ctx, t, cs, time.Minute))
 		}
 		// Streaming calls go through the new processes too.
@@ -518,23 +556,25 @@ func TestSeed000(t *testing.T) {
 		if ctrd.PID() == oldPID {
 			t.Fatalf("containerd of %s: pid unchanged (%d) after restart", nodeName, oldPID)
 		}
-		for _, d := range []string{proxyDaemon(nodeName), kubeletDaemon(nodeName)} {
+		// tandem-proxy outlives containerd. tandem-nri's connection ends with containerd's restart:
+		// whether it connects again or exits and kubelet starts it again, it must be ready again.
+		daemons := []string{kubeletDaemon(nodeName)}
+		if !suite.c.NRI {
+			daemons = append(daemons, proxyDaemon(nodeName))
+		}
+		for _, d := range daemons {
 			if suite.c.PID(d) == 0 {
 				t.Fatalf("%s died with containerd: see %s", d, suite.c.Logs(d))
 			}
 		}
-		// The proxy is ready again once containerd answers through it.
+		// The proxy is ready again once containerd answers through it; the plugin once registered again.
+		var last error
 		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node(t, nodeName).ProxyMetrics+"/readyz", nil)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return false, nil
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK, nil
+			last = suite.c.AgentReady(ctx, nodeName)
+			return last == nil, nil
 		})
 		if err != nil {
-			t.Fatalf("tandem-proxy on %s not ready within a minute of containerd's restart: see %s", nodeName, suite.c.Logs(proxyDaemon(nodeName)))
+			t.Fatalf("agent on %s not ready within a minute of containerd's restart (last: %v): see %s", nodeName, last, suite.c.AgentLogs(nodeName))
 		}
 		nodeStaysReady(ctx, t, cs, nodeName, 12*time.Second)
 		sameSnapshots(t, "containerd restart on "+nodeName, before, snapshot(ctx, t, cs))
@@ -600,10 +640,10 @@ func checkSeedCPUSets(ctx context.Context, t *testing.T, pods map[string]*corev1
 		proxyJSON(ctx, t, p.Spec.NodeName, "/debug/pools", &pl)
 		key := string(p.UID) + "/" + p.Spec.Containers[0].Name
 		if got := pl.Allocations[key].CPUs; got != cpusetOf(t, p).String() {
-			t.Errorf("%s: tandem-proxy's pools give %s CPUs %q, the cgroup has %q (pools %+v)", p.Spec.NodeName, key, got, cpusetOf(t, p), pl)
+			t.Errorf("%s: the agent's pools give %s CPUs %q, the cgroup has %q (pools %+v)", p.Spec.NodeName, key, got, cpusetOf(t, p), pl)
 		}
 		if len(pl.Allocations) != 1 {
-			t.Errorf("%s: tandem-proxy holds %d exclusive allocations, want 1 (%s's): %+v", p.Spec.NodeName, len(pl.Allocations), p.Name, pl.Allocations)
+			t.Errorf("%s: the agent holds %d exclusive allocations, want 1 (%s's): %+v", p.Spec.NodeName, len(pl.Allocations), p.Name, pl.Allocations)
 		}
 	}
 }

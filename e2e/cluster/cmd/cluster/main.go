@@ -1,13 +1,17 @@
 // Command cluster runs Tandem's tier-2 test cluster: a two-node Kubernetes
 // on this machine, each node's kubelet talking to its own containerd
-// through its own tandem-proxy, installed by `tandemctl node install`.
+// through its own tandem-proxy, installed by `tandemctl node install`; or,
+// with --nri, to containerd directly, with Tandem as the NRI DaemonSet of
+// deploy/nri.
 //
 //	cluster build                 build (or find cached) the Kubernetes binaries
-//	cluster up   [--dir] [--containerd 1.6|2] [--policies LIST|none]
+//	cluster up   [--dir] [--containerd 1.6|2] [--nri] [--policies LIST|none]
 //	cluster down [--dir]
 //	cluster status [--dir]
 //
-// The directory defaults to $TANDEM_CLUSTER_DIR, else /tmp/tandem-cluster.
+// The directory defaults to $TANDEM_CLUSTER_DIR, else /tmp/tandem-cluster;
+// --containerd to $TANDEM_CLUSTER_CONTAINERD, --nri to
+// TANDEM_CLUSTER_MODE=nri, as for the tests.
 package main
 
 import (
@@ -24,7 +28,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/e2e/cluster"
-	"github.com/tandemkit/tandem/e2e/framework"
 )
 
 func main() {
@@ -35,7 +38,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: cluster build | up [--dir DIR] [--containerd 1.6|2] [--policies LIST|none] | down [--dir DIR] | status [--dir DIR]")
+	return errors.New("usage: cluster build | up [--dir DIR] [--containerd 1.6|2] [--nri] [--policies LIST|none] | down [--dir DIR] | status [--dir DIR]")
 }
 
 func run(args []string) error {
@@ -48,7 +51,8 @@ func run(args []string) error {
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	dir := fs.String("dir", defDir, "the cluster's private directory")
-	flavor := fs.String("containerd", framework.Flavor16, "containerd under the proxy: 1.6 (Debian's) or 2 (v2.4.2, built once)")
+	flavor := fs.String("containerd", os.Getenv("TANDEM_CLUSTER_CONTAINERD"), "containerd of the nodes: 1.6 (Debian's) or 2 (v2.4.2, built once); default 1.6, and 2 with --nri")
+	nri := fs.Bool("nri", os.Getenv("TANDEM_CLUSTER_MODE") == "nri", "run Tandem as deploy/nri's DaemonSet, an NRI plugin of each node's containerd (containerd 2), instead of tandem-proxy in front of it")
 	policies := fs.String("policies", "", "override tandem-proxy's built-in policies, comma-separated; \"none\" for none; empty runs the installed unit as it is (every default policy)")
 	proxyBin := fs.String("proxy-binary", "", "tandem-proxy binary to run (default: build ./cmd/tandem-proxy)")
 	verbosity := fs.Int("v", 0, "log verbosity")
@@ -74,11 +78,15 @@ func run(args []string) error {
 		fmt.Printf("Kubernetes %s binaries in %s (%s)\n", cluster.KubernetesVersion, bin, time.Since(t).Round(time.Second))
 		return nil
 	case "up":
-		c, err := cluster.Up(ctx, cluster.Options{Dir: *dir, Flavor: *flavor, Policies: *policies, ProxyBinary: *proxyBin})
+		c, err := cluster.Up(ctx, cluster.Options{Dir: *dir, Flavor: *flavor, NRI: *nri, Policies: *policies, ProxyBinary: *proxyBin})
 		if err != nil {
 			return err
 		}
-		fmt.Printf("\nCluster up in %s: nodes %s, kubelet -> tandem-proxy -> containerd %s on each.\n", c.Dir, strings.Join(c.NodeNames(), ", "), c.Flavor)
+		path := "kubelet -> tandem-proxy -> containerd " + c.Flavor
+		if c.NRI {
+			path = "kubelet -> containerd " + c.Flavor + " -> NRI plugin tandem-nri (DaemonSet " + cluster.NRINamespace + "/" + cluster.NRIDaemonSet + ")"
+		}
+		fmt.Printf("\nCluster up in %s: nodes %s, %s on each.\n", c.Dir, strings.Join(c.NodeNames(), ", "), path)
 		for _, p := range c.Problems {
 			fmt.Printf("  NOT AS DOCUMENTED: %s\n", p)
 		}
@@ -112,8 +120,17 @@ func run(args []string) error {
 			show(name)
 		}
 		for _, n := range c.Nodes {
-			fmt.Printf("node %s: cgroupRoot %s, proxy socket %s, metrics %s, unit %s\n", n.Name, n.CgroupRoot, n.ProxySocket, n.ProxyMetrics, n.Unit)
-			show(cluster.NodeDaemon(cluster.TandemProxy, n.Name))
+			if c.NRI {
+				metrics, err := c.AgentMetrics(ctx, n.Name)
+				if err != nil {
+					metrics = err.Error()
+				}
+				fmt.Printf("node %s: cgroupRoot %s, NRI socket %s, state %s, tandem-nri pid %d, metrics %s (logs %s)\n",
+					n.Name, n.CgroupRoot, n.NRISocket, n.StateDir, c.AgentPID(n.Name), metrics, c.AgentLogs(n.Name))
+			} else {
+				fmt.Printf("node %s: cgroupRoot %s, proxy socket %s, metrics %s, unit %s\n", n.Name, n.CgroupRoot, n.ProxySocket, n.ProxyMetrics, n.Unit)
+				show(cluster.NodeDaemon(cluster.TandemProxy, n.Name))
+			}
 			show(cluster.NodeDaemon(cluster.Kubelet, n.Name))
 			if ctrd, err := c.Containerd(ctx, n.Name); err == nil {
 				fmt.Printf("  %-28s pid %d  (log %s)\n", "containerd "+c.Flavor, ctrd.PID(), ctrd.LogPath)
