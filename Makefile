@@ -69,7 +69,8 @@ CLUSTER_E2E_DIR    = /tmp/tandem-cluster-e2e
 
 .PHONY: cluster-up cluster-down e2e-cluster cluster-unit
 
-## cluster-up: start the tier-2 cluster in $(TANDEM_CLUSTER_DIR), print its kubeconfig (root)
+## cluster-up: start the tier-2 cluster in $(TANDEM_CLUSTER_DIR), print its kubeconfig (root);
+## TANDEM_CLUSTER_MODE=nri runs Tandem as the NRI DaemonSet, TANDEM_CLUSTER_CONTAINERD=2 containerd 2
 cluster-up:
 	$(CLUSTER_GO) run ./cmd/cluster up --dir $(TANDEM_CLUSTER_DIR)
 
@@ -82,13 +83,19 @@ cluster-unit:
 	$(CLUSTER_GO) vet -tags e2e ./...
 	$(CLUSTER_GO) test -race -count=1 . ./cmd/...
 
-## e2e-cluster: tier 2, a two-node cluster with Tandem installed as docs/install.md says and issue 12's tests, per flavor (root)
+# The runs of tier 2: each containerd flavor with tandem-proxy, then, where containerd 2 is among the
+# flavors, "nri": containerd 2 with Tandem as the NRI DaemonSet of deploy/nri (TANDEM_CLUSTER_MODE=nri).
+CLUSTER_RUNS ?= $(TANDEM_E2E_FLAVORS) $(if $(filter 2,$(TANDEM_E2E_FLAVORS)),nri)
+
+## e2e-cluster: tier 2, a two-node cluster with Tandem installed as docs/install.md says and issue 12's tests, per
+## flavor, and on containerd 2 once more with Tandem as an NRI plugin (root)
 e2e-cluster: cluster-unit
 	@# The one-time Kubernetes build (minutes) runs here, outside the tests' -timeout.
 	$(CLUSTER_GO) run ./cmd/cluster build
-	@for f in $(TANDEM_E2E_FLAVORS); do \
-	  echo "== e2e-cluster: containerd $$f"; \
-	  ( export TANDEM_CLUSTER_CONTAINERD=$$f; $(CLUSTER_GO) test -tags e2e -count=1 -timeout 30m -v . ); rc=$$?; \
+	@for f in $(CLUSTER_RUNS); do \
+	  if [ $$f = nri ]; then ctrd=2 mode=nri; else ctrd=$$f mode=; fi; \
+	  echo "== e2e-cluster: containerd $$ctrd$${mode:+, Tandem as an NRI plugin}"; \
+	  ( export TANDEM_CLUSTER_CONTAINERD=$$ctrd TANDEM_CLUSTER_MODE=$$mode; $(CLUSTER_GO) test -tags e2e -count=1 -timeout 30m -v . ); rc=$$?; \
 	  ( $(CLUSTER_GO) run ./cmd/cluster down --dir $(CLUSTER_E2E_DIR) ) || rc=1; \
 	  [ $$rc -eq 0 ] || exit $$rc; \
 	done

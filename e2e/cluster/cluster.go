@@ -560,7 +560,7 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bins string, opts Opti
 	if _, err := framework.StartContainerd(ctx, ctrdOpts); err != nil {
 		return fmt.Errorf("start containerd %s: %w", c.Flavor, err)
 	}
-	logger.Info("Started", "daemon", "containerd", "node", n.Name, "flavor", c.Flavor, "nriSocket", n.NRISocket, "elapsed", time.Since(t).Round(time.Millisecond))
+	logger.Info("Started", "daemon", "containerd", "node", n.Name, "flavor", c.Flavor, "nri", c.NRI, "elapsed", time.Since(t).Round(time.Millisecond))
 	if err := prepareCgroupRoot(n.CgroupRoot); err != nil {
 		return err
 	}
