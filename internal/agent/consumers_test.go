@@ -208,3 +208,25 @@ func TestYieldFollowsSLO(t *testing.T) {
 	cons.apply(ctx, source.Update{Origin: "test", Resolved: defaults})
 	waitFor(base.Want.Policy)
 }
+
+// TestFirstAppliedAfterStore: whoever waits for the first configuration (the reporter) reads it, not the
+// defaults, once released.
+func TestFirstAppliedAfterStore(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	for i := range 200 {
+		defaults := resolve(t, nil)
+		colocation := &atomic.Pointer[slo.Resolved]{}
+		colocation.Store(&defaults)
+		cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults, firstApplied: make(chan struct{})}
+		seen := make(chan bool)
+		go func() {
+			<-cons.firstApplied
+			seen <- colocation.Load().Colocation.Enable
+		}()
+		cons.apply(ctx, source.Update{Resolved: resolve(t, map[string]string{slo.ColocationConfigKey: `{"enable": true}`}), Origin: "test"})
+		if !<-seen {
+			t.Fatalf("run %d: released before the configuration was stored: the reporter read colocation off", i)
+		}
+	}
+}

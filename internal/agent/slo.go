@@ -90,11 +90,14 @@ func (c *consumers) apply(ctx context.Context, u source.Update) {
 	logger := klog.FromContext(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.releaseFirst()
 	c.resolved, c.configured = u.Resolved, true
 	c.colocation.Store(&u.Resolved)
 	c.rebuild(ctx)
 	c.reconfigureLoops(ctx)
+	// Only now: the reporter wakes on it and reads the colocation settings at once. Released earlier, a
+	// restarted agent published Koordinator's defaults (colocation off) and took its node's batch
+	// capacity away until the next report.
+	c.releaseFirst()
 	for _, m := range u.Resolved.Matches {
 		if m.Applied != "" {
 			logger.Info("Node strategy applies", "section", m.Section, "strategy", m.Applied, "ignoredLaterMatches", m.Ignored)
