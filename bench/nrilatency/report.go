@@ -159,6 +159,7 @@ type report struct {
 	opts       options
 	seed       uint64
 	paths      []string
+	startOrder []string // the order the containerds started in
 	samples    []sample
 	seconds    float64
 	loadBefore string
@@ -194,7 +195,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nTandem container start benchmark: none, proxy, NRI\n")
 	fmt.Fprintf(w, "machine:  %d vCPU (%s), kernel %s, %s, %s\n", m.CPUs, m.CPUModel, m.Kernel, m.OS, m.GoVersion)
 	fmt.Fprintf(w, "runtime:  %s, one daemon per path, same config, NRI enabled on each; only nri's has a plugin connected\n", r.runtime)
-	fmt.Fprintf(w, "paths:    %s\n", strings.Join(r.paths, ", "))
+	fmt.Fprintf(w, "paths:    %s (containerds started in the order %s, drawn from the seed)\n", strings.Join(r.paths, ", "), strings.Join(r.startOrder, ", "))
 	for _, p := range r.paths {
 		fmt.Fprintf(w, "          %-6s %s\n", p, pathDescription(p))
 	}
@@ -335,6 +336,7 @@ type jsonReport struct {
 	Machine      hostinfo.Facts      `json:"machine"`
 	Runtime      string              `json:"runtime"`
 	Paths        []string            `json:"paths"`
+	StartOrder   []string            `json:"startOrder"`
 	Rounds       int                 `json:"rounds"`
 	WarmupRounds int                 `json:"warmupRounds"`
 	PerPod       int                 `json:"perPodPerRound"`
@@ -364,7 +366,7 @@ func toJSONAdded(a added) jsonAdded {
 
 func (r *report) writeJSON(path string) error {
 	j := jsonReport{
-		Machine: r.machine, Runtime: r.runtime, Paths: r.paths, Rounds: r.opts.rounds, WarmupRounds: r.opts.warmupRounds,
+		Machine: r.machine, Runtime: r.runtime, Paths: r.paths, StartOrder: r.startOrder, Rounds: r.opts.rounds, WarmupRounds: r.opts.warmupRounds,
 		PerPod: r.opts.perPod, Rate: r.opts.rate, Seed: r.seed, AA: r.opts.aa, Seconds: r.seconds, LoadBefore: r.loadBefore,
 		LoadAfter: r.loadAfter, MaxLagMs: toMs(r.maxLag), MaxInFlight: r.maxFlight, CPU: r.cpu, Inside: r.inside,
 	}
