@@ -247,6 +247,27 @@ func run(ctx context.Context, o options) (retErr error) {
 	}
 	logger.Info("Pods running", "paths", o.paths)
 
+	// What each process does at rest, with the pods running and no calls: its share of the rounds' CPU
+	// that no container start caused. Ticks are 10 ms, so the window must be some seconds long.
+	var idle map[string]int64
+	if o.idle > 0 {
+		logger.Info("Measuring CPU at rest", "for", o.idle)
+		start, err := cpuTicks(paths)
+		if err != nil {
+			return err
+		}
+		if err := runctx.Sleep(ctx, o.idle); err != nil {
+			return err
+		}
+		end, err := cpuTicks(paths)
+		if err != nil {
+			return err
+		}
+		idle = map[string]int64{}
+		for k, v := range end {
+			idle[k] = v - start[k]
+		}
+	}
 	rep := &report{machine: hostinfo.Read(), runtime: runtimeVersion, opts: o, seed: seed, paths: o.paths, startOrder: startOrder,
 		perPath: o.rounds * 2 * o.perPod}
 	rng := rand.New(rand.NewPCG(seed, seed^0x6e726c61))
@@ -291,12 +312,14 @@ func run(ctx context.Context, o options) (retErr error) {
 		return err
 	}
 	for _, p := range paths {
-		rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: "containerd", Ticks: after[p.name+"/containerd"] - before[p.name+"/containerd"]})
+		k := p.name + "/containerd"
+		rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: "containerd", Ticks: after[k] - before[k], IdleTicks: idle[k], IdleSeconds: o.idle.Seconds()})
 	}
 	rep.inside = map[string][]inside{}
 	for _, p := range paths {
 		if p.tandem != nil {
-			rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: p.tandemName(), Ticks: after[p.name+"/tandem"] - before[p.name+"/tandem"]})
+			k := p.name + "/tandem"
+			rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: p.tandemName(), Ticks: after[k] - before[k], IdleTicks: idle[k], IdleSeconds: o.idle.Seconds()})
 			t, err := readTandemTimes(ctx, p)
 			if err != nil {
 				return err

@@ -51,6 +51,7 @@ type options struct {
 	perPod               int
 	rate                 float64
 	settle               time.Duration
+	idle                 time.Duration
 	seed                 uint64
 	paths                []string
 	proxyBinary          string
@@ -70,6 +71,7 @@ func main() {
 	fs.IntVar(&o.perPod, "per-pod", 2, "containers each pod gets in a round")
 	fs.Float64Var(&o.rate, "rate", 2, "containers due per second within a round, all paths together (open loop)")
 	fs.DurationVar(&o.settle, "settle", 500*time.Millisecond, "pause after each round's removals, before the next round")
+	fs.DurationVar(&o.idle, "idle", 20*time.Second, "how long each process's CPU is measured at rest before the rounds (0: not), to tell its background work from what the containers cost")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the order of the paths within each block (0: from the clock)")
 	fs.StringSliceVar(&o.paths, "paths", allPaths(), "paths to measure ("+strings.Join(allPaths(), ", ")+"); the comparison needs none")
 	fs.StringVar(&o.proxyBinary, "proxy-binary", "", "use this tandem-proxy binary instead of building ./cmd/tandem-proxy")
@@ -99,8 +101,8 @@ func (o options) validate() error {
 	if o.rounds < 1 || o.perPod < 1 {
 		errs = append(errs, errors.New("--rounds and --per-pod must be at least 1"))
 	}
-	if o.warmupRounds < 0 || o.settle < 0 {
-		errs = append(errs, errors.New("--warmup-rounds and --settle cannot be negative"))
+	if o.warmupRounds < 0 || o.settle < 0 || o.idle < 0 {
+		errs = append(errs, errors.New("--warmup-rounds, --settle and --idle cannot be negative"))
 	}
 	if o.rate <= 0 {
 		errs = append(errs, errors.New("--rate must be positive"))

@@ -150,6 +150,31 @@ type cpuUse struct {
 	Path    string `json:"path"`
 	Process string `json:"process"` // containerd, tandem-proxy or tandem-nri
 	Ticks   int64  `json:"cpuTicks"`
+	// IdleTicks is what the process used over IdleSeconds before the rounds, the pods running and no calls
+	// made: its background work (collectors, the store's resync, containerd's own loops), which goes on
+	// during the rounds too.
+	IdleTicks   int64   `json:"idleCPUTicks"`
+	IdleSeconds float64 `json:"idleSeconds"`
+}
+
+// perContainer divides the CPU time of the timed rounds (seconds long) by the containers started in
+// them: all of it, and net of the background rate measured at rest. Both in ms.
+func (c cpuUse) perContainer(containers int, seconds float64) (total, net float64) {
+	n := float64(max(containers, 1))
+	total = float64(c.Ticks) * 1000 / userHZ / n
+	net = total
+	if c.IdleSeconds > 0 {
+		net -= float64(c.IdleTicks) * 1000 / userHZ * seconds / c.IdleSeconds / n
+	}
+	return total, net
+}
+
+// restPercent is the background rate at rest, in % of one core.
+func (c cpuUse) restPercent() float64 {
+	if c.IdleSeconds <= 0 {
+		return 0
+	}
+	return float64(c.IdleTicks) / userHZ / c.IdleSeconds * 100
 }
 
 // report is everything one run prints.
@@ -259,11 +284,15 @@ func (r *report) print(w io.Writer) {
 	k := r.perPath - int(math.Ceil(0.99*float64(r.perPath))) + 1
 	fmt.Fprintf(w, "    with %d containers per path, p99 is the %s value: read it as the tail, not as a stable figure\n", r.perPath, nthLargest(k))
 	if len(r.cpu) > 0 {
-		fmt.Fprintf(w, "\nCPU time per timed container (create, start, stop, remove), ms:")
+		fmt.Fprintf(w, "\nCPU time (utime+stime) of each process over the timed rounds, per timed container (create, start, stop, remove);\n")
+		fmt.Fprintf(w, "net: less the process's rate at rest (measured %s before the rounds, pods running, no calls), which goes on meanwhile\n", r.opts.idle)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "path\tprocess\tat rest, % of a core\tms per container\tnet\t")
 		for _, c := range r.cpu {
-			fmt.Fprintf(w, "  %s %s %.1f", c.Path, c.Process, float64(c.Ticks)*1000/userHZ/float64(max(r.perPath, 1)))
+			total, net := c.perContainer(r.perPath, r.seconds)
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.1f\t%.1f\t\n", c.Path, c.Process, c.restPercent(), total, net)
 		}
-		fmt.Fprintln(w)
+		_ = tw.Flush()
 	}
 	if len(r.inside) > 0 {
 		fmt.Fprintf(w, "inside Tandem, ms per timed container (its own metrics; xN: observations per container, one per hook for a stage):\n")

@@ -138,11 +138,11 @@ func TestReportPrintAndJSON(t *testing.T) {
 	var s []sample
 	s = append(s, samples(pathNone, 100, 2, 1)...)
 	s = append(s, samples(pathNRI, 100, 2, 11)...)
-	r := &report{runtime: "containerd 2.4.2", opts: options{rounds: 25, perPod: 2, rate: 2}, paths: []string{pathNone, pathNRI},
-		samples: s, perPath: 100, cpu: []cpuUse{{Path: pathNRI, Process: "tandem-nri", Ticks: 50}}}
+	r := &report{runtime: "containerd 2.4.2", opts: options{rounds: 25, perPod: 2, rate: 2, idle: 20 * time.Second}, paths: []string{pathNone, pathNRI},
+		samples: s, perPath: 100, seconds: 200, cpu: []cpuUse{{Path: pathNRI, Process: "tandem-nri", Ticks: 50, IdleTicks: 2, IdleSeconds: 20}}}
 	var out bytes.Buffer
 	r.print(&out)
-	for _, want := range []string{"Create+Start", "nri+ p50", "p99 is the 2nd largest value", "nri tandem-nri 5.0"} {
+	for _, want := range []string{"Create+Start", "nri+ p50", "p99 is the 2nd largest value", "tandem-nri                  0.10               5.0  3.0"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -157,6 +157,32 @@ func TestReportPrintAndJSON(t *testing.T) {
 	}
 	if len(j.Rows) != 3 || j.Rows[0].VsP50[pathNRI].AddedMs != 10 || len(j.Rows[0].Sample[pathNone]) != 100 {
 		t.Errorf("JSON rows = %+v", j.Rows[0])
+	}
+}
+
+func TestCPUPerContainer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name            string
+		c               cpuUse
+		containers      int
+		seconds         float64
+		total, net, pct float64
+	}{
+		// 5 s over 100 containers is 50 ms each; at rest 0.2 s in 20 s (1 % of a core) is 2 s of the 200 s
+		// run, 20 ms each.
+		{name: "with rest", c: cpuUse{Ticks: 500, IdleTicks: 20, IdleSeconds: 20}, containers: 100, seconds: 200, total: 50, net: 30, pct: 1},
+		{name: "rest not measured", c: cpuUse{Ticks: 500}, containers: 100, seconds: 200, total: 50, net: 50},
+		{name: "no containers", c: cpuUse{Ticks: 10}, seconds: 1, total: 100, net: 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			total, net := tt.c.perContainer(tt.containers, tt.seconds)
+			if math.Abs(total-tt.total) > 1e-9 || math.Abs(net-tt.net) > 1e-9 || math.Abs(tt.c.restPercent()-tt.pct) > 1e-9 {
+				t.Errorf("perContainer = %v, %v, rest %v%%; want %v, %v, %v%%", total, net, tt.c.restPercent(), tt.total, tt.net, tt.pct)
+			}
+		})
 	}
 }
 
