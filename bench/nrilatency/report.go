@@ -219,7 +219,11 @@ func (r *report) print(w io.Writer) {
 	m, o := r.machine, r.opts
 	fmt.Fprintf(w, "\nTandem container start benchmark: none, proxy, NRI\n")
 	fmt.Fprintf(w, "machine:  %d vCPU (%s), kernel %s, %s, %s\n", m.CPUs, m.CPUModel, m.Kernel, m.OS, m.GoVersion)
-	fmt.Fprintf(w, "runtime:  %s, one daemon per path, same config, NRI enabled on each; only nri's has a plugin connected\n", r.runtime)
+	plugin := "only nri's has a plugin connected"
+	if o.aa {
+		plugin = "none has a plugin connected"
+	}
+	fmt.Fprintf(w, "runtime:  %s, one daemon per path, same config, NRI enabled on each; %s\n", r.runtime, plugin)
 	fmt.Fprintf(w, "paths:    %s (containerds started in the order %s, drawn from the seed)\n", strings.Join(r.paths, ", "), strings.Join(r.startOrder, ", "))
 	for _, p := range r.paths {
 		fmt.Fprintf(w, "          %-6s %s\n", p, pathDescription(p))
