@@ -22,10 +22,11 @@
 //
 // It prints p50 and p99 of CreateContainer, StartContainer and their sum per path, and proxy's and
 // NRI's added latency over none (difference and ratio, in the same run), with the half-run gap as the
-// figures' noise, the CPU time each containerd, tandem-proxy and tandem-nri spent per container, and the load
-// average. It exits non-zero when any call or check fails. See docs/performance.md.
+// figures' noise; the CPU time each containerd, tandem-proxy and tandem-nri spent per container, in
+// full and net of its rate at rest; Tandem's own time per stage and NRI event from its metrics; and
+// the load average. It exits non-zero when any call or check fails. See docs/performance.md.
 //
-//	go run ./bench/nrilatency [--rounds 25] [--per-pod 2] [--rate 2] [--json out.json]
+//	go run ./bench/nrilatency [--rounds 25] [--per-pod 2] [--rate 2] [--json out.json] [--aa] [--keep]
 package main
 
 import (
