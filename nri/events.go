@@ -90,6 +90,7 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) (err err
 	recordSandbox(pod, adj)
 	p.store.PutPod(pod)
 	p.applyPodResources(ctx, pod, adj)
+	klog.FromContext(ctx).V(2).Info("Pod sandbox started", "podSandboxID", pod.ID)
 	if adj != nil && adj.CgroupParent != nil {
 		klog.FromContext(ctx).Info("A hook asked for another cgroup parent, which NRI cannot give a sandbox; ignored (it needs tandem-proxy as a CRI proxy)",
 			"cgroupParent", *adj.CgroupParent)
@@ -117,6 +118,7 @@ func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	if pod, ok := p.store.Pod(id); ok {
 		_, _ = p.runHooks(ctx, hooks.PostStopPodSandbox, podInfo(pod), nil)
 	}
+	klog.FromContext(ctx).V(2).Info("Pod sandbox stopped", "podSandboxID", id)
 	p.metrics.observe("StopPodSandbox", start, nil)
 	return nil
 }
@@ -135,6 +137,7 @@ func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error
 		_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, podInfo(pod), storedContainerInfo(c))
 	}
 	p.metrics.observe("RemovePodSandbox", start, nil)
+	klog.FromContext(ctx).V(2).Info("Pod sandbox removed", "podSandboxID", sb.GetId(), "releasedContainers", len(removed))
 	return nil
 }
 
@@ -229,6 +232,7 @@ func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.
 		p.requestRefresh()
 	}
 	p.applyPodResources(ctx, pod, adj)
+	klog.FromContext(ctx).V(2).Info("Container starting")
 	return nil
 }
 
@@ -312,6 +316,7 @@ func (p *Plugin) StopContainer(ctx context.Context, sb *api.PodSandbox, c *api.C
 		_, _ = p.runHooks(ctx, hooks.PostStopContainer, podInfo(p.podFor(sb)), storedContainerInfo(stored))
 	}
 	p.metrics.observe("StopContainer", start, nil)
+	klog.FromContext(ctx).V(2).Info("Container stopped")
 	return nil, nil
 }
 
@@ -329,6 +334,7 @@ func (p *Plugin) RemoveContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	pod := p.podFor(sb)
 	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, podInfo(pod), storedContainerInfo(removed))
 	p.metrics.observe("RemoveContainer", start, nil)
+	klog.FromContext(ctx).V(2).Info("Container removed")
 	return nil
 }
 

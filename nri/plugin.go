@@ -145,12 +145,17 @@ func (p *Plugin) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	var wg sync.WaitGroup
 	wg.Go(func() { p.refreshLoop(ctx) })
-	defer wg.Wait()
+	defer func() {
+		wg.Wait()
+		logger.Info("Stopped")
+	}()
 	wait := p.cfg.Reconnect
 	for {
 		start := time.Now()
 		err := p.serveOnce(ctx)
 		if ctx.Err() != nil {
+			// containerd goes on without the plugin: new containers get no policy until it is back.
+			logger.Info("Stopping: leaving containerd's NRI")
 			return nil
 		}
 		if time.Since(start) > time.Minute {
