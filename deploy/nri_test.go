@@ -456,30 +456,3 @@ func stringLit(e ast.Expr) (string, bool) {
 	}
 	return "", false
 }
-
-// TestPlainHTTPComponent: plain-http is a component, not an overlay of ../ (kustomize refuses an
-// overlay inside its base's directory: "cycle detected"), and its patch exists.
-func TestPlainHTTPComponent(t *testing.T) {
-	b, err := os.ReadFile("plain-http/kustomization.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c struct {
-		component
-		Patches []struct {
-			Path string `json:"path"`
-		} `json:"patches"`
-	}
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		t.Fatalf("plain-http/kustomization.yaml: %v", err)
-	}
-	if c.APIVersion != "kustomize.config.k8s.io/v1alpha1" || c.Kind != "Component" || len(c.Resources) != 0 {
-		t.Fatalf("plain-http/kustomization.yaml is %s %s with resources %v, want a Component with none", c.APIVersion, c.Kind, c.Resources)
-	}
-	if len(c.Patches) != 1 {
-		t.Fatalf("patches = %v, want the extender's one", c.Patches)
-	}
-	if _, err := os.Stat(filepath.Join("plain-http", c.Patches[0].Path)); err != nil {
-		t.Fatal(err)
-	}
-}
