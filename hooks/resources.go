@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 // resourceFields declares each scalar field of Resources and ResourceAdjustment once. The merge's diff,
@@ -267,4 +269,39 @@ func (r *ResourceAdjustment) empty() bool {
 		}
 	}
 	return len(r.HugepageLimits) == 0 && len(r.Unified) == 0
+}
+
+// RDTClass is the class an adjustment sets, else the one the container had.
+func RDTClass(prev *Resources, a *ResourceAdjustment) string {
+	switch {
+	case a != nil && a.RDTClass != nil:
+		return *a.RDTClass
+	case prev != nil:
+		return prev.RDTClass
+	}
+	return ""
+}
+
+// CgroupSettings turns a pod-level adjustment into the cgroup file settings a front end writes.
+func (r *ResourceAdjustment) CgroupSettings() cgroup.Settings {
+	return cgroup.Settings{
+		CPUShares: r.CPUShares, CPUQuota: r.CPUQuota, CPUPeriod: r.CPUPeriod,
+		CpusetCpus: r.CpusetCpus, CpusetMems: r.CpusetMems, MemoryLimit: r.MemoryLimitInBytes,
+		Files: r.Unified,
+	}
+}
+
+// QuotaRises reports whether a pod-level CFS quota a sets is at least cur's (unlimited is the most);
+// true also when a sets none, as then the order does not matter. cgroup v1 refuses a container quota
+// above its pod's, so a front end writes a rising pod quota before the containers' and a falling one
+// after.
+func QuotaRises(cur *Resources, a *ResourceAdjustment) bool {
+	if a == nil || a.CPUQuota == nil || *a.CPUQuota <= 0 {
+		return true
+	}
+	var was int64
+	if cur != nil {
+		was = cur.CPUQuota
+	}
+	return was > 0 && *a.CPUQuota >= was
 }

@@ -29,22 +29,13 @@ func (p *Plugin) applyPodResources(ctx context.Context, pod *store.Pod, a *hooks
 		logger.Info("Pod-level settings not applied: the pod has no cgroup parent", "podResources", a.PodResources)
 		return
 	}
-	if err := p.deps.Cgroups.Write(pod.CgroupParent, cgroupSettings(a.PodResources)); err != nil {
+	if err := p.deps.Cgroups.Write(pod.CgroupParent, a.PodResources.CgroupSettings()); err != nil {
 		p.metrics.cgroupErrors.Inc()
 		logger.Error(err, "Pod-level settings not applied", "cgroupParent", pod.CgroupParent)
 		return
 	}
 	p.store.UpdatePod(pod.ID, func(sp *store.Pod) { sp.Resources = hooks.ApplyResources(sp.Resources, a.PodResources) })
 	logger.V(4).Info("Pod cgroup updated", "cgroupParent", pod.CgroupParent, "podResources", a.PodResources)
-}
-
-// cgroupSettings turns a pod-level adjustment into cgroup file settings.
-func cgroupSettings(a *hooks.ResourceAdjustment) cgroup.Settings {
-	return cgroup.Settings{
-		CPUShares: a.CPUShares, CPUQuota: a.CPUQuota, CPUPeriod: a.CPUPeriod,
-		CpusetCpus: a.CpusetCpus, CpusetMems: a.CpusetMems, MemoryLimit: a.MemoryLimitInBytes,
-		Files: a.Unified,
-	}
 }
 
 // v1Files returns a container's unified files where the plugin writes them itself (cgroup v1), else nil.

@@ -91,25 +91,16 @@ func containerState(s api.ContainerState) string {
 	return runtimeapi.ContainerState_CONTAINER_UNKNOWN.String()
 }
 
-// podInfo is what the hooks see of a stored pod.
-func podInfo(p *store.Pod) *hooks.PodInfo {
-	return &hooks.PodInfo{
-		ID: p.ID, Name: p.Name, Namespace: p.Namespace, UID: p.UID, Attempt: p.Attempt,
-		RuntimeHandler: p.RuntimeHandler, Labels: p.Labels, Annotations: p.Annotations,
-		CgroupParent: p.CgroupParent, Resources: p.Resources,
-	}
-}
-
 // sandboxInfo is what PreRunPodSandbox hooks see of a sandbox NRI reports.
 func sandboxInfo(p *api.PodSandbox) *hooks.PodInfo {
-	info := podInfo(podFromNRI(p))
+	info := podFromNRI(p).HookInfo()
 	info.Overhead = resourcesFromNRI(p.GetLinux().GetPodOverhead())
 	return info
 }
 
 // containerInfo is what the hooks see of a container NRI reports, environment included.
 func containerInfo(c *api.Container) *hooks.ContainerInfo {
-	ci := storedContainerInfo(containerFromNRI(c))
+	ci := containerFromNRI(c).HookInfo()
 	for _, kv := range c.GetEnv() {
 		k, v, _ := strings.Cut(kv, "=")
 		if ci.Env == nil {
@@ -118,12 +109,6 @@ func containerInfo(c *api.Container) *hooks.ContainerInfo {
 		ci.Env[k] = v
 	}
 	return ci
-}
-
-func storedContainerInfo(c *store.Container) *hooks.ContainerInfo {
-	return &hooks.ContainerInfo{
-		ID: c.ID, Name: c.Name, Attempt: c.Attempt, Labels: c.Labels, Annotations: c.Annotations, Resources: c.Resources,
-	}
 }
 
 // resourceSetter is what NRI's ContainerAdjustment and ContainerUpdate share: the same setters, so one

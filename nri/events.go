@@ -116,7 +116,7 @@ func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	p.store.UpdatePod(id, func(pod *store.Pod) { pod.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY.String() })
 	p.store.UpdatePodContainers(id, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
 	if pod, ok := p.store.Pod(id); ok {
-		_, _ = p.runHooks(ctx, hooks.PostStopPodSandbox, podInfo(pod), nil)
+		_, _ = p.runHooks(ctx, hooks.PostStopPodSandbox, pod.HookInfo(), nil)
 	}
 	klog.FromContext(ctx).V(2).Info("Pod sandbox stopped", "podSandboxID", id)
 	p.metrics.observe("StopPodSandbox", start, nil)
@@ -134,7 +134,7 @@ func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error
 	}
 	for _, c := range removed {
 		p.ctrLocks.Delete(c.ID)
-		_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, podInfo(pod), storedContainerInfo(c))
+		_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, pod.HookInfo(), c.HookInfo())
 	}
 	p.metrics.observe("RemovePodSandbox", start, nil)
 	klog.FromContext(ctx).V(2).Info("Pod sandbox removed", "podSandboxID", sb.GetId(), "releasedContainers", len(removed))
@@ -161,7 +161,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	defer func() { p.metrics.observe("CreateContainer", start, err) }()
 	defer p.lockContainer(c.GetId())()
 	pod := p.podFor(sb)
-	pi, ci := podInfo(pod), containerInfo(c)
+	pi, ci := pod.HookInfo(), containerInfo(c)
 	adj, err := p.runHooks(ctx, hooks.PreCreateContainer, pi, ci)
 	if err != nil {
 		// The code (InvalidArgument, ResourceExhausted...) reaches kubelet through containerd, as through
@@ -222,7 +222,7 @@ func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.
 		stored = containerFromNRI(c)
 		p.store.PutContainer(stored)
 	}
-	adj, err := p.runHooks(ctx, hooks.PreStartContainer, podInfo(pod), storedContainerInfo(stored))
+	adj, err := p.runHooks(ctx, hooks.PreStartContainer, pod.HookInfo(), stored.HookInfo())
 	p.metrics.observe("StartContainer", start, err)
 	if err != nil {
 		// containerd fails the start, as tandem-proxy fails StartContainer.
@@ -251,7 +251,7 @@ func (p *Plugin) PostStartContainer(ctx context.Context, sb *api.PodSandbox, c *
 		p.store.PutContainer(stored)
 	}
 	p.applyUnsent(ctx, pod, stored, p.v1Files(stored.Resources))
-	_, _ = p.runHooks(ctx, hooks.PostStartContainer, podInfo(pod), storedContainerInfo(stored))
+	_, _ = p.runHooks(ctx, hooks.PostStartContainer, pod.HookInfo(), stored.HookInfo())
 	p.metrics.observe("PostStartContainer", start, nil)
 	return nil
 }
@@ -269,10 +269,10 @@ func (p *Plugin) UpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	if !ok {
 		stored = containerFromNRI(c)
 	}
-	ci := storedContainerInfo(stored)
+	ci := stored.HookInfo()
 	requested := resourcesFromNRI(r)
 	ci.Resources = requested
-	adj, err := p.runHooks(ctx, hooks.PreUpdateContainerResources, podInfo(pod), ci)
+	adj, err := p.runHooks(ctx, hooks.PreUpdateContainerResources, pod.HookInfo(), ci)
 	if err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
@@ -281,7 +281,7 @@ func (p *Plugin) UpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 		a = adj.Resources
 	}
 	applied := hooks.ApplyResources(requested, a)
-	applied.RDTClass = rdtClass(stored.Resources, a)
+	applied.RDTClass = hooks.RDTClass(stored.Resources, a)
 	if !p.unifiedToRuntime() {
 		// On cgroup v1 the files are the plugin's to write, after the update (PostUpdateContainer).
 		applied.Unified = mergeMap(maps.Clone(unifiedOf(stored.Resources)), applied.Unified)
@@ -313,7 +313,7 @@ func (p *Plugin) StopContainer(ctx context.Context, sb *api.PodSandbox, c *api.C
 	defer cancel()
 	p.store.UpdateContainer(c.GetId(), func(sc *store.Container) { sc.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
 	if stored, ok := p.store.Container(c.GetId()); ok {
-		_, _ = p.runHooks(ctx, hooks.PostStopContainer, podInfo(p.podFor(sb)), storedContainerInfo(stored))
+		_, _ = p.runHooks(ctx, hooks.PostStopContainer, p.podFor(sb).HookInfo(), stored.HookInfo())
 	}
 	p.metrics.observe("StopContainer", start, nil)
 	klog.FromContext(ctx).V(2).Info("Container stopped")
@@ -332,7 +332,7 @@ func (p *Plugin) RemoveContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	}
 	p.ctrLocks.Delete(c.GetId())
 	pod := p.podFor(sb)
-	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, podInfo(pod), storedContainerInfo(removed))
+	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, pod.HookInfo(), removed.HookInfo())
 	p.metrics.observe("RemoveContainer", start, nil)
 	klog.FromContext(ctx).V(2).Info("Container removed")
 	return nil
@@ -348,7 +348,7 @@ func (p *Plugin) postRemove(ctx context.Context, c *store.Container) {
 	if !ok {
 		pod = &store.Pod{ID: c.PodSandboxID}
 	}
-	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, podInfo(pod), storedContainerInfo(c))
+	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, pod.HookInfo(), c.HookInfo())
 }
 
 func mergeMap(dst, src map[string]string) map[string]string {
@@ -360,15 +360,4 @@ func mergeMap(dst, src map[string]string) map[string]string {
 	}
 	maps.Copy(dst, src)
 	return dst
-}
-
-// rdtClass is the class an adjustment sets, else the one the container had.
-func rdtClass(prev *hooks.Resources, a *hooks.ResourceAdjustment) string {
-	switch {
-	case a != nil && a.RDTClass != nil:
-		return *a.RDTClass
-	case prev != nil:
-		return prev.RDTClass
-	}
-	return ""
 }

@@ -81,7 +81,7 @@ func (p *Plugin) refreshAll(ctx context.Context) (int, error) {
 	}
 	var updates []*api.ContainerUpdate
 	for _, pd := range todo {
-		if q := quotaRises(pd.pod, pd.adj); q {
+		if hooks.QuotaRises(pd.pod.Resources, pd.adj.PodResources) {
 			// cgroup v1 refuses a container quota above its pod's: a rising pod quota goes first.
 			p.applyPodResources(ctx, pd.pod, pd.adj)
 		}
@@ -100,7 +100,7 @@ func (p *Plugin) refreshAll(ctx context.Context) (int, error) {
 	}
 	logger := klog.FromContext(ctx)
 	for _, pd := range todo {
-		if !quotaRises(pd.pod, pd.adj) {
+		if !hooks.QuotaRises(pd.pod.Resources, pd.adj.PodResources) {
 			p.applyPodResources(ctx, pd.pod, pd.adj)
 		}
 		if pd.update == nil {
@@ -129,7 +129,7 @@ func (p *Plugin) plan(ctx context.Context, pod *store.Pod, c *store.Container) (
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "container", c.Name, "containerID", c.ID)
 	hctx, cancel := context.WithTimeout(klog.NewContext(ctx, logger), p.cfg.RequestTimeout)
 	defer cancel()
-	adj, err := p.runHooks(hctx, hooks.PreUpdateContainerResources, podInfo(pod), storedContainerInfo(c))
+	adj, err := p.runHooks(hctx, hooks.PreUpdateContainerResources, pod.HookInfo(), c.HookInfo())
 	if err != nil || adj == nil {
 		return pending{}, false
 	}
@@ -158,17 +158,4 @@ func (p *Plugin) record(ctx context.Context, pd pending) {
 		c.Resources = pd.applied
 		p.applyUnsent(ctx, pd.pod, &c, p.v1Files(pd.applied))
 	}
-}
-
-// quotaRises reports whether a pod-level CFS quota is at least the one recorded for the pod (unlimited is
-// the most); true also when none is set, as then the order does not matter.
-func quotaRises(pod *store.Pod, adj *hooks.Adjustment) bool {
-	if adj == nil || adj.PodResources == nil || adj.PodResources.CPUQuota == nil || *adj.PodResources.CPUQuota <= 0 {
-		return true
-	}
-	var was int64
-	if pod.Resources != nil {
-		was = pod.Resources.CPUQuota
-	}
-	return was > 0 && *adj.PodResources.CPUQuota >= was
 }

@@ -57,17 +57,6 @@ func recorded(sent *runtimeapi.LinuxContainerResources, unsent map[string]string
 	return r
 }
 
-// rdtClass is the class an adjustment sets, else the one the container had.
-func rdtClass(prev *hooks.Resources, a *hooks.ResourceAdjustment) string {
-	switch {
-	case a != nil && a.RDTClass != nil:
-		return *a.RDTClass
-	case prev != nil:
-		return prev.RDTClass
-	}
-	return ""
-}
-
 // v1Files returns a container's unified files where the proxy writes them itself (cgroup v1), else nil.
 func (s *Server) v1Files(r *hooks.Resources) map[string]string {
 	if r == nil || s.cgroups == nil || s.cgroups.Version() != 1 {
@@ -95,7 +84,7 @@ func (s *Server) update(ctx context.Context, pod *store.Pod, c *store.Container,
 	if req.GetLinux() == nil {
 		return resp, nil
 	}
-	applied := recorded(req.GetLinux(), unsent, rdtClass(c.Resources, a))
+	applied := recorded(req.GetLinux(), unsent, hooks.RDTClass(c.Resources, a))
 	s.store.UpdateContainer(c.ID, func(sc *store.Container) { sc.Resources = applied })
 	if running && applied != nil {
 		s.applyUnsent(ctx, pod, c.ID, notWritten(unsent, before), applied.RDTClass)

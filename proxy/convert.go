@@ -8,7 +8,6 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy/store"
-	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 func podFromConfig(id string, cfg *runtimeapi.PodSandboxConfig) *store.Pod {
@@ -44,14 +43,6 @@ func resourcesFromCRI(r *runtimeapi.LinuxContainerResources) *hooks.Resources {
 	return hooks.ResourcesFromProto(r.ProtoReflect())
 }
 
-func podInfo(p *store.Pod) *hooks.PodInfo {
-	return &hooks.PodInfo{
-		ID: p.ID, Name: p.Name, Namespace: p.Namespace, UID: p.UID, Attempt: p.Attempt,
-		RuntimeHandler: p.RuntimeHandler, Labels: p.Labels, Annotations: p.Annotations,
-		CgroupParent: p.CgroupParent, Resources: p.Resources,
-	}
-}
-
 func sandboxInfo(req *runtimeapi.RunPodSandboxRequest) *hooks.PodInfo {
 	cfg := req.GetConfig()
 	md := cfg.GetMetadata()
@@ -77,12 +68,6 @@ func containerInfo(id string, cfg *runtimeapi.ContainerConfig) *hooks.ContainerI
 		ci.Env[kv.GetKey()] = string(kv.GetValue())
 	}
 	return ci
-}
-
-func storedContainerInfo(c *store.Container) *hooks.ContainerInfo {
-	return &hooks.ContainerInfo{
-		ID: c.ID, Name: c.Name, Attempt: c.Attempt, Labels: c.Labels, Annotations: c.Annotations, Resources: c.Resources,
-	}
 }
 
 // applySandbox writes a PreRunPodSandbox adjustment into the request.
@@ -152,13 +137,4 @@ func mergeMap(dst, src map[string]string) map[string]string {
 	}
 	maps.Copy(dst, src)
 	return dst
-}
-
-// cgroupSettings turns a pod-level adjustment into cgroup file settings.
-func cgroupSettings(a *hooks.ResourceAdjustment) cgroup.Settings {
-	return cgroup.Settings{
-		CPUShares: a.CPUShares, CPUQuota: a.CPUQuota, CPUPeriod: a.CPUPeriod,
-		CpusetCpus: a.CpusetCpus, CpusetMems: a.CpusetMems, MemoryLimit: a.MemoryLimitInBytes,
-		Files: a.Unified,
-	}
 }

@@ -106,7 +106,7 @@ func (s *Server) applyPodResources(ctx context.Context, podID, parent string, a 
 		logger.Info("Pod-level settings not applied: the pod has no cgroup parent", "podResources", a.PodResources)
 		return
 	}
-	if err := s.cgroups.Write(parent, cgroupSettings(a.PodResources)); err != nil {
+	if err := s.cgroups.Write(parent, a.PodResources.CgroupSettings()); err != nil {
 		s.metrics.podCgroupErrors.Inc()
 		logger.Error(err, "Pod-level settings not applied", "cgroupParent", parent)
 		return
@@ -149,9 +149,9 @@ func (s *Server) postHooks(ctx context.Context, stage hooks.Stage, pod *store.Po
 	}
 	var ci *hooks.ContainerInfo
 	if ctr != nil {
-		ci = storedContainerInfo(ctr)
+		ci = ctr.HookInfo()
 	}
-	_, _ = s.runHooks(ctx, stage, podInfo(pod), ci)
+	_, _ = s.runHooks(ctx, stage, pod.HookInfo(), ci)
 }
 
 func (s *Server) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest, opts []grpc.CallOption) (*runtimeapi.RunPodSandboxResponse, error) {
@@ -248,7 +248,7 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		if req.Config == nil {
 			req.Config = &runtimeapi.ContainerConfig{}
 		}
-		pi, ci = podInfo(pod), containerInfo("", req.Config)
+		pi, ci = pod.HookInfo(), containerInfo("", req.Config)
 		var err error
 		if adj, err = s.runHooks(ctx, hooks.PreCreateContainer, pi, ci); err != nil {
 			return nil, err
@@ -277,7 +277,7 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		if adj != nil {
 			a = adj.Resources
 		}
-		ctr.Resources = recorded(req.GetConfig().GetLinux().GetResources(), unsent, rdtClass(nil, a))
+		ctr.Resources = recorded(req.GetConfig().GetLinux().GetResources(), unsent, hooks.RDTClass(nil, a))
 	}
 	s.store.PutContainer(ctr)
 	if known {
@@ -292,7 +292,7 @@ func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContai
 	defer s.lockContainer(req.GetContainerId())()
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	if pod != nil {
-		adj, err := s.runHooks(ctx, hooks.PreStartContainer, podInfo(pod), storedContainerInfo(ctr))
+		adj, err := s.runHooks(ctx, hooks.PreStartContainer, pod.HookInfo(), ctr.HookInfo())
 		if err != nil {
 			return nil, err
 		}
@@ -342,7 +342,7 @@ func (s *Server) stopContainer(ctx context.Context, req *runtimeapi.StopContaine
 func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest, opts []grpc.CallOption) (*runtimeapi.RemoveContainerResponse, error) {
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	if pod != nil {
-		if _, err := s.runHooks(ctx, hooks.PreRemoveContainer, podInfo(pod), storedContainerInfo(ctr)); err != nil {
+		if _, err := s.runHooks(ctx, hooks.PreRemoveContainer, pod.HookInfo(), ctr.HookInfo()); err != nil {
 			return nil, err
 		}
 	}
@@ -364,9 +364,9 @@ func (s *Server) updateContainerResources(ctx context.Context, req *runtimeapi.U
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	var a *hooks.ResourceAdjustment
 	if pod != nil {
-		ci := storedContainerInfo(ctr)
+		ci := ctr.HookInfo()
 		ci.Resources = resourcesFromCRI(req.GetLinux())
-		adj, err := s.runHooks(ctx, hooks.PreUpdateContainerResources, podInfo(pod), ci)
+		adj, err := s.runHooks(ctx, hooks.PreUpdateContainerResources, pod.HookInfo(), ci)
 		if err != nil {
 			return nil, err
 		}

@@ -84,13 +84,13 @@ func (s *Server) refreshOne(ctx context.Context, pod *store.Pod, c *store.Contai
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "container", c.Name, "containerID", c.ID)
 	ctx = klog.NewContext(ctx, logger)
-	adj, err := s.runHooks(ctx, hooks.PreUpdateContainerResources, podInfo(pod), storedContainerInfo(c))
+	adj, err := s.runHooks(ctx, hooks.PreUpdateContainerResources, pod.HookInfo(), c.HookInfo())
 	if err != nil || adj == nil {
 		return refreshSkipped
 	}
 	// cgroup v1 refuses a container quota above its pod's: a pod quota that rises goes first, one that
 	// falls after the container's.
-	podFirst := podQuotaRises(pod, adj.PodResources)
+	podFirst := hooks.QuotaRises(pod.Resources, adj.PodResources)
 	if podFirst {
 		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
 	}
@@ -120,17 +120,4 @@ func (s *Server) updateFromRefresh(ctx context.Context, pod *store.Pod, c *store
 	s.metrics.refreshed.WithLabelValues("ok").Inc()
 	logger.V(4).Info("Container moved", "cpusetCpus", r.GetCpusetCpus(), "cpuQuota", r.GetCpuQuota())
 	return refreshed
-}
-
-// podQuotaRises reports whether a refresh's pod-level CFS quota is at least the one recorded for the pod
-// (unlimited is the most); true also when it sets no quota, as then the order does not matter.
-func podQuotaRises(pod *store.Pod, adj *hooks.ResourceAdjustment) bool {
-	if adj == nil || adj.CPUQuota == nil || *adj.CPUQuota <= 0 {
-		return true
-	}
-	var was int64
-	if pod.Resources != nil {
-		was = pod.Resources.CPUQuota
-	}
-	return was > 0 && *adj.CPUQuota >= was
 }

@@ -365,3 +365,19 @@ func (s *Store) Load(snap *Snapshot) {
 	}
 	s.gen++
 }
+
+// HookInfo is what hooks see of the stored pod; it shares the pod's maps, so hooks must not change them.
+func (p *Pod) HookInfo() *hooks.PodInfo {
+	return &hooks.PodInfo{
+		ID: p.ID, Name: p.Name, Namespace: p.Namespace, UID: p.UID, Attempt: p.Attempt,
+		RuntimeHandler: p.RuntimeHandler, Labels: p.Labels, Annotations: p.Annotations,
+		CgroupParent: p.CgroupParent, Resources: p.Resources,
+	}
+}
+
+// HookInfo is what hooks see of the stored container; it shares the container's maps.
+func (c *Container) HookInfo() *hooks.ContainerInfo {
+	return &hooks.ContainerInfo{
+		ID: c.ID, Name: c.Name, Attempt: c.Attempt, Labels: c.Labels, Annotations: c.Annotations, Resources: c.Resources,
+	}
+}
