@@ -217,9 +217,21 @@ func container(pod *api.PodSandbox, name string, milli int64) *api.Container {
 	}
 }
 
-func create(ctx context.Context, r *fakeRuntime, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, error) {
-	if err := r.r.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod}); err != nil {
-		return nil, err
+// create runs the sandbox and creates the container. The plugin is ready once it has answered
+// Synchronize, a moment before containerd's side lists it among its plugins: until the plugin has seen
+// the sandbox, running it again is what a retrying kubelet would do.
+func create(ctx context.Context, r *fakeRuntime, n *node, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, error) {
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if err := r.r.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod}); err != nil {
+			return nil, err
+		}
+		if _, ok := n.plugin.Store().Pod(pod.Id); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the plugin never saw sandbox %s", pod.Id)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	resp, err := r.r.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: c})
 	if err != nil {
@@ -252,7 +264,7 @@ func TestCreateContainer(t *testing.T) {
 			rt := startRuntime(t, sock, nil, nil)
 			n := startNode(t, ctx, sock)
 			pod := sandbox(tt.name, tt.class)
-			adj, err := create(ctx, rt, pod, container(pod, "app", tt.milli))
+			adj, err := create(ctx, rt, n, pod, container(pod, "app", tt.milli))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("CreateContainer error = %v, want one saying %q", err, tt.wantErr)
@@ -291,7 +303,7 @@ func TestPodLevelSettings(t *testing.T) {
 	rt := startRuntime(t, sock, nil, nil)
 	n := startNode(t, ctx, sock)
 	pod := sandbox("batch", "BE")
-	if _, err := create(ctx, rt, pod, container(pod, "app", 500)); err != nil {
+	if _, err := create(ctx, rt, n, pod, container(pod, "app", 500)); err != nil {
 		t.Fatal(err)
 	}
 	s, ok := n.cgroups.get(pod.Linux.CgroupParent)
@@ -313,7 +325,7 @@ func TestPoolMoves(t *testing.T) {
 	n := startNode(t, ctx, sock)
 	ls := sandbox("web", "LS")
 	lsCtr := container(ls, "app", 500)
-	if _, err := create(ctx, rt, ls, lsCtr); err != nil {
+	if _, err := create(ctx, rt, n, ls, lsCtr); err != nil {
 		t.Fatal(err)
 	}
 	lsCtr.State = api.ContainerState_CONTAINER_RUNNING
@@ -321,7 +333,7 @@ func TestPoolMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	lse := sandbox("db", "LSE")
-	if _, err := create(ctx, rt, lse, container(lse, "app", 2000)); err != nil {
+	if _, err := create(ctx, rt, n, lse, container(lse, "app", 2000)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -357,7 +369,7 @@ func TestSynchronizeRestores(t *testing.T) {
 	for i, class := range []string{"LSE", "LSR", "LSE", "LS"} {
 		pod := sandbox(fmt.Sprintf("p%d", i), class)
 		c := container(pod, "app", 2000)
-		adj, err := create(ctx, rt, pod, c)
+		adj, err := create(ctx, rt, first, pod, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,7 +474,7 @@ func TestReconnect(t *testing.T) {
 	}
 	n.waitReady(t)
 	pod := sandbox("after", "LSE")
-	if _, err := create(ctx, rt, pod, container(pod, "app", 1000)); err != nil {
+	if _, err := create(ctx, rt, n, pod, container(pod, "app", 1000)); err != nil {
 		t.Fatalf("CreateContainer after the reconnection: %v", err)
 	}
 }
@@ -491,7 +503,7 @@ func TestSlowHookKeepsPlugin(t *testing.T) {
 		FailurePolicy: hooks.Ignore, New: func() (hooks.Hook, error) { return slowHook{}, nil }})
 	pod := sandbox("web", "LS")
 	start := time.Now()
-	adj, err := create(ctx, rt, pod, container(pod, "app", 500))
+	adj, err := create(ctx, rt, n, pod, container(pod, "app", 500))
 	if err != nil {
 		t.Fatalf("CreateContainer with a slow hook: %v", err)
 	}
@@ -502,7 +514,7 @@ func TestSlowHookKeepsPlugin(t *testing.T) {
 		t.Fatal("the other policies' cpuset was lost with the slow hook")
 	}
 	pod2 := sandbox("web2", "LS")
-	if _, err := create(ctx, rt, pod2, container(pod2, "app", 500)); err != nil {
+	if _, err := create(ctx, rt, n, pod2, container(pod2, "app", 500)); err != nil {
 		t.Fatalf("containerd dropped the plugin after the slow hook: %v", err)
 	}
 	if err := n.plugin.Ready(ctx); err != nil {
@@ -525,11 +537,11 @@ func TestOOMScoreClamped(t *testing.T) {
 	}
 	sock := shortSocket(t)
 	rt := startRuntime(t, sock, nil, nil)
-	startNode(t, ctx, sock)
+	n := startNode(t, ctx, sock)
 	pod := sandbox("db", "LSE")
 	c := container(pod, "app", 1000)
 	c.Linux.OomScoreAdj = &api.OptionalInt{Value: -997}
-	adj, err := create(ctx, rt, pod, c)
+	adj, err := create(ctx, rt, n, pod, c)
 	if err != nil {
 		t.Fatal(err)
 	}
