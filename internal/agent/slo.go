@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
 	"github.com/tandemkit/tandem/hooks"
@@ -50,6 +52,38 @@ type consumers struct {
 	evBase  evict.Config
 	yl      *yield.Loop
 	ylBase  yield.Config
+	// followers are handed every configuration in force, the first when they register (see follow).
+	followers []func(context.Context, slo.Resolved)
+	// reporters say what each slo-config key they act on does on this node (/debug/config).
+	reporters []knob.Reporter
+}
+
+// follow registers f to be handed the configuration in force now and every later one, under mu: f must
+// not block (a loop it feeds picks the change up at its next turn).
+func (c *consumers) follow(ctx context.Context, f func(context.Context, slo.Resolved)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.followers = append(c.followers, f)
+	f(ctx, c.resolved)
+}
+
+// report registers r for /debug/config.
+func (c *consumers) report(r knob.Reporter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reporters = append(c.reporters, r)
+}
+
+// knobReports returns every registered reporter's keys.
+func (c *consumers) knobReports() [][]knob.Status {
+	c.mu.Lock()
+	rs := slices.Clone(c.reporters)
+	c.mu.Unlock()
+	out := make([][]knob.Status, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.Knobs())
+	}
+	return out
 }
 
 // builtin returns the built-in policies for the configuration in force; the caller holds mu, or owns c.
@@ -94,6 +128,9 @@ func (c *consumers) apply(ctx context.Context, u source.Update) {
 	c.colocation.Store(&u.Resolved)
 	c.rebuild(ctx)
 	c.reconfigureLoops(ctx)
+	for _, f := range c.followers {
+		f(ctx, u.Resolved)
+	}
 	// Only now: the reporter wakes on it and reads the colocation settings at once. Released earlier, a
 	// restarted agent published Koordinator's defaults (colocation off) and took its node's batch
 	// capacity away until the next report.
