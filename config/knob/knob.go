@@ -77,3 +77,9 @@ func Merge(base []Status, reports ...[]Status) []Status {
 	})
 	return out
 }
+
+// ReporterFunc adapts a function to Reporter.
+type ReporterFunc func() []Status
+
+// Knobs calls f.
+func (f ReporterFunc) Knobs() []Status { return f() }

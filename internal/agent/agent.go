@@ -145,6 +145,10 @@ func options() []option {
 		{"kubeconfig", "kubeconfig"},
 		{"node-name", "nodeName"},
 		{"pod-spec-wait", "podSpecWait"},
+		{"kubelet-config", "kubeletConfig"},
+		{"cgroup-driver", "cgroupDriver"},
+		{"cpu-manager-policy", "cpuManagerPolicy"},
+		{"run-queue-latency", "runQueueLatency"},
 	}
 }
 
@@ -183,6 +187,15 @@ type settings struct {
 	colocation *atomic.Pointer[slo.Resolved]
 	// nri holds tandem-nri's own settings.
 	nri NRIOptions
+	// kubeletConfig is kubelet's configuration file, read for what --cgroup-driver and
+	// --cpu-manager-policy leave unset.
+	kubeletConfig string
+	// cgroupDriver is kubelet's cgroup driver, cgroupfs or systemd, as resolved at start.
+	cgroupDriver string
+	// cpuManagerPolicy is kubelet's CPU manager policy, none or static, as resolved at start.
+	cpuManagerPolicy string
+	// runQueue switches on the eBPF run-queue latency collector.
+	runQueue bool
 }
 
 // load resolves flags over TANDEM_* variables over the config file over defaults.
@@ -219,6 +232,10 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 	// Kubelet registers the node under its lowercased hostname unless told otherwise.
 	fs.String("node-name", strings.ToLower(hostname), "this node's name as kubelet registers it")
 	fs.Duration("pod-spec-wait", podspec.DefaultConfig().Wait, "how long a lookup waits for a pod the informer has not delivered yet, before one direct GET")
+	fs.String("kubelet-config", defaultKubeletConfig, "kubelet's configuration file, read at start for its cgroupDriver and cpuManagerPolicy unless --cgroup-driver and --cpu-manager-policy say them; a missing file means kubelet's defaults (cgroupfs, none)")
+	fs.String("cgroup-driver", "", "kubelet's cgroup driver, cgroupfs or systemd (default: from --kubelet-config)")
+	fs.String("cpu-manager-policy", "", "kubelet's CPU manager policy, none or static (default: from --kubelet-config); under static, Guaranteed pods are LSR and keep the CPUs kubelet gave them")
+	fs.Bool("run-queue-latency", false, "measure each container's run-queue latency with eBPF (tandem_container_runqueue_*; needs tracefs and BPF, Linux 5.8+)")
 	opts := options()
 	if b.NRI != nil {
 		fs.String("nri-socket", defaultNRISocket, "containerd's NRI socket (containerd 1.7 or later, with NRI enabled)")
@@ -301,6 +318,12 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 	st.podSpec.Kubeconfig = v.GetString("kubeconfig")
 	st.podSpec.NodeName = v.GetString("nodeName")
 	st.podSpec.Wait = v.GetDuration("podSpecWait")
+	st.kubeletConfig = v.GetString("kubeletConfig")
+	st.cgroupDriver, st.cpuManagerPolicy, err = resolveKubelet(st.kubeletConfig, v.GetString("cgroupDriver"), v.GetString("cpuManagerPolicy"))
+	if err != nil {
+		return settings{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	st.runQueue = v.GetBool("runQueueLatency")
 	if err := st.podSpec.Validate(); err != nil {
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
