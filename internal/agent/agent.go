@@ -324,6 +324,8 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	st.runQueue = v.GetBool("runQueueLatency")
+	// Under kubelet's static CPU manager its Guaranteed pods hold exclusive CPUs: LSR, with kubelet's CPUs.
+	st.policy.QoS.StaticCPUManager = st.cpuManagerPolicy == cpuManagerStatic
 	if err := st.podSpec.Validate(); err != nil {
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
@@ -358,6 +360,8 @@ func run(ctx context.Context, b Binary, args []string) error {
 	} else {
 		logger.Info("Starting", "listen", cfg.Listen, "runtimeEndpoint", cfg.RuntimeEndpoint, "stateDir", cfg.StateDir, "config", st.configFile)
 	}
+	logger.Info("Kubelet settings followed", "cgroupDriver", st.cgroupDriver, "cpuManagerPolicy", st.cpuManagerPolicy, "kubeletConfig", st.kubeletConfig,
+		"guaranteedPodsAreLSR", st.policy.QoS.StaticCPUManager)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -598,6 +602,8 @@ func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *
 func collectorConfig(st settings) collector.Config {
 	c := collector.DefaultConfig()
 	c.NodeName = st.podSpec.NodeName
+	c.RunQueue.Enabled = st.runQueue
+	c.TracefsRoot = collector.FindTracefs(func(p string) bool { _, err := os.Stat(p); return err == nil })
 	return c
 }
 

@@ -66,3 +66,16 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// FindTracefs returns the first of the usual tracefs mount points that has the sched tracepoints the
+// run-queue source needs, or the first one when none has (the source then says what is missing): its own
+// mount point, and under debugfs where a distribution mounts only that (as Debian without systemd does).
+func FindTracefs(exists func(string) bool) string {
+	tracefsRoots := [...]string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
+	for _, root := range tracefsRoots {
+		if exists(root + "/events/sched/sched_switch") {
+			return root
+		}
+	}
+	return tracefsRoots[0]
+}

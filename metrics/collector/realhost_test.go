@@ -127,7 +127,7 @@ func TestRealHostRunQueueProbe(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF programs needs root")
 	}
-	off, err := readSchedOffsets("/sys/kernel/tracing")
+	off, err := readSchedOffsets(FindTracefs(fileExists))
 	if err != nil {
 		t.Skipf("tracefs not mounted here: %v", err)
 	}
@@ -335,3 +335,5 @@ func TestOnCgroupFS(t *testing.T) {
 		}
 	}
 }
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

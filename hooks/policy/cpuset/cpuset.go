@@ -132,8 +132,11 @@ func BindPolicy(pod *hooks.PodInfo) (alloc.BindPolicy, error) {
 func (c *CPUSet) cpus(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo, allocate bool) (*hooks.Adjustment, error) {
 	class := qos.Class(pod, ctr)
 	var set string
-	switch class {
-	case resqos.LSE, resqos.LSR:
+	switch {
+	case class == resqos.LSR && qos.KubeletOwned(ctr):
+		c.recordKubelet(ctx, pod, ctr)
+		return nil, nil
+	case class == resqos.LSE || class == resqos.LSR:
 		o := owner(pod, ctr)
 		if a, ok := c.alloc.Get(o); ok {
 			set = a.CPUs.String()
@@ -162,15 +165,54 @@ func (c *CPUSet) cpus(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.Contai
 		set = got.String()
 		klog.FromContext(ctx).V(2).Info("Exclusive CPUs allocated", "owner", o, "class", class, "cpus", set, "bindPolicy", policy)
 		c.poolsChanged()
-	case resqos.LS:
+	case class == resqos.LS:
 		set = c.alloc.Pools().LS.String()
-	case resqos.BE:
+	case class == resqos.BE:
 		set = c.alloc.Pools().BE.String()
 	default:
 		// SYSTEM pods, and pods whose class is unknown, keep what kubelet gave them.
 		return nil, nil
 	}
 	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{CpusetCpus: hooks.String(set)}}, nil
+}
+
+// recordKubelet records the CPUs kubelet's static CPU manager gave a Guaranteed container as that
+// container's LSR allocation, so the LS pool leaves them out and LSE/LSR allocations do not take them,
+// and never changes them: the cpuset stays what kubelet sent, at creation and at every update (kubelet
+// re-sends it from its reconcile loop). A kubelet that did not send the cpuset yet is recorded at the
+// update that carries it.
+func (c *CPUSet) recordKubelet(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) {
+	logger := klog.FromContext(ctx)
+	if ctr.Resources == nil || ctr.Resources.CpusetCpus == "" {
+		return
+	}
+	set, err := topology.ParseCPUList(ctr.Resources.CpusetCpus)
+	if err != nil {
+		logger.Error(err, "Cpuset from kubelet's static CPU manager not understood; left as kubelet sent it", "pod", klog.KRef(pod.Namespace, pod.Name), "container", ctr.Name)
+		return
+	}
+	o := owner(pod, ctr)
+	if a, ok := c.alloc.Get(o); ok && a.CPUs.Equals(set) {
+		if ctr.ID != "" {
+			c.alloc.Bind(o, ctr.ID)
+		}
+		return
+	} else if ok {
+		c.alloc.Release(o)
+	}
+	if err := c.alloc.Restore(o, resqos.LSR, set); err != nil {
+		// Kubelet does not know Tandem's LSE/LSR allocations: an overlap means both handed out a CPU.
+		// Kubelet's choice stands; the operator must keep the two apart (docs/policies.md).
+		logger.Error(err, "CPUs kubelet's static CPU manager gave a Guaranteed container overlap Tandem's exclusive CPUs; the container keeps kubelet's cpuset. Label exclusive pods LSE/LSR or use the static policy, not both on the same CPUs",
+			"pod", klog.KRef(pod.Namespace, pod.Name), "container", ctr.Name, "cpus", set.String())
+		c.poolsChanged()
+		return
+	}
+	if ctr.ID != "" {
+		c.alloc.Bind(o, ctr.ID)
+	}
+	logger.V(2).Info("CPUs of kubelet's static CPU manager recorded as LSR", "owner", o, "cpus", set.String())
+	c.poolsChanged()
 }
 
 // PreCreateContainer allocates exclusive CPUs or assigns the class's pool.

@@ -19,6 +19,18 @@ const Name = "qos"
 // AnnotationClass carries the resolved class on sandboxes and containers.
 const AnnotationClass = "tandem.io/qos-class"
 
+// AnnotationCPUsFrom is set to CPUsFromKubelet on a container whose exclusive CPUs kubelet's static CPU
+// manager chose: Tandem records them as LSR and never replaces them (see the cpuset hook).
+const AnnotationCPUsFrom = "tandem.io/cpus-from"
+
+// CPUsFromKubelet is AnnotationCPUsFrom's value for CPUs kubelet's static CPU manager chose.
+const CPUsFromKubelet = "kubelet-static-cpu-manager"
+
+// KubeletOwned says whether kubelet's static CPU manager chose the container's CPUs.
+func KubeletOwned(ctr *hooks.ContainerInfo) bool {
+	return ctr != nil && ctr.Annotations[AnnotationCPUsFrom] == CPUsFromKubelet
+}
+
 // OOM scores by class. BE goes first when memory runs out; the exclusive classes last, as far as the
 // runtime allows (containerd raises scores below its own when restrict_oom_score_adj is set).
 const (
@@ -92,6 +104,9 @@ func (q *QoS) PreCreateContainer(ctx context.Context, pod *hooks.PodInfo, ctr *h
 		return nil, err
 	}
 	adj := &hooks.Adjustment{Annotations: map[string]string{AnnotationClass: string(r.Class)}}
+	if r.Source == resqos.FromKubernetes && r.Class == resqos.LSR {
+		return q.kubeletStatic(ctx, pod, ctr, adj), nil
+	}
 	switch {
 	case r.Class.Exclusive():
 		res := ctr.Resources
@@ -106,4 +121,24 @@ func (q *QoS) PreCreateContainer(ctx context.Context, pod *hooks.PodInfo, ctr *h
 		adj.Resources = &hooks.ResourceAdjustment{OomScoreAdj: hooks.Int64(oomScoreBE)}
 	}
 	return adj, nil
+}
+
+// kubeletStatic classes a container of a Guaranteed pod under kubelet's static CPU manager as kubelet
+// treats it: a container with whole CPUs got exclusive CPUs from kubelet, which is what LSR means (seed
+// 000); one with a fractional request runs in kubelet's shared pool, so it is LS here, not refused as a
+// labelled LSR pod would be: the operator chose kubelet's policy, not Tandem's classes.
+func (q *QoS) kubeletStatic(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo, adj *hooks.Adjustment) *hooks.Adjustment {
+	res := ctr.Resources
+	if res == nil {
+		res = &hooks.Resources{}
+	}
+	if _, err := resqos.ExclusiveCPUs(res.CPUQuota, res.CPUPeriod, res.CPUShares); err != nil {
+		klog.FromContext(ctx).V(2).Info("Guaranteed container without whole CPUs runs in the shared pool, as kubelet's static CPU manager runs it",
+			"pod", klog.KRef(pod.Namespace, pod.Name), "container", ctr.Name)
+		adj.Annotations[AnnotationClass] = string(resqos.LS)
+		return adj
+	}
+	adj.Annotations[AnnotationCPUsFrom] = CPUsFromKubelet
+	adj.Resources = &hooks.ResourceAdjustment{OomScoreAdj: hooks.Int64(oomScoreExclusive)}
+	return adj
 }
