@@ -48,6 +48,8 @@ func (r *Resolved) settings(key string) any {
 		return &r.CPUBurst
 	case SystemConfigKey:
 		return &r.System
+	case HostApplicationConfigKey:
+		return &r.HostApplications
 	}
 	return nil
 }

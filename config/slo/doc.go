@@ -5,7 +5,7 @@
 // file (ParseFile), validates it (Validate) and resolves it for this node's labels (Config.ForNode). Field
 // names, defaults and merge rules follow Koordinator's published types; the code is Tandem's own.
 //
-// Each of the five sections has a cluster strategy and node strategies, each node strategy selecting nodes
+// Each of the six sections has a cluster strategy and node strategies, each node strategy selecting nodes
 // with a metav1.LabelSelector and overriding the cluster strategy field by field (see ForNode):
 //
 //   - resource-qos-config: per QoS class (lsrClass, also used for LSE pods; lsClass; beClass; systemClass)
@@ -25,11 +25,15 @@
 //   - system-config: node-wide sysctls (min_free_kbytes and watermark_scale_factor factors, the memcg
 //     reaper) and Anolis scheduler knobs. Parsed, validated and resolved, but not yet applied by Tandem;
 //     unset knobs resolve to nil so that nothing is written the operator did not ask for.
+//   - host-application-config: processes outside Kubernetes (Koordinator's HostApplicationSpec: name,
+//     priority, qos LS or BE, cgroupPath {base, parentDir, relativePath}) whose cgroups get their class's
+//     treatment. Written inline, like colocation-config, beside nodeConfigs; a matching node config
+//     replaces the list whole. Consumed by metrics/hostapp (docs/host-applications.md).
 //
 // Sections are read one by one: a section that does not parse (its JSON is bad, a key is misspelt or written
 // twice, a value has the wrong type) or does not validate is refused and reported by Config.Refused, naming the key, while
 // the others apply; KeepLastGood puts the caller's last good value back in its place. Other Koordinator keys
-// (host-application-config, cpu-normalization-config, resource-amplification-config) load with a warning;
+// (cpu-normalization-config, resource-amplification-config) load with a warning;
 // any other top-level key is reported by Refused and ignored. JSON is not repaired: a missing comma refuses
 // the section, as Koordinator's slo-controller does, so that one ConfigMap means the same to both.
 //

@@ -20,7 +20,7 @@ import (
 // They load with a warning instead of an error so that the operator's ConfigMap is accepted unchanged.
 func ignoredKoordinatorKey(key string) bool {
 	switch key {
-	case "host-application-config", "cpu-normalization-config", "resource-amplification-config":
+	case "cpu-normalization-config", "resource-amplification-config":
 		return true
 	}
 	return false
@@ -38,7 +38,7 @@ func ignoredKoordinatorKey(key string) bool {
 // naming the key path, as does a value of the wrong type or a key written twice in one object (encoding/json
 // would take the last). Keys match case-insensitively, as Koordinator's decoder does, with a warning. JSON is read as JSON: a missing comma refuses the section, as in
 // Koordinator. A missing or empty section means Koordinator's defaults. A top-level key that is neither
-// one of the five sections nor another Koordinator key is reported by Refused and ignored, so that a
+// one of the six sections nor another Koordinator key is reported by Refused and ignored, so that a
 // misspelt section name cannot silently fall back to defaults unnoticed.
 func Parse(data map[string]string) *Config {
 	cfg := &Config{}
@@ -185,8 +185,9 @@ func (c *Config) decodeSection(key string, js []byte) error {
 	d := sectionDecoder{key: key}
 	s := &section{}
 	var nodes any
-	if key == ColocationConfigKey {
-		// Koordinator writes colocation-config's cluster strategy inline, beside nodeConfigs.
+	if inline(key) {
+		// Koordinator writes colocation-config's cluster strategy inline, beside nodeConfigs, and
+		// host-application-config's applications likewise.
 		nodes = root["nodeConfigs"]
 		delete(root, "nodeConfigs")
 		s.cluster = d.strategy(key, root)
@@ -217,6 +218,10 @@ func (c *Config) decodeSection(key string, js []byte) error {
 				delete(m, k)
 			}
 		}
+		if _, ok := m["applications"]; key == HostApplicationConfigKey && !ok {
+			// A matching node config replaces the cluster's list whole: writing none means none.
+			m["applications"] = []any{}
+		}
 		st := d.strategy(path, m)
 		if d.check(path, profile, checkStrict[NodeProfile]) == nil {
 			st.NodeProfile = decodeAs[NodeProfile](profile)
@@ -235,11 +240,15 @@ func (c *Config) decodeSection(key string, js []byte) error {
 }
 
 func nodeList(key string) string {
-	if key == ColocationConfigKey {
+	if inline(key) {
 		return "nodeConfigs"
 	}
 	return "nodeStrategies"
 }
+
+// inline reports whether section key writes its cluster strategy at the top, beside nodeConfigs,
+// instead of under clusterStrategy beside nodeStrategies.
+func inline(key string) bool { return key == ColocationConfigKey || key == HostApplicationConfigKey }
 
 func isSection(key string) bool { return slices.Contains(SectionKeys(), key) }
 
@@ -289,6 +298,7 @@ func (d *sectionDecoder) strategy(path string, tree any) *strategy {
 		ResourceQOSConfigKey:       checkStrict[ResourceQOSSettings],
 		CPUBurstConfigKey:          checkStrict[CPUBurstSettings],
 		SystemConfigKey:            checkStrict[SystemSettings],
+		HostApplicationConfigKey:   checkStrict[HostApplicationSettings],
 	}[d.key]
 	if err := d.check(path, tree, check); err != nil {
 		return &strategy{path: path}

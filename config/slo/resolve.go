@@ -41,7 +41,7 @@ func (c *Config) ForNode(nodeLabels map[string]string) (Resolved, error) {
 		if match != nil {
 			r.Matches = append(r.Matches, *match)
 		}
-		if err := overlay(r.settings(key), s.cluster, node); err != nil {
+		if err := overlay(r.settings(key), layers(key, s.cluster, node)...); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", key, err))
 		}
 	}
@@ -50,6 +50,17 @@ func (c *Config) ForNode(nodeLabels map[string]string) (Resolved, error) {
 	}
 	finishResourceThreshold(&r.ResourceThreshold)
 	return r, nil
+}
+
+// layers returns the strategies section key resolves from, bottom first: the cluster strategy, then the
+// node strategy (nil when none matched). A host-application-config node config replaces the cluster's
+// list rather than overlaying it, as in Koordinator; decoding it onto the cluster's list would also merge
+// applications by position.
+func layers(key string, cluster, node *strategy) []*strategy {
+	if key == HostApplicationConfigKey && node != nil {
+		return []*strategy{node}
+	}
+	return []*strategy{cluster, node}
 }
 
 // overlay decodes each strategy's keys onto out, in order; nil strategies are skipped. Decoding onto a
@@ -120,7 +131,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		if s.cluster != nil {
 			cluster = s.cluster.keys
 		}
-		if key == ColocationConfigKey {
+		if inline(key) {
 			m := maps.Clone(cluster)
 			if m == nil {
 				m = map[string]any{}

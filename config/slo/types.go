@@ -2,6 +2,7 @@ package slo
 
 import (
 	"encoding/json"
+	"path"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -11,18 +12,20 @@ import (
 	"github.com/tandemkit/tandem/resource/qos"
 )
 
-// The five ConfigMap keys Tandem reads, spelled as in Koordinator's slo-controller-config.
+// The six ConfigMap keys Tandem reads, spelled as in Koordinator's slo-controller-config.
 const (
 	ColocationConfigKey        = "colocation-config"
 	ResourceThresholdConfigKey = "resource-threshold-config"
 	ResourceQOSConfigKey       = "resource-qos-config"
 	CPUBurstConfigKey          = "cpu-burst-config"
 	SystemConfigKey            = "system-config"
+	HostApplicationConfigKey   = "host-application-config"
 )
 
 // SectionKeys lists the ConfigMap keys Tandem reads, in the order errors and matches are reported.
 func SectionKeys() []string {
-	return []string{ColocationConfigKey, ResourceThresholdConfigKey, ResourceQOSConfigKey, CPUBurstConfigKey, SystemConfigKey}
+	return []string{ColocationConfigKey, ResourceThresholdConfigKey, ResourceQOSConfigKey, CPUBurstConfigKey, SystemConfigKey,
+		HostApplicationConfigKey}
 }
 
 // Config is the slo-controller-config as written by the operator: for each section read, its strategies
@@ -93,6 +96,10 @@ type Resolved struct {
 	ResourceQOS       ResourceQOSSettings
 	CPUBurst          CPUBurstSettings
 	System            SystemSettings
+	// HostApplications lists the processes outside Kubernetes that get a QoS class's treatment
+	// (metrics/hostapp). Unlike the other sections, a matching node config replaces the cluster's list
+	// whole, as in Koordinator.
+	HostApplications HostApplicationSettings
 
 	// Matches lists, per section in SectionKeys order, the node strategies that matched this node.
 	// Sections where none matched are absent.
@@ -414,4 +421,78 @@ type SystemSettings struct {
 	SchedIdleSaverWmark       *int64            `json:"schedIdleSaverWmark"`
 	SchedFeatures             map[string]bool   `json:"schedFeatures"`
 	TotalNetworkBandwidth     resource.Quantity `json:"totalNetworkBandwidth"`
+}
+
+// HostApplicationSettings is host-application-config: applications written inline, beside the node
+// overrides (nodeConfigs), as in colocation-config. A node config that matches replaces the list; one that
+// writes no applications leaves the node with none, as in Koordinator.
+type HostApplicationSettings struct {
+	Applications []HostApplication `json:"applications"`
+}
+
+// HostApplication is one process group outside Kubernetes (Koordinator's HostApplicationSpec) whose cgroup
+// Tandem treats as a pod of its QoS class: its CPU pool, cpu.idle for BE, and its usage counted as that
+// class's by reclaim and suppress.
+type HostApplication struct {
+	// Name identifies the application in logs and tandemctl config; unique in a list.
+	Name string `json:"name"`
+	// Priority is Koordinator's priority class (koord-prod, koord-mid, koord-batch, koord-free). Accepted
+	// and checked so an operator's ConfigMap loads; the treatment follows QoS alone, as in koordlet.
+	Priority string `json:"priority"`
+	// QoS is LS or BE. LSE and LSR are refused: their CPUs are exclusive allocations made for a
+	// container's whole-CPU request, which a host application does not have (koordlet refuses them too).
+	QoS qos.Class `json:"qos"`
+	// CgroupPath says where the application's cgroup is; nil means <host-latency-sensitive or
+	// host-best-effort>/<name> under the cgroup root, as in Koordinator.
+	CgroupPath *HostCgroupPath `json:"cgroupPath"`
+	// Strategy is Koordinator's HostApplicationStrategy, which has no fields yet.
+	Strategy *HostApplicationStrategy `json:"strategy"`
+}
+
+// HostApplicationStrategy is empty in Koordinator; accepted so a ConfigMap that writes {} loads.
+type HostApplicationStrategy struct{}
+
+// HostCgroupPath is ${base}/${parentDir}/${relativePath}; base depends on kubelet's cgroup driver.
+type HostCgroupPath struct {
+	// Base is CgroupRoot (the default), Kubepods, KubepodsBurstable or KubepodsBesteffort.
+	Base CgroupBase `json:"base"`
+	// ParentDir is the directory under Base. Empty means none: Koordinator uses its class default
+	// (host-latency-sensitive/, host-best-effort/) only when cgroupPath itself is left out.
+	ParentDir string `json:"parentDir"`
+	// RelativePath is the application's directory under ParentDir; required.
+	RelativePath string `json:"relativePath"`
+}
+
+// CgroupBase names the cgroup a host application's path starts from.
+type CgroupBase string
+
+// The bases Koordinator defines.
+const (
+	CgroupBaseRoot               CgroupBase = "CgroupRoot"
+	CgroupBaseKubepods           CgroupBase = "Kubepods"
+	CgroupBaseKubepodsBurstable  CgroupBase = "KubepodsBurstable"
+	CgroupBaseKubepodsBesteffort CgroupBase = "KubepodsBesteffort"
+)
+
+// The parent directories Koordinator gives host applications that write no cgroupPath.
+const (
+	HostLSParentDir = "host-latency-sensitive"
+	HostBEParentDir = "host-best-effort"
+)
+
+// Cgroup returns the application's cgroup below its base, cleaned and without a leading slash, and the
+// base: what metrics/hostapp maps to a path for the node's cgroup driver.
+func (a HostApplication) Cgroup() (CgroupBase, string) {
+	if a.CgroupPath == nil {
+		dir := HostLSParentDir
+		if a.QoS == qos.BE {
+			dir = HostBEParentDir
+		}
+		return CgroupBaseRoot, path.Join(dir, a.Name)
+	}
+	base := a.CgroupPath.Base
+	if base == "" {
+		base = CgroupBaseRoot
+	}
+	return base, strings.TrimPrefix(path.Join("/", a.CgroupPath.ParentDir, a.CgroupPath.RelativePath), "/")
 }

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // FieldError is one problem with one key of the configuration. Path is the key path as the operator
@@ -53,7 +55,7 @@ func (v *validator) fail(path, format string, args ...any) {
 // section checks the cluster view, then each node's view and the node profiles.
 func (v *validator) section(key string, s *section) {
 	clusterPath := key + ".clusterStrategy"
-	if key == ColocationConfigKey {
+	if inline(key) {
 		clusterPath = key
 	}
 	reported := map[string]bool{}
@@ -65,7 +67,7 @@ func (v *validator) section(key string, s *section) {
 	profiles := make([]NodeProfile, 0, len(s.nodes))
 	for i := range s.nodes {
 		n := &s.nodes[i]
-		for _, fe := range view(key, s.cluster, n) {
+		for _, fe := range view(key, layers(key, s.cluster, n)...) {
 			if !reported[fe.Error()] {
 				v.fail(n.path+fe.Path, "%s", fe.Message)
 			}
@@ -93,6 +95,8 @@ func view(key string, layers ...*strategy) []*FieldError {
 		v.burst(s)
 	case *SystemSettings:
 		v.system(s)
+	case *HostApplicationSettings:
+		v.hostApplications(s)
 	}
 	out := make([]*FieldError, 0, len(v.errs))
 	for _, e := range v.errs {
@@ -321,5 +325,51 @@ func (v *validator) system(s *SystemSettings) {
 	optional(s.SchedIdleSaverWmark, func(n int64) { v.atLeast(".schedIdleSaverWmark", n, 0) })
 	if q := s.TotalNetworkBandwidth; q.Sign() < 0 {
 		v.fail(".totalNetworkBandwidth", "%s is negative", q.String())
+	}
+}
+
+// hostApplications checks each application: a unique name, LS or BE, and a cgroup path that stays below
+// its base. The path is checked as written, so the error names the key the operator must fix.
+func (v *validator) hostApplications(s *HostApplicationSettings) {
+	seen := map[string]int{}
+	for i, a := range s.Applications {
+		p := fmt.Sprintf(".applications[%d]", i)
+		switch prev, dup := seen[a.Name]; {
+		case a.Name == "":
+			v.fail(p+".name", "missing; name every application so logs and tandemctl config can say which one")
+		case dup:
+			v.fail(p+".name", "%q is also the name of applications[%d]; use unique names", a.Name, prev)
+		default:
+			seen[a.Name] = i
+		}
+		what := fmt.Sprintf("application %q", a.Name)
+		switch a.QoS {
+		case qos.LS, qos.BE:
+		case qos.LSE, qos.LSR:
+			v.fail(p+".qos", "%s: %s is not supported for host applications; use LS or BE (LSE and LSR CPUs are exclusive allocations sized by a container's whole-CPU request, which a host process has not got; Koordinator refuses them too)", what, a.QoS)
+		case "":
+			v.fail(p+".qos", "%s: missing; set LS or BE", what)
+		default:
+			v.fail(p+".qos", "%s: %q is not supported for host applications; use LS or BE", what, a.QoS)
+		}
+		v.oneOf(p+".priority", a.Priority, "koord-prod", "koord-mid", "koord-batch", "koord-free")
+		if a.CgroupPath == nil {
+			// The default path is <class dir>/<name>: the name must be one directory.
+			if a.Name != "" && (strings.Contains(a.Name, "/") || a.Name == "." || a.Name == "..") {
+				v.fail(p+".name", "%s: without cgroupPath the name is the cgroup directory, so it must not contain / or be . or ..; set cgroupPath.relativePath", what)
+			}
+			continue
+		}
+		c := a.CgroupPath
+		v.oneOf(p+".cgroupPath.base", string(c.Base), string(CgroupBaseRoot), string(CgroupBaseKubepods),
+			string(CgroupBaseKubepodsBurstable), string(CgroupBaseKubepodsBesteffort))
+		for _, f := range []struct{ key, val string }{{"parentDir", c.ParentDir}, {"relativePath", c.RelativePath}} {
+			if slices.Contains(strings.Split(f.val, "/"), "..") {
+				v.fail(p+".cgroupPath."+f.key, "%s: %q climbs out with ..; write a path below the base", what, f.val)
+			}
+		}
+		if strings.Trim(c.RelativePath, "/.") == "" {
+			v.fail(p+".cgroupPath.relativePath", "%s: missing; name the application's own cgroup directory (without it the treatment would land on the parent shared by every host application)", what)
+		}
 	}
 }
