@@ -47,6 +47,7 @@ import (
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/reporter"
+	"github.com/tandemkit/tandem/metrics/yield"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -523,7 +524,11 @@ func run(ctx context.Context, b Binary, args []string) error {
 		return err
 	}
 	logger.Info("Serving the debug endpoints to root", "socket", st.debugSocket)
-	defer serveHTTP(ctx, dlis, debugMux(fe, cpus))()
+	_, canYield := yield.Mechanism()
+	facts := nodeFacts{cgroups: cgroups, resctrl: rdt != nil, yield: canYield, policies: st.policy.Enabled}
+	dmux := debugMux(fe, cpus)
+	dmux.Handle("/debug/config", configHandler(st.podSpec.NodeName, cons, facts))
+	defer serveHTTP(ctx, dlis, dmux)()
 	// The node loops: measure, suppress and evict; where connected, publish what batch work may reclaim.
 	col, err := collector.New(collectorConfig(st), collector.Deps{ProcRoot: "/proc", CgroupRoot: st.cgroupRoot,
 		Targets: collectorTargets(fe.Store()), Registerer: reg})

@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/tandemkit/tandem/config/knob"
+	"github.com/tandemkit/tandem/config/slo"
+)
+
+type fakeProber map[string]bool
+
+func (p fakeProber) Version() int              { return 1 }
+func (p fakeProber) Supports(file string) bool { return p[file] }
+
+// TestKnobRulesCoverEveryKey fails when config/slo gains a key this table does not place: a key nobody
+// reports would be parsed and dropped without the operator knowing.
+func TestKnobRulesCoverEveryKey(t *testing.T) {
+	t.Parallel()
+	r, err := slo.DefaultConfig().ForNode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := baseKnobs(r, nodeFacts{})
+	if len(keys) < 100 {
+		t.Fatalf("only %d keys listed; the walk over the sections is broken", len(keys))
+	}
+	for _, s := range keys {
+		if s.Detail == "no rule says what Tandem does with it" {
+			t.Errorf("%s %s has no rule in knobRules", s.Section, s.Key)
+		}
+	}
+}
+
+// TestBaseKnobs: the states an operator reads for a few keys, as the configuration and the node decide.
+func TestBaseKnobs(t *testing.T) {
+	t.Parallel()
+	base, err := slo.DefaultConfig().ForNode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := base
+	on.Colocation.Enable = true
+	on.ResourceQOS.LS.CPUQOS.Enable = true
+	on.ResourceQOS.BE.CPUQOS.YieldThreads = true
+	on.ResourceQOS.BE.ResctrlQOS.Enable = true
+	mainline := nodeFacts{cgroups: fakeProber{"cpu.idle": true}, yield: true, policies: []string{"cpuidle", "resctrl"}}
+	anolis := nodeFacts{cgroups: fakeProber{"cpu.idle": true, "cpu.bvt_warp_ns": true}, resctrl: true, policies: []string{"cpuidle", "resctrl"}}
+	tests := []struct {
+		name         string
+		r            slo.Resolved
+		facts        nodeFacts
+		section, key string
+		want         knob.State
+		wantValue    string
+	}{
+		{"colocation off", base, mainline, "colocation-config", "cpuReclaimThresholdPercent", knob.Off, "60"},
+		{"colocation on", on, mainline, "colocation-config", "cpuReclaimThresholdPercent", knob.Applied, "60"},
+		{"mid tier is not published", on, mainline, "colocation-config", "midCPUThresholdPercent", knob.Unsupported, "100"},
+		{"group identity on mainline", on, mainline, "resource-qos-config", "lsClass.cpuQOS.groupIdentity", knob.Ignored, "2"},
+		{"group identity on Anolis", on, anolis, "resource-qos-config", "lsClass.cpuQOS.groupIdentity", knob.Applied, "2"},
+		{"group identity of a disabled class", base, anolis, "resource-qos-config", "lsClass.cpuQOS.groupIdentity", knob.Off, "2"},
+		{"cpuQOS of the system class", on, anolis, "resource-qos-config", "systemClass.cpuQOS.enable", knob.Unsupported, "false"},
+		{"yield where the kernel has slices", on, mainline, "resource-qos-config", "beClass.cpuQOS.yieldThreads", knob.Applied, "true"},
+		{"yield where it has not", on, anolis, "resource-qos-config", "beClass.cpuQOS.yieldThreads", knob.Ignored, "true"},
+		{"resctrl without the filesystem", on, mainline, "resource-qos-config", "beClass.resctrlQOS.mbaPercent", knob.Ignored, "100"},
+		{"resctrl with it", on, anolis, "resource-qos-config", "beClass.resctrlQOS.mbaPercent", knob.Applied, "100"},
+		{"blkio", on, anolis, "resource-qos-config", "beClass.blkioQOS.enable", knob.Unsupported, "false"},
+		{"burst without its reporter", on, anolis, "cpu-burst-config", "policy", knob.Ignored, `"none"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			for _, s := range baseKnobs(tt.r, tt.facts) {
+				if s.Section == tt.section && s.Key == tt.key {
+					if s.State != tt.want || s.Value != tt.wantValue {
+						t.Fatalf("%s %s = %s (%s) value %s; want %s value %s", tt.section, tt.key, s.State, s.Detail, s.Value, tt.want, tt.wantValue)
+					}
+					return
+				}
+			}
+			t.Fatalf("%s %s not listed", tt.section, tt.key)
+		})
+	}
+}
