@@ -45,6 +45,9 @@ Usage:
                             cpu.idle of the pod, memory limit, read from the kernel's cgroup files and
                             compared with what tandem-proxy last applied
   tandemctl [flags] pools   the LSE, LSR, LS and BE CPU pools and each container's exclusive CPUs
+  tandemctl [flags] config  every key of the slo-controller-config in force on this node, and what it
+                            does here: applied, off, ignored (the kernel lacks it), refused or
+                            unsupported (accepted, not acted on)
   tandemctl node install    install tandem-proxy on this node (see tandemctl node --help)
 
 Flags:
@@ -58,6 +61,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	cgroupRoot := fs.String("cgroup-root", "/sys/fs/cgroup", "cgroup mount to read the containers' settings from")
 	output := fs.StringP("output", "o", "", "output format: wide (more columns) or json; the table when unset")
 	all := fs.BoolP("all", "a", false, "pods: list exited containers too")
+	states := fs.StringSlice("state", nil, "config: only keys in these states (applied, off, ignored, refused, unsupported)")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for tandem-proxy")
 	usage := func() {
 		fmt.Fprint(stdout, usageHead)
@@ -76,7 +80,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("want one command, pods or pools (see tandemctl --help)")
+		return errors.New("want one command, pods, pools or config (see tandemctl --help)")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -105,11 +109,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		return report.WritePools(stdout, p, format)
+	case "config":
+		d, err := client.Config(ctx)
+		if err != nil {
+			return err
+		}
+		if d, err = report.FilterStates(d, *states); err != nil {
+			return err
+		}
+		return report.WriteConfig(stdout, d, format)
 	case "help":
 		usage()
 		return nil
 	}
-	return fmt.Errorf("unknown command %q: want pods or pools (see tandemctl --help)", fs.Arg(0))
+	return fmt.Errorf("unknown command %q: want pods, pools or config (see tandemctl --help)", fs.Arg(0))
 }
 
 // defaultDebugSocket is where tandem-proxy serves its debug endpoints when installed as

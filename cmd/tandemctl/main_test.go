@@ -128,6 +128,10 @@ func proxyHandler(t *testing.T, storeFile, poolsFile string) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(read(poolsFile))
 	})
+	mux.HandleFunc("/debug/config", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(read("config.json"))
+	})
 	return mux
 }
 
@@ -187,6 +191,10 @@ func TestRunGolden(t *testing.T) {
 		{name: "pools wide", store: "store-cgroupfs.json", pools: "pools.json", args: []string{"pools", "-o", "wide"}, golden: "pools-wide.golden"},
 		{name: "pools json", store: "store-cgroupfs.json", pools: "pools.json", args: []string{"pools", "-o", "json"}, golden: "pools.json.golden"},
 		{name: "pools without exclusive CPUs", store: "store-cgroupfs.json", pools: "pools-empty.json", args: []string{"pools"}, golden: "pools-empty.golden"},
+		{name: "config", store: "store-cgroupfs.json", args: []string{"config"}, golden: "config.golden"},
+		{name: "config wide", store: "store-cgroupfs.json", args: []string{"config", "-o", "wide"}, golden: "config-wide.golden"},
+		{name: "config not in force", store: "store-cgroupfs.json", args: []string{"config", "--state", "ignored,refused,unsupported"}, golden: "config-not-in-force.golden"},
+		{name: "config json", store: "store-cgroupfs.json", args: []string{"config", "-o", "json", "--state", "refused"}, golden: "config-refused.json.golden"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -279,7 +287,19 @@ func TestRunErrors(t *testing.T) {
 			},
 			wantErr: "answered 500 Internal Server Error to /debug/store: store locked",
 		},
-		{name: "no command", args: func(*testing.T) []string { return nil }, wantErr: "want one command, pods or pools"},
+		{name: "no command", args: func(*testing.T) []string { return nil }, wantErr: "want one command, pods, pools or config"},
+		{
+			name: "unknown state",
+			args: func(t *testing.T) []string {
+				return []string{"--proxy-debug-socket", proxyServer(t, "store-cgroupfs.json", ""), "config", "--state", "broken"}
+			},
+			wantErr: `--state "broken": want applied, off, ignored, refused or unsupported`,
+		},
+		{
+			name:    "agent older than /debug/config",
+			args:    func(*testing.T) []string { return []string{"--proxy-debug-socket", serveSocketMux(t), "config"} },
+			wantErr: "has no /debug/config: upgrade it",
+		},
 		{name: "unknown command", args: func(*testing.T) []string { return []string{"nodes"} }, wantErr: `unknown command "nodes"`},
 		{name: "unknown output", args: func(*testing.T) []string { return []string{"-o", "yaml", "pods"} }, wantErr: `output format "yaml"`},
 		{name: "unknown flag", args: func(*testing.T) []string { return []string{"--node", "x", "pods"} }, wantErr: "unknown flag: --node (see tandemctl --help)"},
@@ -312,4 +332,11 @@ func TestRunHelp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// serveSocketMux serves an agent older than /debug/config: only the store.
+func serveSocketMux(t *testing.T) string {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/store", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"pods":[],"containers":[]}`)) })
+	return serveSocket(t, mux)
 }
