@@ -60,3 +60,36 @@ func TestKubeletSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestRunQueueSwitch: the eBPF run-queue collector is off unless the flag or the config file's key turns
+// it on.
+func TestRunQueueSwitch(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "tandem.yaml")
+	if err := os.WriteFile(file, []byte("runQueueLatency: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{name: "off by default", want: false},
+		{name: "flag", args: []string{"--run-queue-latency"}, want: true},
+		{name: "config file key", args: []string{"--config", file}, want: true},
+		{name: "flag beats the file", args: []string{"--config", file, "--run-queue-latency=false"}, want: false},
+		{name: "environment", env: map[string]string{"TANDEM_RUN_QUEUE_LATENCY": "true"}, want: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st, err := load(proxyBinary, tt.args, func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := collectorConfig(st).RunQueue.Enabled; got != tt.want {
+				t.Fatalf("run-queue collector enabled = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
