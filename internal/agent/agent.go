@@ -332,6 +332,11 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 	}
 	st.sloConfigMap = v.GetString("sloConfigMap")
 	st.beParent = path.Join("/", v.GetString("kubeletCgroupRoot"), "kubepods/besteffort")
+	if st.cgroupDriver == cgroupDriverSystemd {
+		// Kubelet's systemd driver names its QoS cgroups as slices (cgroup.Path expands them); its
+		// cgroupRoot is a cgroupfs notion.
+		st.beParent = "kubepods-besteffort.slice"
+	}
 	st.apiRetry = 3 * time.Second
 	// The slo-config's content is not read here: whatever it says, the proxy starts (config/slo/source
 	// refuses a bad section alone, and runs Koordinator's defaults until a good one comes).

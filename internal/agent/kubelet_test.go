@@ -93,3 +93,25 @@ func TestRunQueueSwitch(t *testing.T) {
 		})
 	}
 }
+
+// TestBEParentFollowsTheCgroupDriver: suppression and BE thread scheduling find the BE pods' parent where
+// kubelet's cgroup driver puts it.
+func TestBEParentFollowsTheCgroupDriver(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kubelet-config", ""}, "/kubepods/besteffort"},
+		{[]string{"--kubelet-config", "", "--kubelet-cgroup-root", "/k8s"}, "/k8s/kubepods/besteffort"},
+		{[]string{"--kubelet-config", "", "--cgroup-driver", "systemd"}, "kubepods-besteffort.slice"},
+	} {
+		st, err := load(proxyBinary, tt.args, func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.beParent != tt.want {
+			t.Errorf("%v: BE parent %q, want %q", tt.args, st.beParent, tt.want)
+		}
+	}
+}
