@@ -37,6 +37,10 @@ type Target struct {
 	Namespace, Pod, PodUID, Container, ContainerID string
 	QoS                                            qos.Class // "" when unknown
 	CgroupParent                                   string    // the pod's cgroup parent as kubelet named it
+	// Cgroup is set for what is not a pod's container (a host application, metrics/hostapp): its
+	// cgroup as a path from the hierarchy's root, read as it is instead of looking for ContainerID
+	// under CgroupParent. Namespace, Pod and PodUID are empty then; ContainerID still keys it.
+	Cgroup string
 }
 
 // Usage is what something uses.
@@ -84,6 +88,9 @@ type Collector struct {
 	cpi      *cpiSource
 	runQueue *runQueueSource
 
+	// extra lists targets that are not the store's containers (AddTargets); nil while there are none.
+	extra atomic.Pointer[func() []Target]
+
 	latest  atomic.Pointer[Snapshot]
 	updates chan struct{}
 	// usageEvery is the usage source's interval in force (SetUsageInterval); usageChanged wakes its
@@ -124,6 +131,26 @@ func New(cfg Config, deps Deps) (*Collector, error) {
 		}
 	}
 	return c, nil
+}
+
+// AddTargets has every source sample what f lists besides Deps.Targets, from the next sample on: the
+// cgroups of host applications (Target.Cgroup). f is called once per interval and must be cheap. A
+// second call replaces the first.
+func (c *Collector) AddTargets(f func() []Target) { c.extra.Store(&f) }
+
+// targets is Deps.Targets plus AddTargets'; without extra targets it costs one atomic load.
+func (c *Collector) targets() []Target {
+	ts := c.deps.Targets()
+	f := c.extra.Load()
+	if f == nil {
+		return ts
+	}
+	more := (*f)()
+	if len(more) == 0 {
+		return ts
+	}
+	// Deps.Targets may hand out a cached slice: never append to it.
+	return append(append(make([]Target, 0, len(ts)+len(more)), ts...), more...)
 }
 
 // Run samples until ctx is done. Each enabled source runs in its own goroutine on its own interval;
@@ -180,7 +207,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 
 	start("usage", c.cfg.Usage, func() time.Duration { return time.Duration(c.usageEvery.Load()) }, c.usageChanged, c.usage.detect, func(ctx context.Context) {
-		snap := c.usage.sample(ctx, c.deps.Targets())
+		snap := c.usage.sample(ctx, c.targets())
 		if snap == nil {
 			return
 		}
@@ -190,9 +217,9 @@ func (c *Collector) Run(ctx context.Context) error {
 		default:
 		}
 	}, c.usage.close)
-	start("psi", c.cfg.PSI, nil, nil, c.psi.detect, func(ctx context.Context) { c.psi.sample(ctx, c.deps.Targets()) }, nil)
-	start("cpi", c.cfg.CPI, nil, nil, c.cpi.detect, func(ctx context.Context) { c.cpi.sample(ctx, c.deps.Targets()) }, c.cpi.close)
-	start("runQueue", c.cfg.RunQueue, nil, nil, c.runQueue.detect, func(ctx context.Context) { c.runQueue.sample(ctx, c.deps.Targets()) }, c.runQueue.close)
+	start("psi", c.cfg.PSI, nil, nil, c.psi.detect, func(ctx context.Context) { c.psi.sample(ctx, c.targets()) }, nil)
+	start("cpi", c.cfg.CPI, nil, nil, c.cpi.detect, func(ctx context.Context) { c.cpi.sample(ctx, c.targets()) }, c.cpi.close)
+	start("runQueue", c.cfg.RunQueue, nil, nil, c.runQueue.detect, func(ctx context.Context) { c.runQueue.sample(ctx, c.targets()) }, c.runQueue.close)
 
 	<-ctx.Done()
 	wg.Wait()

@@ -38,6 +38,9 @@ func TestCollectorRunExports(t *testing.T) {
 		{Namespace: "shop", Pod: "web", PodUID: "uid-web", Container: "log", ContainerID: "sidecar-old", QoS: qos.LS, CgroupParent: "kubepods-burstable-poduid_web.slice"},
 	}
 	fakeV2Cgroup(t, cg, podRel+"/cri-containerd-sidecar-old.scope", ctrCounters{usage: 5 << 20})
+	// A host application, added apart from the store's containers: its own series, no pod's.
+	fakeV2Cgroup(t, cg, "host-latency-sensitive/nginx", ctrCounters{usage: 7 << 20})
+	hostApp := Target{Container: "nginx", ContainerID: "host-application/nginx", QoS: qos.LS, Cgroup: "/host-latency-sensitive/nginx"}
 
 	cfg := DefaultConfig()
 	cfg.NodeName = "n1"
@@ -53,6 +56,7 @@ func TestCollectorRunExports(t *testing.T) {
 	if c.Latest() != nil {
 		t.Fatal("a snapshot exists before Run")
 	}
+	c.AddTargets(func() []Target { return []Target{hostApp} })
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	select {
@@ -67,7 +71,7 @@ func TestCollectorRunExports(t *testing.T) {
 		}
 	}
 	s := c.Latest()
-	if len(s.Containers) != 3 || s.Capacity.MemoryBytes != 4_000_000*1024 || s.Node.MemoryBytes != 1_000_000*1024 {
+	if len(s.Containers) != 4 || s.Capacity.MemoryBytes != 4_000_000*1024 || s.Node.MemoryBytes != 1_000_000*1024 {
 		t.Fatalf("snapshot = %+v", s)
 	}
 
@@ -99,12 +103,15 @@ tandem_pod_pressure_some_seconds_total{namespace="shop",node="n1",pod="web",qos=
 # HELP tandem_pod_memory_working_set_bytes Sum of the pod's containers' working sets.
 # TYPE tandem_pod_memory_working_set_bytes gauge
 tandem_pod_memory_working_set_bytes{namespace="shop",node="n1",pod="web",qos="LS"} 2.16006656e+08
+# HELP tandem_host_application_memory_working_set_bytes A host application's memory usage minus inactive file cache.
+# TYPE tandem_host_application_memory_working_set_bytes gauge
+tandem_host_application_memory_working_set_bytes{application="nginx",node="n1",qos="LS"} 7.340032e+06
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"tandem_container_cpu_cfs_throttled_periods_total", "tandem_container_memory_working_set_bytes",
 		"tandem_node_memory_usage_bytes", "tandem_node_cpu_capacity_cores",
 		"tandem_node_pressure_some_seconds_total", "tandem_pod_pressure_some_seconds_total",
-		"tandem_pod_memory_working_set_bytes"); err != nil {
+		"tandem_pod_memory_working_set_bytes", "tandem_host_application_memory_working_set_bytes"); err != nil {
 		t.Error(err)
 	}
 	if n, err := testutil.GatherAndCount(reg, "tandem_container_cpu_cycles_total", "tandem_container_runqueue_latency_seconds"); err != nil || n != 0 {

@@ -12,6 +12,7 @@ var (
 	nodeLabels      = []string{"node"}
 	podLabels       = []string{"node", "namespace", "pod", "qos"}
 	containerLabels = []string{"node", "namespace", "pod", "container", "qos"}
+	hostAppLabels   = []string{"node", "application", "qos"}
 )
 
 // exporter is a prometheus.Collector over the latest samples: a scrape builds const metrics from
@@ -23,6 +24,7 @@ type exporter struct {
 	nodeCPU, nodeCPUCapacity, nodeMem, nodeMemCapacity, systemCPU, systemMem *prometheus.Desc
 	ctrCPU, ctrMem, ctrThrottled, ctrPeriods                                 *prometheus.Desc
 	podCPU, podMem                                                           *prometheus.Desc
+	hostAppCPU, hostAppMem                                                   *prometheus.Desc
 	nodePressureSome, nodePressureFull, podPressureSome, podPressureFull     *prometheus.Desc
 	ctrCycles, ctrInstructions, ctrCPI                                       *prometheus.Desc
 	ctrRunQueue                                                              *prometheus.Desc
@@ -46,6 +48,9 @@ func newExporter(c *Collector) *exporter {
 		ctrPeriods:      d("tandem_container_cpu_cfs_periods_total", "CFS periods in which the container was runnable.", containerLabels, nil),
 		podCPU:          d("tandem_pod_cpu_usage_cores", "Sum of the pod's containers' CPU use over the last usage interval.", podLabels, nil),
 		podMem:          d("tandem_pod_memory_working_set_bytes", "Sum of the pod's containers' working sets.", podLabels, nil),
+		hostAppCPU: d("tandem_host_application_cpu_usage_cores",
+			"CPU a host application (host-application-config) used over the last usage interval; counted as its QoS class's.", hostAppLabels, nil),
+		hostAppMem: d("tandem_host_application_memory_working_set_bytes", "A host application's memory usage minus inactive file cache.", hostAppLabels, nil),
 		nodePressureSome: d("tandem_node_pressure_some_seconds_total",
 			"Time at least one task on the node stalled on the resource (PSI some).", withRes(nodeLabels), nil),
 		nodePressureFull: d("tandem_node_pressure_full_seconds_total",
@@ -66,7 +71,7 @@ func newExporter(c *Collector) *exporter {
 func (e *exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		e.nodeCPU, e.nodeCPUCapacity, e.nodeMem, e.nodeMemCapacity, e.systemCPU, e.systemMem,
-		e.ctrCPU, e.ctrMem, e.ctrThrottled, e.ctrPeriods, e.podCPU, e.podMem,
+		e.ctrCPU, e.ctrMem, e.ctrThrottled, e.ctrPeriods, e.podCPU, e.podMem, e.hostAppCPU, e.hostAppMem,
 		e.nodePressureSome, e.nodePressureFull, e.podPressureSome, e.podPressureFull,
 		e.ctrCycles, e.ctrInstructions, e.ctrCPI, e.ctrRunQueue, e.lastSample,
 	} {
@@ -115,6 +120,14 @@ func (e *exporter) Collect(ch chan<- prometheus.Metric) {
 		pods := map[podKey]*Usage{}
 		var order []podKey
 		for _, c := range s.Containers {
+			if c.Cgroup != "" {
+				l := []string{node, c.Container, string(c.QoS)}
+				if fresh(e.hostAppCPU, l) {
+					gauge(e.hostAppCPU, float64(c.CPUMilli)/1000, l...)
+					gauge(e.hostAppMem, float64(c.MemoryBytes), l...)
+				}
+				continue
+			}
 			// The pod sums every container cgroup, both attempts of a restarted one included:
 			// both use the node until the old one is gone.
 			k := podKey{c.Namespace, c.Pod, c.QoS}

@@ -76,6 +76,12 @@ func resolveCgroup(dir func(string) string, t Target) string {
 	if t.ContainerID == "" {
 		return ""
 	}
+	if t.Cgroup != "" {
+		if fi, err := os.Stat(dir(t.Cgroup)); err == nil && fi.IsDir() {
+			return t.Cgroup
+		}
+		return ""
+	}
 	for _, rel := range cgroup.ContainerPaths(t.CgroupParent, t.ContainerID) {
 		if fi, err := os.Stat(dir(rel)); err == nil && fi.IsDir() {
 			return rel

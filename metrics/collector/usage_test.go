@@ -199,3 +199,64 @@ func TestCPUMilli(t *testing.T) {
 		})
 	}
 }
+
+// A host application (metrics/hostapp) is sampled at its own cgroup, named by Target.Cgroup, and its
+// usage leaves System like a pod's; a container ID alone would never find it.
+func TestUsageHostApplication(t *testing.T) {
+	t.Parallel()
+	app := Target{Container: "nginx", ContainerID: "host-application/nginx", QoS: qos.LS, Cgroup: "/host-latency-sensitive/nginx"}
+	tests := []struct {
+		name    string
+		v2      bool
+		missing bool
+	}{
+		{name: "v1"},
+		{name: "v2", v2: true},
+		{name: "cgroup not there yet", missing: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			dir := t.TempDir()
+			proc, cg := filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup")
+			write := fakeV1Container
+			if tt.v2 {
+				fakeV2Root(t, cg)
+				write = fakeV2Cgroup
+			} else {
+				fakeV1Root(t, cg)
+			}
+			fakeProc(t, proc, 1000, 1000, 8_000_000, 6_000_000)
+			if !tt.missing {
+				write(t, cg, "host-latency-sensitive/nginx", ctrCounters{cpuNanos: 1e9, usage: 100 << 20})
+			}
+			u := newUsageSource(proc, cg)
+			now := time.Unix(1000, 0)
+			u.now = func() time.Time { return now }
+			if err := u.detect(ctx); err != nil {
+				t.Fatal(err)
+			}
+			u.sample(ctx, []Target{app})
+			now = now.Add(2 * time.Second)
+			fakeProc(t, proc, 1000+200, 1000+200, 8_000_000, 6_000_000)
+			if !tt.missing {
+				write(t, cg, "host-latency-sensitive/nginx", ctrCounters{cpuNanos: 2e9, usage: 100 << 20})
+			}
+			s := u.sample(ctx, []Target{app})
+			if tt.missing {
+				if len(s.Containers) != 0 || s.System.CPUMilli != 1000 {
+					t.Errorf("containers = %+v, system = %+v; want none and all the node's use as system", s.Containers, s.System)
+				}
+				return
+			}
+			want := ContainerUsage{Target: app, Usage: Usage{CPUMilli: 500, MemoryBytes: 100 << 20}}
+			if len(s.Containers) != 1 || s.Containers[0] != want {
+				t.Fatalf("containers = %+v, want %+v", s.Containers, want)
+			}
+			if s.System.CPUMilli != 500 {
+				t.Errorf("system CPU = %d, want 500: the application's use is not the system's", s.System.CPUMilli)
+			}
+		})
+	}
+}

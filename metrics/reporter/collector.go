@@ -21,10 +21,16 @@ func FromSnapshot(s *collector.Snapshot) *Sample {
 		Pods:     make([]PodUsage, 0, len(s.Containers)),
 	}
 	for _, c := range s.Containers {
-		if c.PodUID == "" {
+		uid := c.PodUID
+		if c.Cgroup != "" {
+			// A host application (metrics/hostapp) counts as a pod of its class: an LS one is
+			// high-priority use, no longer system use; ContainerID keys it apart from every pod.
+			uid = c.ContainerID
+		}
+		if uid == "" {
 			continue
 		}
-		out.Pods = append(out.Pods, PodUsage{UID: c.PodUID, QoS: c.QoS, Usage: reclaim.Resources(c.Usage)})
+		out.Pods = append(out.Pods, PodUsage{UID: uid, QoS: c.QoS, Usage: reclaim.Resources(c.Usage)})
 	}
 	return out
 }

@@ -26,18 +26,23 @@ func TestFromSnapshot(t *testing.T) {
 			{Target: collector.Target{PodUID: "a", Container: "app", QoS: qos.LS}, Usage: collector.Usage{CPUMilli: 3000, MemoryBytes: gi}},
 			{Target: collector.Target{PodUID: "a", Container: "sidecar", QoS: qos.LS}, Usage: collector.Usage{CPUMilli: 1000, MemoryBytes: gi}},
 			{Target: collector.Target{Container: "unknown"}, Usage: collector.Usage{CPUMilli: 500}},
+			// Host applications (host-application-config) count as their class: LS is HP use, BE is not.
+			{Target: collector.Target{Container: "nginx", ContainerID: "host-application/nginx", QoS: qos.LS, Cgroup: "/host-latency-sensitive/nginx"},
+				Usage: collector.Usage{CPUMilli: 2000}},
+			{Target: collector.Target{Container: "logtail", ContainerID: "host-application/logtail", QoS: qos.BE, Cgroup: "/host-best-effort/logtail"},
+				Usage: collector.Usage{CPUMilli: 3000}},
 		},
 	}
 	got := SamplesFrom(fixedCollector{snap})()
 	if !got.Time.Equal(t0) || got.Capacity != (reclaim.Resources{CPUMilli: 32000, MemoryBytes: 128 * gi}) ||
-		got.System != (reclaim.Resources{CPUMilli: 1000, MemoryBytes: 2 * gi}) || len(got.Pods) != 2 {
+		got.System != (reclaim.Resources{CPUMilli: 1000, MemoryBytes: 2 * gi}) || len(got.Pods) != 4 {
 		t.Fatalf("FromSnapshot() = %+v", got)
 	}
-	// The reporter sums a pod's containers: both of pod a count.
+	// The reporter sums a pod's containers: both of pod a count, and the LS host application.
 	h := newHarness(t, seed004(t, true), testNode())
 	h.setSample(got)
 	h.step()
-	if c, _, _, _ := batch(h.node()); c != 32000-12800-1000-4000 {
-		t.Fatalf("batch cpu = %d, want 14200 (pod a counted with both containers)", c)
+	if c, _, _, _ := batch(h.node()); c != 32000-12800-1000-4000-2000 {
+		t.Fatalf("batch cpu = %d, want 12200 (pod a counted with both containers, nginx as HP, logtail not)", c)
 	}
 }
