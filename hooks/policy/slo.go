@@ -15,11 +15,10 @@ func FromSLO(base Config, r slo.Resolved) Config {
 	out := base
 	out.CPUBurst = cpuburst.Config(r.CPUBurst)
 	q := r.ResourceQOS
-	mem := func(c slo.ClassSettings) memoryqos.ClassConfig {
-		m := c.MemoryQOS
-		return memoryqos.ClassConfig{Enable: m.Enable, MinLimitPercent: m.MinLimitPercent, LowLimitPercent: m.LowLimitPercent, ThrottlingPercent: m.ThrottlingPercent}
-	}
-	out.MemoryQoS = memoryqos.Config{LSRClass: mem(q.LSR), LSClass: mem(q.LS), BEClass: mem(q.BE)}
+	// memoryqos's class configuration is memoryQOS field for field; cgroupRoot's is carried to be reported.
+	mem := func(c slo.ClassSettings) memoryqos.ClassConfig { return memoryqos.ClassConfig(c.MemoryQOS) }
+	out.MemoryQoS = memoryqos.Config{LSRClass: mem(q.LSR), LSClass: mem(q.LS), BEClass: mem(q.BE), SystemClass: mem(q.System),
+		CgroupRoot: mem(q.CgroupRoot)}
 	// resctrl's class configuration is resctrlQOS field for field.
 	out.Resctrl = resctrl.Config{LSRClass: resctrl.ClassConfig(q.LSR.ResctrlQOS), LSClass: resctrl.ClassConfig(q.LS.ResctrlQOS),
 		BEClass: resctrl.ClassConfig(q.BE.ResctrlQOS)}

@@ -2,11 +2,17 @@
 // resource-qos-config memoryQOS): per QoS class it protects a share of each container's memory request
 // from reclaim (memory.min, memory.low) and throttles it before its limit (memory.high), so that an LS
 // container under memory pressure reclaims slowly instead of being OOM-killed, and a BE container is
-// slowed down before it crowds the others out.
+// slowed down before it crowds the others out. Where the kernel offers them it also sets the class's
+// background reclaim watermarks and min-watermark adjustment (Anolis memory.wmark_ratio,
+// memory.wmark_scale_factor, memory.wmark_min_adj), its OOM priority (Anolis memory.priority,
+// memory.use_priority_oom) and group OOM kill (memory.oom.group), on pod and container cgroups as
+// koordlet does.
 //
-// On cgroup v2 the files are the kernel's own. On cgroup v1 mainline Linux offers none of them (the hook
-// switches itself off); Anolis OS offers memory.min, memory.low and memory.high in the memory controller,
-// and the hook uses whichever of them the kernel has.
+// Every file is detected when the hook is built, through the cgroup.Prober it is given: cgroup v2 has
+// memory.min, memory.low, memory.high and memory.oom.group; mainline cgroup v1 has none of the files (the
+// hook switches itself off, the log line naming them); Anolis OS adds the others, on v1 and v2. The hook
+// returns only the files the kernel offers, so that neither runc nor the front end fails a container over
+// a file that is not there. Knobs says, per class and key, what applies on a node.
 //
 // The memory request is not in CRI's LinuxContainerResources. The hook takes it, in this order, from a
 // Requests source (the pod spec, when the proxy has one), from the memory.min that kubelet sends as the
@@ -17,7 +23,9 @@ package memoryqos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
@@ -36,7 +44,78 @@ const (
 	FileMin  = "memory.min"
 	FileLow  = "memory.low"
 	FileHigh = "memory.high"
+	// Anolis OS only.
+	FileWmarkRatio       = "memory.wmark_ratio"
+	FileWmarkScaleFactor = "memory.wmark_scale_factor"
+	FileWmarkMinAdj      = "memory.wmark_min_adj"
+	FilePriority         = "memory.priority"
+	FileUsePriorityOOM   = "memory.use_priority_oom"
+	// cgroup v2, and Anolis OS on v1.
+	FileOOMGroup = "memory.oom.group"
 )
+
+// setting ties a memoryQOS key to the file it sets. Percentages of the request or limit are computed per
+// container (Files); the other values are written as configured.
+type setting struct {
+	key, file string
+	value     func(ClassConfig) int64
+	// percentOf is "request" or "limit" for the percentages, "" for a value written as it is.
+	percentOf string
+}
+
+// on tells whether cc sets the file: a value of 0 leaves it alone, and so does a negative percentage
+// (Validate refuses it; only wmarkMinAdj may be negative).
+func (s setting) on(cc ClassConfig) bool {
+	v := s.value(cc)
+	return v != 0 && (s.percentOf == "" || v > 0)
+}
+
+// settings lists every key the hook applies, in resource-qos-config's order.
+func settings() []setting {
+	return []setting{
+		{"minLimitPercent", FileMin, func(c ClassConfig) int64 { return c.MinLimitPercent }, "request"},
+		{"lowLimitPercent", FileLow, func(c ClassConfig) int64 { return c.LowLimitPercent }, "request"},
+		{"throttlingPercent", FileHigh, func(c ClassConfig) int64 { return c.ThrottlingPercent }, "limit"},
+		{"wmarkRatio", FileWmarkRatio, func(c ClassConfig) int64 { return c.WmarkRatio }, ""},
+		{"wmarkScalePermill", FileWmarkScaleFactor, func(c ClassConfig) int64 { return c.WmarkScalePermill }, ""},
+		{"wmarkMinAdj", FileWmarkMinAdj, func(c ClassConfig) int64 { return c.WmarkMinAdj }, ""},
+		{"priorityEnable", FileUsePriorityOOM, func(c ClassConfig) int64 { return c.PriorityEnable }, ""},
+		{"priority", FilePriority, func(c ClassConfig) int64 { return c.Priority }, ""},
+		{"oomKillGroup", FileOOMGroup, func(c ClassConfig) int64 { return c.OomKillGroup }, ""},
+	}
+}
+
+// wanted returns the files a class's config sets, whatever the kernel offers: those of its non-zero
+// values.
+func wanted(cc ClassConfig) []string {
+	var out []string
+	for _, s := range settings() {
+		if s.on(cc) {
+			out = append(out, s.file)
+		}
+	}
+	return out
+}
+
+// Missing returns the files the enabled classes of cfg set that the kernel lacks, sorted; p nil lacks
+// every one.
+func Missing(cfg Config, p cgroup.Prober) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, cl := range cfg.applied() {
+		if !cl.cc.Enable {
+			continue
+		}
+		for _, f := range wanted(cl.cc) {
+			if !seen[f] && (p == nil || !p.Supports(f)) {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Requests tells memory requests from the pod spec. ctr nil asks for the pod's total. ok is false when
 // the spec is unknown or has no request.
@@ -64,8 +143,9 @@ var (
 	_ hooks.PreUpdateContainerResourcesHook = (*MemoryQoS)(nil)
 )
 
-// New validates cfg and detects the files. It returns an error wrapping hooks.ErrSkip when no class is
-// enabled or the kernel offers none of the files.
+// New validates cfg and detects the files. It returns an error wrapping hooks.ErrSkip, which names the
+// files the kernel lacks, when no class is enabled or the kernel offers none of the files the enabled
+// classes set.
 func New(cfg Config, d Deps) (*MemoryQoS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("memory QoS config: %w", err)
@@ -77,14 +157,24 @@ func New(cfg Config, d Deps) (*MemoryQoS, error) {
 		return nil, fmt.Errorf("no cgroup hierarchy: %w", hooks.ErrSkip)
 	}
 	m := &MemoryQoS{cfg: cfg, files: map[string]bool{}, requests: d.Requests}
-	for _, f := range []string{FileMin, FileLow, FileHigh} {
-		if d.Cgroups.Supports(f) {
-			m.files[f] = true
+	var want int
+	for _, cl := range cfg.applied() {
+		if !cl.cc.Enable {
+			continue
+		}
+		for _, f := range wanted(cl.cc) {
+			want++
+			if d.Cgroups.Supports(f) {
+				m.files[f] = true
+			}
 		}
 	}
+	if want == 0 {
+		return nil, fmt.Errorf("memory QoS is enabled, but every value of the enabled classes is 0: %w", hooks.ErrSkip)
+	}
 	if len(m.files) == 0 {
-		return nil, fmt.Errorf("cgroup v%d memory controller offers none of memory.min, memory.low, memory.high (mainline cgroup v1 has none; use cgroup v2 or Anolis OS): %w",
-			d.Cgroups.Version(), hooks.ErrSkip)
+		return nil, fmt.Errorf("cgroup v%d memory controller offers none of the files the enabled classes set, missing %s (mainline cgroup v1 has none; use cgroup v2 or Anolis OS): %w",
+			d.Cgroups.Version(), strings.Join(Missing(cfg, d.Cgroups), ", "), hooks.ErrSkip)
 	}
 	return m, nil
 }
@@ -93,19 +183,27 @@ func New(cfg Config, d Deps) (*MemoryQoS, error) {
 func (m *MemoryQoS) Name() string { return Name }
 
 // Files returns the memory QoS files for a class's config, a request (0 = unknown) and a limit (0 or less
-// = none). Percentages of 0 leave their file alone, as kubelet set it.
+// = none), whatever the kernel offers. A value of 0 leaves its file alone, as the kernel or kubelet set
+// it: memory.oom.group keeps kubelet's 1 on cgroup v2, and a new cgroup keeps the kernel's defaults.
 func Files(cc ClassConfig, request, limit int64) map[string]string {
 	out := map[string]string{}
-	if request > 0 && cc.MinLimitPercent > 0 {
-		out[FileMin] = strconv.FormatInt(percent(request, cc.MinLimitPercent), 10)
-	}
-	if request > 0 && cc.LowLimitPercent > 0 {
-		out[FileLow] = strconv.FormatInt(percent(request, cc.LowLimitPercent), 10)
-	}
-	if cc.ThrottlingPercent > 0 {
-		out[FileHigh] = "max"
-		if limit > 0 {
-			out[FileHigh] = strconv.FormatInt(percent(limit, cc.ThrottlingPercent), 10)
+	for _, s := range settings() {
+		if !s.on(cc) {
+			continue
+		}
+		v := s.value(cc)
+		switch s.percentOf {
+		case "request":
+			if request > 0 {
+				out[s.file] = strconv.FormatInt(percent(request, v), 10)
+			}
+		case "limit":
+			out[s.file] = "max"
+			if limit > 0 {
+				out[s.file] = strconv.FormatInt(percent(limit, v), 10)
+			}
+		default:
+			out[s.file] = strconv.FormatInt(v, 10)
 		}
 	}
 	return out
@@ -115,8 +213,8 @@ func Files(cc ClassConfig, request, limit int64) map[string]string {
 // container in runc.
 func percent(v, p int64) int64 { return cgroup.Scale(v, p, 100) }
 
-// files returns the files for a pod (ctr nil) or container that the kernel offers, or nil.
-func (m *MemoryQoS) settings(pod *hooks.PodInfo, ctr *hooks.ContainerInfo, request int64, r *hooks.Resources) map[string]string {
+// filesFor returns the files for a pod (ctr nil) or container that the kernel offers, or nil.
+func (m *MemoryQoS) filesFor(pod *hooks.PodInfo, ctr *hooks.ContainerInfo, request int64, r *hooks.Resources) map[string]string {
 	cc, ok := m.cfg.For(qos.Class(pod, ctr))
 	if !ok {
 		return nil
@@ -162,7 +260,7 @@ func (m *MemoryQoS) request(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.
 // PreRunPodSandbox sets the pod cgroup. Protection is hierarchical: a container's memory.min protects
 // no more than its pod's does.
 func (m *MemoryQoS) PreRunPodSandbox(ctx context.Context, pod *hooks.PodInfo) (*hooks.Adjustment, error) {
-	files := m.settings(pod, nil, m.request(ctx, pod, nil, true), pod.Resources)
+	files := m.filesFor(pod, nil, m.request(ctx, pod, nil, true), pod.Resources)
 	if files == nil {
 		return nil, nil
 	}
@@ -174,7 +272,7 @@ func (m *MemoryQoS) PreRunPodSandbox(ctx context.Context, pod *hooks.PodInfo) (*
 // start.
 func (m *MemoryQoS) PreCreateContainer(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
 	req := m.request(ctx, pod, ctr, true)
-	files := m.settings(pod, ctr, req, ctr.Resources)
+	files := m.filesFor(pod, ctr, req, ctr.Resources)
 	if files == nil {
 		return nil, nil
 	}
@@ -187,7 +285,7 @@ func (m *MemoryQoS) PreCreateContainer(ctx context.Context, pod *hooks.PodInfo, 
 
 // PreUpdateContainerResources follows a new limit.
 func (m *MemoryQoS) PreUpdateContainerResources(ctx context.Context, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) (*hooks.Adjustment, error) {
-	files := m.settings(pod, ctr, m.request(ctx, pod, ctr, false), ctr.Resources)
+	files := m.filesFor(pod, ctr, m.request(ctx, pod, ctr, false), ctr.Resources)
 	if files == nil {
 		return nil, nil
 	}
