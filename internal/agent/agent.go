@@ -548,7 +548,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 	if err := startYield(ctx, loops, st, cgroups, beStarted, reg, cons); err != nil {
 		return err
 	}
-	if err := startQuotaBurst(ctx, loops, st, col, cpus, cgroups, fe, reg, cons); err != nil {
+	if err := startHostApps(ctx, loops, st, cgroups, cpus, col, cons); err != nil {
 		return err
 	}
 	// API access comes when it can: the CRI socket never waits for it.

@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/config/knob"
+	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/internal/supervise"
+	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/hostapp"
+	"github.com/tandemkit/tandem/metrics/suppress"
+	"github.com/tandemkit/tandem/resource/cgroup"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
+)
+
+// startHostApps starts the loop that treats host-application-config's applications as pods of their
+// class (metrics/hostapp), follows the configuration, has the collector sample their cgroups and reports
+// their keys. It runs after startNodeLoops: the BE CFS ceiling comes from the suppress loop.
+func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgroups cgroup.Writer, cpus *alloc.Allocator,
+	col *collector.Collector, cons *consumers) error {
+	if cgroups == nil {
+		cons.report(knob.ReporterFunc(func() []knob.Status {
+			return []knob.Status{{Section: slo.HostApplicationConfigKey, Key: "applications", State: knob.Ignored,
+				Detail: fmt.Sprintf("no cgroup hierarchy under %s (--cgroup-root)", st.cgroupRoot)}}
+		}))
+		return nil
+	}
+	cfg := hostapp.DefaultConfig()
+	cfg.CgroupDriver = st.cgroupDriver
+	cfg.KubeletCgroupRoot = kubeletCgroupRoot(st.beParent)
+	deps := hostapp.Deps{Cgroups: cgroups, BEQuotaCeiling: beQuotaCeiling(st, cgroups, cons)}
+	if cpus != nil {
+		deps.CPUs = cpus
+	}
+	l, err := hostapp.New(cfg, deps)
+	if err != nil {
+		return fmt.Errorf("host application loop: %w", err)
+	}
+	col.AddTargets(l.Targets)
+	cons.follow(ctx, func(_ context.Context, r slo.Resolved) { l.Set(r.HostApplications.Applications) })
+	cons.report(l)
+	loops.Go("host-applications", l.Run)
+	klog.FromContext(ctx).V(2).Info("Host application loop started", "cgroupDriver", cfg.CgroupDriver, "kubeletCgroupRoot", cfg.KubeletCgroupRoot)
+	return nil
+}
+
+// kubeletCgroupRoot is --kubelet-cgroup-root, from the BE parent load derived from it.
+func kubeletCgroupRoot(beParent string) string {
+	root := strings.TrimSuffix(path.Clean("/"+beParent), "/kubepods/besteffort")
+	if root == "" {
+		return "/"
+	}
+	return root
+}
+
+// beQuotaCeiling is the CFS limit CPU suppression puts on BE pods now, for BE host applications: on cgroup
+// v1 the suppress loop's ceiling (which leads the parent while it shrinks); elsewhere, while the cfsQuota
+// policy is in force, the BE parent's own limit.
+func beQuotaCeiling(st settings, cgroups cgroup.Writer, cons *consumers) func() (cgroup.CPUMax, bool) {
+	cons.mu.Lock()
+	sup := cons.sup
+	cons.mu.Unlock()
+	tree, _ := cgroups.(cgroup.Tree)
+	return func() (cgroup.CPUMax, bool) {
+		th := st.colocation.Load().ResourceThreshold
+		if !th.Enable || th.CPUSuppressPolicy != suppress.PolicyCFSQuota {
+			return cgroup.CPUMax{}, false
+		}
+		if sup != nil {
+			if c, ok := sup.QuotaCeiling(); ok {
+				return c, true
+			}
+		}
+		if tree != nil {
+			if m, err := tree.CPUMax(st.beParent); err == nil && !m.Unlimited() {
+				return m, true
+			}
+		}
+		return cgroup.CPUMax{}, false
+	}
+}
