@@ -10,8 +10,10 @@ import (
 // Policy selects which kind of burst runs: cpu-burst-config's "policy".
 type Policy = slo.CPUBurstPolicy
 
-// The policies. Tandem implements the CFS burst (cpu.cfs_burst_us) in the hook; the CFS quota burst is a
-// decision function (QuotaBurst) until node usage metrics arrive to drive it.
+// The policies, as Koordinator defines them: auto runs the CFS burst (cpu.cfs_burst_us, set by this
+// hook) and the CFS quota burst (cpu.cfs_quota_us raised while the shared pool is idle, by the node loop
+// metrics/quotaburst with QuotaBurst's decisions); cpuBurstOnly the first, cfsQuotaBurstOnly the second,
+// none neither.
 const (
 	PolicyNone              = slo.CPUBurstNone
 	PolicyCPUBurstOnly      = slo.CPUBurstOnly
@@ -48,7 +50,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("cpuBurstPercent: %d is outside [0, %d]", c.CPUBurstPercent, maxPercent))
 	}
 	// Checked only where it is used, so a cpuBurstOnly strategy that leaves it out stays valid.
-	if c.quotaBurst() && (c.CFSQuotaBurstPercent < 100 || c.CFSQuotaBurstPercent > maxPercent) {
+	if c.RaisesQuota() && (c.CFSQuotaBurstPercent < 100 || c.CFSQuotaBurstPercent > maxPercent) {
 		errs = append(errs, fmt.Errorf("cfsQuotaBurstPercent: %d is outside [100, %d]; 100 means no raise", c.CFSQuotaBurstPercent, maxPercent))
 	}
 	if c.CFSQuotaBurstPeriodSeconds < -1 {
@@ -60,8 +62,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c Config) cfsBurst() bool { return c.Policy == PolicyCPUBurstOnly || c.Policy == PolicyAuto }
+// SetsBurst reports whether the policy sets the CFS burst (cpu.cfs_burst_us): cpuBurstOnly and auto.
+func (c Config) SetsBurst() bool { return c.Policy == PolicyCPUBurstOnly || c.Policy == PolicyAuto }
 
-func (c Config) quotaBurst() bool {
+// RaisesQuota reports whether the policy runs the CFS quota burst: cfsQuotaBurstOnly and auto.
+func (c Config) RaisesQuota() bool {
 	return c.Policy == PolicyCFSQuotaBurstOnly || c.Policy == PolicyAuto
 }

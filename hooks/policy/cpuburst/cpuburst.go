@@ -6,9 +6,9 @@
 // Only LS pods burst, as in Koordinator: LSE and LSR containers run on CPUs of their own, where a quota
 // burst buys nothing, and BE containers are the ones other classes are protected from.
 //
-// The CFS quota burst (raising cpu.cfs_quota_us up to cfsQuotaBurstPercent while the shared pool is idle)
-// needs the pool's usage over time, which the node metrics deliver later. Until then it is QuotaBurst, a
-// pure decision function with no loop driving it.
+// The CFS quota burst (raising cpu.cfs_quota_us of throttled LS containers up to cfsQuotaBurstPercent
+// while the shared pool is idle) needs the pool's usage and each container's throttling over time, and
+// writes running cgroups: a node loop does it (metrics/quotaburst), with QuotaBurst deciding each step.
 package cpuburst
 
 import (
@@ -52,20 +52,27 @@ func New(cfg Config, p cgroup.Prober) (*CPUBurst, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cpu burst config: %w", err)
 	}
-	if !cfg.cfsBurst() {
-		return nil, fmt.Errorf("cpu burst policy %q sets no CFS burst (the CFS quota burst waits for node usage metrics): %w", cfg.Policy, hooks.ErrSkip)
+	if !cfg.SetsBurst() {
+		return nil, fmt.Errorf("cpu burst policy %q sets no CFS burst (the CFS quota burst is the node loop's): %w", cfg.Policy, hooks.ErrSkip)
 	}
 	if p == nil {
 		return nil, fmt.Errorf("no cgroup hierarchy: %w", hooks.ErrSkip)
 	}
+	file, ok := BurstFile(p)
+	if !ok {
+		return nil, fmt.Errorf("kernel offers no %s (CFS burst needs Linux 5.14+): %w", file, hooks.ErrSkip)
+	}
+	return &CPUBurst{cfg: cfg, file: file}, nil
+}
+
+// BurstFile names the CFS burst file of p's hierarchy (cpu.cfs_burst_us on v1, cpu.max.burst on v2)
+// and reports whether the kernel offers it (Linux 5.14+).
+func BurstFile(p cgroup.Prober) (string, bool) {
 	file := FileV1
 	if p.Version() == 2 {
 		file = FileV2
 	}
-	if !p.Supports(file) {
-		return nil, fmt.Errorf("kernel offers no %s (CFS burst needs Linux 5.14+): %w", file, hooks.ErrSkip)
-	}
-	return &CPUBurst{cfg: cfg, file: file}, nil
+	return file, p.Supports(file)
 }
 
 // Name implements hooks.Hook.

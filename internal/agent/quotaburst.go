@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"context"
+	"math"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/tandemkit/tandem/config/knob"
+	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
+	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/internal/supervise"
+	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/quotaburst"
+	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/resource/cgroup"
+	alloc "github.com/tandemkit/tandem/resource/cpuset"
+	resqos "github.com/tandemkit/tandem/resource/qos"
+)
+
+// startQuotaBurst starts the CFS quota burst loop (metrics/quotaburst), driven by cpu-burst-config and
+// reconfigured on every change of it, and reports cpu-burst-config's keys. It reads the collector's
+// snapshots on its own ticker, not through col.Updates: that channel has one slot, and the suppress loop,
+// which must react within a second, waits on it.
+func startQuotaBurst(ctx context.Context, loops *supervise.Group, st settings, col *collector.Collector, cpus *alloc.Allocator,
+	cgroups cgroup.Writer, fe FrontEnd, reg prometheus.Registerer, cons *consumers) error {
+	logger := klog.FromContext(ctx)
+	if cgroups == nil {
+		// Nothing to write the quotas into; the keys still say so.
+		var mu sync.Mutex
+		cfg := cpuburst.Config(st.colocation.Load().CPUBurst)
+		cons.follow(ctx, func(_ context.Context, r slo.Resolved) { mu.Lock(); cfg = cpuburst.Config(r.CPUBurst); mu.Unlock() })
+		cons.report(knob.ReporterFunc(func() []knob.Status {
+			mu.Lock()
+			defer mu.Unlock()
+			return quotaburst.Knobs(cfg, nil, nil)
+		}))
+		logger.Info("CFS quota burst off: no cgroup hierarchy", "cgroupRoot", st.cgroupRoot)
+		return nil
+	}
+	deps := quotaburst.Deps{Latest: col.Latest, Containers: burstContainers(fe.Store()), Cgroups: cgroups, Registerer: reg}
+	if cpus != nil {
+		deps.SharePoolMilli = func() int64 { return int64(cpus.Pools().LS.Size()) * 1000 }
+	}
+	cfg := cpuburst.Config(st.colocation.Load().CPUBurst)
+	l, err := quotaburst.New(cfg, deps)
+	if err != nil {
+		// A configuration the loop refuses still lets it start switched off; a later one may switch it on.
+		off := cpuburst.DefaultConfig()
+		logger.Error(err, "cpu-burst-config refused by the CFS quota burst; it starts off", "policy", cfg.Policy)
+		if l, err = quotaburst.New(off, deps); err != nil {
+			return err
+		}
+		_ = l.Reconfigure(cfg) // records the refusal for tandemctl config
+	}
+	loops.Go("quota-burst", l.Run)
+	cons.follow(ctx, func(ctx context.Context, r slo.Resolved) {
+		if err := l.Reconfigure(cpuburst.Config(r.CPUBurst)); err != nil {
+			klog.FromContext(ctx).Error(err, "CFS quota burst settings refused; the ones in force stay")
+		}
+	})
+	cons.report(l)
+	return nil
+}
+
+// burstContainers lists the store's containers for the quota burst loop, rebuilt only when the store
+// changed: the loop asks every second.
+func burstContainers(st *store.Store) func() []quotaburst.Container {
+	var mu sync.Mutex
+	gen, cached := uint64(math.MaxUint64), []quotaburst.Container(nil)
+	return func() []quotaburst.Container {
+		mu.Lock()
+		defer mu.Unlock()
+		if g := st.Generation(); g == gen {
+			return cached
+		} else {
+			gen = g
+		}
+		snap := st.Snapshot()
+		pods := make(map[string]*store.Pod, len(snap.Pods))
+		for _, p := range snap.Pods {
+			pods[p.ID] = p
+		}
+		cached = make([]quotaburst.Container, 0, len(snap.Containers))
+		for _, c := range snap.Containers {
+			p := pods[c.PodSandboxID]
+			if p == nil {
+				continue
+			}
+			class := resqos.Class(c.Annotations[qos.AnnotationClass])
+			if class == "" {
+				class = resqos.Class(p.Annotations[qos.AnnotationClass])
+			}
+			bc := quotaburst.Container{ID: c.ID, Name: c.Name, PodID: p.ID, Namespace: p.Namespace, Pod: p.Name, Class: class,
+				PodCgroupParent: p.CgroupParent, Running: c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()}
+			if c.Resources != nil {
+				bc.Quota, bc.Period = c.Resources.CPUQuota, c.Resources.CPUPeriod
+			}
+			cached = append(cached, bc)
+		}
+		return cached
+	}
+}
