@@ -554,6 +554,9 @@ func run(ctx context.Context, b Binary, args []string) error {
 	if err := startQuotaBurst(ctx, loops, st, col, cpus, cgroups, fe, reg, cons); err != nil {
 		return err
 	}
+	if err := startSysConfig(ctx, loops, st, reg, cons); err != nil {
+		return err
+	}
 	// API access comes when it can: the CRI socket never waits for it.
 	loops.Once("connect-api", func(ctx context.Context) error {
 		if client := connectAPI(ctx, st.podSpec.Kubeconfig, st.podSpec.NodeName, st.apiRetry); client != nil {
