@@ -190,7 +190,9 @@ func TestHostApplication(t *testing.T) {
 		}
 		// The proxy started before the file existed: it applies it once it appears.
 		writeHostAppConfig(t, cfgFile, hostAppConfig(apps...))
-		cpus := func(rel string) string { return readHostFile(t, filepath.Join("/sys/fs/cgroup/cpuset", rel, "cpuset.cpus")) }
+		cpus := func(rel string) string {
+			return readHostFile(t, filepath.Join("/sys/fs/cgroup/cpuset", rel, "cpuset.cpus"))
+		}
 		idle := func(rel string) string { return readHostFile(t, filepath.Join("/sys/fs/cgroup/cpu", rel, "cpu.idle")) }
 
 		// An LSR pod takes one CPU: the LS pool is the other, BE keeps both.
