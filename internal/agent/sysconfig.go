@@ -22,8 +22,8 @@ import (
 // wrote system-config's (resource/sysconfig).
 const sysconfigRecord = "sysconfig-originals.json"
 
-// startSysConfig applies system-config's node-wide memory settings (min_free_kbytes,
-// watermark_scale_factor, Anolis's memcg reaper) and follows every change; when the agent stops, its loop
+// startSysConfig applies system-config's node-wide settings (min_free_kbytes, watermark_scale_factor, and
+// Anolis's memcg reaper and group identity switch) and follows every change; when the agent stops, its loop
 // puts the node's own values back. docs/system-config.md says what each key does.
 func startSysConfig(ctx context.Context, loops *supervise.Group, st settings, reg prometheus.Registerer, cons *consumers) error {
 	cfg := sysconfig.Config{ProcRoot: "/proc", SysRoot: st.sysfsRoot, Record: filepath.Join(st.proxy.StateDir, sysconfigRecord)}
@@ -173,7 +173,7 @@ func (s *systemConfig) observe(rs []sysconfig.Result) {
 	}
 }
 
-// Knobs reports every key of system-config: the three Tandem applies, as the last Apply left them, and
+// Knobs reports every key of system-config: the four Tandem applies, as the last Apply left them, and
 // the others as unsupported.
 func (s *systemConfig) Knobs() []knob.Status {
 	s.mu.Lock()
@@ -190,6 +190,7 @@ func (s *systemConfig) Knobs() []knob.Status {
 		sysconfig.KeyMinFreeKbytesFactor:  w.MinFreeKbytesFactor,
 		sysconfig.KeyWatermarkScaleFactor: w.WatermarkScaleFactor,
 		sysconfig.KeyMemcgReapBackGround:  w.MemcgReapBackGround,
+		sysconfig.KeySchedGroupIdentity:   w.SchedGroupIdentityEnabled,
 	}
 	var out []knob.Status
 	for _, key := range sysconfig.Keys() {
@@ -217,8 +218,6 @@ func sysconfigUnsupported(want slo.SystemSettings) []knob.Status {
 	out := []knob.Status{
 		{Key: "pageCacheLimitEnabled", Value: jsonValue(want.PageCacheLimitEnabled), Detail: anolis},
 		{Key: "schedFeatures", Value: features, Detail: "Tandem does not change the scheduler's features"},
-		{Key: "schedGroupIdentityEnabled", Value: jsonValue(want.SchedGroupIdentityEnabled),
-			Detail: anolis + "; BE pods get cpu.idle instead where the kernel has it, mainline's counterpart of group identity"},
 		{Key: "schedIdleSaverWmark", Value: jsonValue(want.SchedIdleSaverWmark), Detail: anolis},
 		{Key: "totalNetworkBandwidth", Value: bandwidth, Detail: "Tandem has no network QoS; the bandwidth is not used"},
 	}
@@ -241,13 +240,13 @@ func sysconfigUnmanaged(err error) []knob.Status {
 // wantOf maps system-config's strategy to what the keeper applies.
 func wantOf(s slo.SystemSettings) sysconfig.Want {
 	return sysconfig.Want{MinFreeKbytesFactor: s.MinFreeKbytesFactor, WatermarkScaleFactor: s.WatermarkScaleFactor,
-		MemcgReapBackGround: s.MemcgReapBackGround}
+		MemcgReapBackGround: s.MemcgReapBackGround, SchedGroupIdentityEnabled: s.SchedGroupIdentityEnabled}
 }
 
 func sameWant(a, b sysconfig.Want) bool {
 	eq := func(x, y *int64) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 	return eq(a.MinFreeKbytesFactor, b.MinFreeKbytesFactor) && eq(a.WatermarkScaleFactor, b.WatermarkScaleFactor) &&
-		eq(a.MemcgReapBackGround, b.MemcgReapBackGround)
+		eq(a.MemcgReapBackGround, b.MemcgReapBackGround) && eq(a.SchedGroupIdentityEnabled, b.SchedGroupIdentityEnabled)
 }
 
 // jsonValue is v as JSON, empty for a nil pointer.

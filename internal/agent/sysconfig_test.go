@@ -23,7 +23,7 @@ import (
 // The agent's system-config loop on a temporary proc and sys tree (Anolis's memcg_reaper included): the
 // real /proc/sys is e2e/sysconfig_test.go's, against a real tandem-proxy.
 
-const seedSystemConfig = `{"clusterStrategy": {"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150, "memcgReapBackGround": 1}}`
+const seedSystemConfig = `{"clusterStrategy": {"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150, "memcgReapBackGround": 1, "schedGroupIdentityEnabled": 1}}`
 
 type sysTree struct {
 	cfg   sysconfig.Config
@@ -39,6 +39,7 @@ func newSysTree(t *testing.T) sysTree {
 			"min_free_kbytes":        filepath.Join(dir, "proc/sys/vm/min_free_kbytes"),
 			"watermark_scale_factor": filepath.Join(dir, "proc/sys/vm/watermark_scale_factor"),
 			"reap_background":        filepath.Join(dir, "sys/kernel/mm/memcg_reaper/reap_background"),
+			"group_identity":         filepath.Join(dir, "proc/sys/kernel/sched_group_identity_enabled"),
 		},
 	}
 	for path, v := range map[string]string{
@@ -46,6 +47,7 @@ func newSysTree(t *testing.T) sysTree {
 		tr.files["min_free_kbytes"]:        "67584\n",
 		tr.files["watermark_scale_factor"]: "10\n",
 		tr.files["reap_background"]:        "0\n",
+		tr.files["group_identity"]:         "0\n",
 	} {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -58,8 +60,8 @@ func newSysTree(t *testing.T) sysTree {
 }
 
 var (
-	sysOriginals = map[string]string{"min_free_kbytes": "67584", "watermark_scale_factor": "10", "reap_background": "0"}
-	sysSeed      = map[string]string{"min_free_kbytes": "167772", "watermark_scale_factor": "150", "reap_background": "1"}
+	sysOriginals = map[string]string{"min_free_kbytes": "67584", "watermark_scale_factor": "10", "reap_background": "0", "group_identity": "0"}
+	sysSeed      = map[string]string{"min_free_kbytes": "167772", "watermark_scale_factor": "150", "reap_background": "1", "group_identity": "1"}
 )
 
 // waitFiles waits until every file holds its value.
@@ -152,7 +154,7 @@ func TestSysConfigFollowsSLO(t *testing.T) {
 		"watermarkScaleFactor":      {Value: "150", State: knob.Applied},
 		"memcgReapBackGround":       {Value: "1", State: knob.Applied},
 		"pageCacheLimitEnabled":     {State: knob.Unsupported},
-		"schedGroupIdentityEnabled": {State: knob.Unsupported},
+		"schedGroupIdentityEnabled": {Value: "1", State: knob.Applied},
 		"schedIdleSaverWmark":       {State: knob.Unsupported},
 		"schedFeatures":             {State: knob.Unsupported},
 		"totalNetworkBandwidth":     {State: knob.Unsupported},
@@ -243,7 +245,7 @@ func TestSysConfigAfterKill(t *testing.T) {
 			}
 			one, v150 := int64(1), int64(150)
 			hundred := int64(100)
-			killed.Apply(ctx, sysconfig.Want{MinFreeKbytesFactor: &hundred, WatermarkScaleFactor: &v150, MemcgReapBackGround: &one})
+			killed.Apply(ctx, sysconfig.Want{MinFreeKbytesFactor: &hundred, WatermarkScaleFactor: &v150, MemcgReapBackGround: &one, SchedGroupIdentityEnabled: &one})
 			tr.waitFiles(t, "killed run", sysSeed)
 
 			cons, stop := startSys(t, tr, tc.expected, nil)

@@ -1,6 +1,6 @@
-// Package sysconfig writes the node-wide memory settings of Koordinator's system-config
-// (minFreeKbytesFactor, watermarkScaleFactor, memcgReapBackGround) to the kernel, and puts back what the
-// kernel had before.
+// Package sysconfig writes the node-wide settings of Koordinator's system-config (minFreeKbytesFactor,
+// watermarkScaleFactor, and on Anolis OS memcgReapBackGround and schedGroupIdentityEnabled) to the kernel,
+// and puts back what the kernel had before.
 //
 // It is a package of its own, and not a policy hook, because these settings are not a container's: they
 // belong to the whole node, every process on it depends on them, and nothing resets them when Tandem goes
@@ -48,20 +48,23 @@ const (
 	KeyMinFreeKbytesFactor  = "minFreeKbytesFactor"
 	KeyWatermarkScaleFactor = "watermarkScaleFactor"
 	KeyMemcgReapBackGround  = "memcgReapBackGround"
+	KeySchedGroupIdentity   = "schedGroupIdentityEnabled"
 )
 
 // Keys lists the keys Apply reports, in its order.
 func Keys() []string {
-	return []string{KeyMinFreeKbytesFactor, KeyWatermarkScaleFactor, KeyMemcgReapBackGround}
+	return []string{KeyMinFreeKbytesFactor, KeyWatermarkScaleFactor, KeyMemcgReapBackGround, KeySchedGroupIdentity}
 }
 
 // The files, relative to the proc and sys roots. reap_background is Anolis OS's switch of the background
-// reaper of zombie memory cgroups (Documentation/vm/memcg_zombie_reaper.rst in its kernel; koordlet writes
-// the same file); mainline kernels do not have it.
+// reaper of zombie memory cgroups (Documentation/vm/memcg_zombie_reaper.rst in its kernel), and
+// sched_group_identity_enabled its switch of group identity, which makes the cpu.bvt_warp_ns the cpuidle
+// policy sets take effect; koordlet writes the same files, and mainline kernels have neither.
 const (
 	minFreeKbytesFile        = "sys/vm/min_free_kbytes"
 	watermarkScaleFactorFile = "sys/vm/watermark_scale_factor"
 	reapBackgroundFile       = "kernel/mm/memcg_reaper/reap_background"
+	groupIdentityFile        = "sys/kernel/sched_group_identity_enabled"
 )
 
 // Bounds of what Tandem writes. Each is at least as strict as koordlet's own check before it writes
@@ -106,6 +109,8 @@ type Want struct {
 	MinFreeKbytesFactor  *int64
 	WatermarkScaleFactor *int64
 	MemcgReapBackGround  *int64
+	// SchedGroupIdentityEnabled is Anolis's group identity switch.
+	SchedGroupIdentityEnabled *int64
 }
 
 // State is what a key does on the node.
@@ -186,6 +191,9 @@ func (k *Keeper) Apply(ctx context.Context, w Want) []Result {
 		k.apply(ctx, plan{key: KeyMemcgReapBackGround, file: filepath.Join(k.cfg.SysRoot, reapBackgroundFile),
 			want: w.MemcgReapBackGround, value: deref(w.MemcgReapBackGround),
 			refuse: outside(w.MemcgReapBackGround, 0, 1, "it is a switch")}),
+		k.apply(ctx, plan{key: KeySchedGroupIdentity, file: filepath.Join(k.cfg.ProcRoot, groupIdentityFile),
+			want: w.SchedGroupIdentityEnabled, value: deref(w.SchedGroupIdentityEnabled),
+			refuse: outside(w.SchedGroupIdentityEnabled, 0, 1, "it is a switch")}),
 	}
 	k.results = out
 	return slices.Clone(out)

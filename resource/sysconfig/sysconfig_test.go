@@ -21,9 +21,11 @@ const (
 	minFree  = minFreeKbytesFile
 	wsf      = watermarkScaleFactorFile
 	reap     = reapBackgroundFile
+	gi       = groupIdentityFile
 	origMin  = "67584"
 	origWSF  = "10"
 	origReap = "0"
+	origGI   = "0"
 )
 
 type tree struct {
@@ -48,6 +50,7 @@ func newTree(t *testing.T, anolis bool) tree {
 	put(filepath.Join(tr.proc, wsf), origWSF)
 	if anolis {
 		put(filepath.Join(tr.sys, reap), origReap)
+		put(filepath.Join(tr.proc, gi), origGI)
 	} else if err := os.MkdirAll(filepath.Join(tr.sys, "kernel", "mm"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +100,12 @@ type step struct {
 }
 
 func TestKeeper(t *testing.T) {
-	seed := Want{MinFreeKbytesFactor: p(100), WatermarkScaleFactor: p(150), MemcgReapBackGround: p(1)}
-	originals := map[string]string{minFree: origMin, wsf: origWSF, reap: origReap}
-	seedValues := map[string]string{minFree: "167772", wsf: "150", reap: "1"}
-	allApplied := map[string]State{KeyMinFreeKbytesFactor: Applied, KeyWatermarkScaleFactor: Applied, KeyMemcgReapBackGround: Applied}
-	allOff := map[string]State{KeyMinFreeKbytesFactor: Off, KeyWatermarkScaleFactor: Off, KeyMemcgReapBackGround: Off}
+	seed := Want{MinFreeKbytesFactor: p(100), WatermarkScaleFactor: p(150), MemcgReapBackGround: p(1), SchedGroupIdentityEnabled: p(1)}
+	originals := map[string]string{minFree: origMin, wsf: origWSF, reap: origReap, gi: origGI}
+	seedValues := map[string]string{minFree: "167772", wsf: "150", reap: "1", gi: "1"}
+	allApplied := map[string]State{KeyMinFreeKbytesFactor: Applied, KeyWatermarkScaleFactor: Applied, KeyMemcgReapBackGround: Applied,
+		KeySchedGroupIdentity: Applied}
+	allOff := map[string]State{KeyMinFreeKbytesFactor: Off, KeyWatermarkScaleFactor: Off, KeyMemcgReapBackGround: Off, KeySchedGroupIdentity: Off}
 	tests := []struct {
 		name   string
 		anolis bool
@@ -111,8 +115,9 @@ func TestKeeper(t *testing.T) {
 			{name: "seed 004", apply: &seed, want: seedValues, states: allApplied, recorded: true,
 				detail: map[string]string{KeyMinFreeKbytesFactor: "min_free_kbytes 167772 = 100 × 16777216 kB MemTotal / 10000"}},
 			{name: "change", apply: &Want{MinFreeKbytesFactor: p(200), WatermarkScaleFactor: p(10)},
-				want:   map[string]string{minFree: "335544", wsf: "10", reap: origReap},
-				states: map[string]State{KeyMinFreeKbytesFactor: Applied, KeyWatermarkScaleFactor: Applied, KeyMemcgReapBackGround: Off}, recorded: true},
+				want: map[string]string{minFree: "335544", wsf: "10", reap: origReap, gi: origGI},
+				states: map[string]State{KeyMinFreeKbytesFactor: Applied, KeyWatermarkScaleFactor: Applied, KeyMemcgReapBackGround: Off,
+					KeySchedGroupIdentity: Off}, recorded: true},
 			{name: "section removed", apply: &Want{}, want: originals, states: allOff, recorded: false},
 		}},
 		{name: "stop restores", anolis: true, steps: []step{
@@ -135,9 +140,10 @@ func TestKeeper(t *testing.T) {
 		}},
 		{name: "refusals write nothing", anolis: true, steps: []step{
 			// 1 × 16777216 / 10000 = 1677 kB: below the kernel's own 16384.
-			{name: "too small", apply: &Want{MinFreeKbytesFactor: p(1), WatermarkScaleFactor: p(5), MemcgReapBackGround: p(2)},
+			{name: "too small", apply: &Want{MinFreeKbytesFactor: p(1), WatermarkScaleFactor: p(5), MemcgReapBackGround: p(2), SchedGroupIdentityEnabled: p(-1)},
 				want: originals, recorded: false,
-				states: map[string]State{KeyMinFreeKbytesFactor: Refused, KeyWatermarkScaleFactor: Refused, KeyMemcgReapBackGround: Refused},
+				states: map[string]State{KeyMinFreeKbytesFactor: Refused, KeyWatermarkScaleFactor: Refused, KeyMemcgReapBackGround: Refused,
+					KeySchedGroupIdentity: Refused},
 				detail: map[string]string{KeyMinFreeKbytesFactor: "below the floor of 16384 kB", KeyWatermarkScaleFactor: "5 is outside 10..400",
 					KeyMemcgReapBackGround: "2 is outside 0..1"}},
 			// 600 is 6 % of memory.
@@ -156,10 +162,11 @@ func TestKeeper(t *testing.T) {
 				states: map[string]State{KeyMinFreeKbytesFactor: Refused}, detail: map[string]string{KeyMinFreeKbytesFactor: "keeps 167772"}},
 			{name: "stop", restore: true, want: map[string]string{minFree: origMin}, recorded: false},
 		}},
-		{name: "no memcg_reaper on this kernel", steps: []step{
+		{name: "no memcg_reaper or group identity on this kernel", steps: []step{
 			{name: "seed 004", apply: &seed, want: map[string]string{minFree: "167772", wsf: "150"}, recorded: true,
-				states: map[string]State{KeyMinFreeKbytesFactor: Applied, KeyWatermarkScaleFactor: Applied, KeyMemcgReapBackGround: Ignored},
-				detail: map[string]string{KeyMemcgReapBackGround: "this kernel has no "}},
+				states: map[string]State{KeyMinFreeKbytesFactor: Applied, KeyWatermarkScaleFactor: Applied, KeyMemcgReapBackGround: Ignored,
+					KeySchedGroupIdentity: Ignored},
+				detail: map[string]string{KeyMemcgReapBackGround: "this kernel has no ", KeySchedGroupIdentity: "sched_group_identity_enabled"}},
 		}},
 		{name: "a value set by someone else is left alone", steps: []step{
 			{name: "seed 004", apply: &seed, want: map[string]string{minFree: "167772", wsf: "150"}, recorded: true},
