@@ -23,8 +23,9 @@ type record struct {
 type entry struct {
 	// Original is the value to restore.
 	Original string `json:"original"`
-	// Wrote lists the values Tandem wrote: the last one, and the one before it while a write is under
-	// way. A file holding one of them holds Tandem's value.
+	// Wrote lists the last two values Tandem wrote (one after the first write). The file holds the last,
+	// or the one before it if the agent died between saving the record and writing; a file holding
+	// either holds Tandem's value.
 	Wrote []string `json:"wrote"`
 }
 

@@ -210,7 +210,7 @@ func (k *Keeper) Results() []Result {
 			continue
 		}
 		if cur, err := readValue(r.File); err == nil && cur != strconv.FormatInt(r.Value, 10) {
-			out[i].Detail += fmt.Sprintf("; but %s now holds %s: changed by someone else since; Tandem writes it again at the next configuration change", r.File, cur)
+			out[i].Detail += fmt.Sprintf("; but %s now holds %s: changed by someone else since; Tandem writes it again when the system-config values change", r.File, cur)
 		}
 	}
 	return out
@@ -380,8 +380,8 @@ func (k *Keeper) remember(logger klog.Logger, file, cur, want string) error {
 			"holds", cur, "tandemWrote", e.Wrote, "previousOriginal", e.Original)
 		e.Original = cur
 	}
-	// The value written before this one stays listed until the next write: if the agent dies between the
-	// save and the write, the file still holds it, and it is Tandem's.
+	// The value written before this one stays listed: if the agent dies between the save and the write,
+	// the file still holds it, and it is Tandem's.
 	if n := len(e.Wrote); n > 0 {
 		e.Wrote = e.Wrote[n-1:]
 	}
