@@ -84,7 +84,7 @@ const (
 	// every pod without making reclaim any gentler. Koordinator's default factor is 100 (1 %).
 	minFreeKbytesMost  = 10 << 20
 	minFreePercentMost = 5
-	// The kernel accepts watermark_scale_factor 1..1000 (1..3000 since Linux 5.19). Tandem writes what
+	// The kernel accepts watermark_scale_factor 1..3000 (1..1000 before mid-2022). Tandem writes what
 	// koordlet does, 10..400: below 10, the kernel's default, the gap between the watermarks shrinks below
 	// what the kernel chose and more allocations fall into direct reclaim; above 400 (4 % of memory
 	// between each watermark) kswapd keeps up to 8 % of memory free, far beyond what any burst needs.
