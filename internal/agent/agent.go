@@ -554,6 +554,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 	if err := startQuotaBurst(ctx, loops, st, col, cpus, cgroups, fe, reg, cons); err != nil {
 		return err
 	}
+	startMemoryQoS(ctx, cons, policyDeps.Cgroups)
 	if err := startSysConfig(ctx, loops, st, reg, cons); err != nil {
 		return err
 	}
