@@ -91,21 +91,34 @@ func enableState(class string, cc ClassConfig, p cgroup.Prober) (knob.State, str
 }
 
 func settingState(class string, cc ClassConfig, s setting, p cgroup.Prober) (knob.State, string) {
-	if !cc.Enable {
-		return knob.Off, class + ".memoryQOS.enable is false"
-	}
-	if !s.on(cc) {
-		return knob.Off, "0 leaves " + s.file + " as kubelet and the kernel set it"
-	}
-	if p == nil {
-		return knob.Ignored, "no cgroup hierarchy under the cgroup root: no " + s.file
-	}
-	if !p.Supports(s.file) {
+	lacks := func() string {
+		if p == nil {
+			return "no cgroup hierarchy under the cgroup root: no " + s.file
+		}
+		if p.Supports(s.file) {
+			return ""
+		}
 		has := "cgroup v2 and Anolis OS kernels have it"
 		if anolisOnly(s.file) {
 			has = "Anolis OS kernels have it"
 		}
-		return knob.Ignored, fmt.Sprintf("no %s in this kernel's cgroup v%d memory controller (%s)", s.file, p.Version(), has)
+		return fmt.Sprintf("no %s in this kernel's cgroup v%d memory controller (%s)", s.file, p.Version(), has)
+	}
+	// Off says whether enabling would help: an operator planning to switch a class on reads it here.
+	off := func(why string) (knob.State, string) {
+		if l := lacks(); l != "" {
+			return knob.Off, why + "; and " + l
+		}
+		return knob.Off, why
+	}
+	if !cc.Enable {
+		return off(class + ".memoryQOS.enable is false")
+	}
+	if !s.on(cc) {
+		return off("0 leaves " + s.file + " as kubelet and the kernel set it")
+	}
+	if l := lacks(); l != "" {
+		return knob.Ignored, l
 	}
 	v := s.value(cc)
 	switch s.percentOf {

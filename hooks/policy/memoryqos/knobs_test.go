@@ -246,6 +246,8 @@ func TestKnobs(t *testing.T) {
 			"lsClass.memoryQOS.wmarkRatio":        {knob.Ignored, "95", "no memory.wmark_ratio"},
 			"lsClass.memoryQOS.lowLimitPercent":   {knob.Off, "0", "0 leaves memory.low"},
 			"beClass.memoryQOS.wmarkMinAdj":       {knob.Off, "50", "enable is false"},
+			// Off, and says that enabling the class would not help here.
+			"beClass.memoryQOS.wmarkRatio": {knob.Off, "95", "beClass.memoryQOS.enable is false; and no memory.wmark_ratio in this kernel's cgroup v1"},
 		}},
 		{name: "no cgroup hierarchy", want: map[string]want{
 			"lsClass.memoryQOS.enable":     {knob.Ignored, "true", "no cgroup hierarchy"},
