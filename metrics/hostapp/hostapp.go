@@ -362,6 +362,9 @@ func (l *Loop) apply(ctx context.Context, s *appState, pools *alloc.Pools, ceili
 			note(fmt.Sprintf("CFS quota %d (BE suppression ceiling %d/%d)", quota, ceiling.Quota, ceiling.Period), err)
 		}
 	}
+	if len(done)+len(missing)+len(errs) == 0 {
+		return knob.Ignored, "no CPU topology on this node: the CPU pools are unknown, so there is nothing to apply to an LS application"
+	}
 	// The cgroup is missing when nothing could be done for lack of it.
 	gone := len(done) == 0 && len(errs) == 0 && len(missing) > 0
 	if gone != s.missing {

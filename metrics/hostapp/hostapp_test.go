@@ -394,3 +394,32 @@ func TestLoopNoApplications(t *testing.T) {
 		t.Errorf("knobs = %+v, want applications off", k)
 	}
 }
+
+// Without CPU topology there are no pools: an LS application has nothing to get and says so, while a BE
+// one still gets cpu.idle.
+func TestLoopWithoutTopology(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	tr := newTree(t, false)
+	tr.cgroup("/host-latency-sensitive/a", appFiles(false, "0-7", "0"))
+	tr.cgroup("/host-best-effort/b", appFiles(false, "0-7", "0"))
+	w, err := cgroup.New(tr.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(DefaultConfig(), Deps{Cgroups: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Set([]slo.HostApplication{{Name: "a", QoS: qos.LS}, {Name: "b", QoS: qos.BE}})
+	l.pass(ctx)
+	if s := knobOf(t, l, "a"); s.State != knob.Ignored || !strings.Contains(s.Detail, "no CPU topology") {
+		t.Errorf("LS knob = %+v, want ignored for lack of topology", s)
+	}
+	if s := knobOf(t, l, "b"); s.State != knob.Applied || !strings.Contains(s.Detail, "cpu.idle 1") {
+		t.Errorf("BE knob = %+v, want applied with cpu.idle", s)
+	}
+	if got := tr.read("cpuset", "/host-best-effort/b", "cpuset.cpus"); got != "0-7" {
+		t.Errorf("BE cpuset.cpus = %q, want untouched without pools", got)
+	}
+}
