@@ -45,6 +45,16 @@ func quotaBurstConfig(period, threshold int) string {
 // pool counts the whole node's use apart from LSE, LSR and BE containers, so a machine saturated by other
 // work (over 90% of both CPUs) holds the raise back: the failure message then shows the pool's usage.
 func TestCFSQuotaBurst(t *testing.T) {
+	testCFSQuotaBurst(t, forEachRuntime)
+}
+
+// TestCFSQuotaBurstNRI is TestCFSQuotaBurst with tandem-nri as containerd's NRI plugin: the loop is the
+// same, fed by the NRI front end's store; stopping tandem-nri puts the quotas back.
+func TestCFSQuotaBurstNRI(t *testing.T) {
+	testCFSQuotaBurst(t, forNRI)
+}
+
+func testCFSQuotaBurst(t *testing.T, each func(*testing.T, envOptions, func(*testing.T, context.Context, *env))) {
 	requireRoot(t)
 	hier := "/sys/fs/cgroup/cpu"
 	if _, err := os.Stat(filepath.Join(hier, "cpu.cfs_quota_us")); err != nil {
@@ -63,7 +73,7 @@ func TestCFSQuotaBurst(t *testing.T) {
 		}
 	}
 	writeConfig(t, -1, 100)
-	forEachRuntime(t, envOptions{proxyArgs: []string{"--slo-config", cfgFile}}, func(t *testing.T, ctx context.Context, e *env) {
+	each(t, envOptions{proxyArgs: []string{"--slo-config", cfgFile}}, func(t *testing.T, ctx context.Context, e *env) {
 		t.Cleanup(func() { writeConfig(t, -1, 100) }) // the next flavor starts from step 1
 		cfg := qosPodConfig(t, "burst-ls", "LS", "burstable")
 		podDir := filepath.Join(hier, cfg.Linux.CgroupParent)
@@ -143,10 +153,10 @@ func TestCFSQuotaBurst(t *testing.T) {
 		writeConfig(t, -1, 100)
 		waitFor("raised before the stop", 2*time.Minute, raised)
 		if code, err := e.proxy.Stop(ctx); err != nil || code != 0 {
-			t.Fatalf("stop tandem-proxy: exit %d, %v", code, err)
+			t.Fatalf("stop Tandem: exit %d, %v", code, err)
 		}
 		if c, p := quotas(); !atBase(c, p) {
-			t.Fatalf("after tandem-proxy stopped: container quota %d, pod quota %d; want 20000 both", c, p)
+			t.Fatalf("after Tandem stopped: container quota %d, pod quota %d; want 20000 both", c, p)
 		}
 	})
 }
