@@ -19,6 +19,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint8(2), `{"nodeStrategies": [{"name": "a", "nodeSelector": {"matchExpressions": [{"key": "k", "operator": "Exists"}]}, "lsClass": {"cpuQOS": {"enable": true}}}]}`)
 	f.Add(uint8(0), `{"Enable": true, "extensions": {"x": {"y": [1, 2]}}, "metricAggregatePolicy": {"durations": ["1h"]}}`)
 	f.Add(uint8(4), `{"clusterStrategy": {"totalNetworkBandwidth": "10Gi", "schedFeatures": {"A": true}}}`)
+	f.Add(uint8(5), `{"applications": [{"name": "a", "qos": "BE"}], "nodeConfigs": [{"name": "n", "nodeSelector": {"matchLabels": {"k": "v"}},
+		"applications": [{"name": "b", "qos": "LS", "strategy": {}, "cgroupPath": {"base": "KubepodsBesteffort", "relativePath": "b"}}]}]}`)
 
 	nodes := []map[string]string{nil, {"kubernetes.io/kernel": "anolis"}, {"k": "v", "a": "b"}}
 	f.Fuzz(func(t *testing.T, which uint8, text string) {
