@@ -256,6 +256,21 @@ func TestHostApplication(t *testing.T) {
 			return ""
 		})
 
+		// Missing for several passes, said once.
+		logged, err := os.ReadFile(e.proxy.LogPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(string(logged), "\n") {
+			if strings.Contains(line, "Host application cgroup does not exist") && strings.Contains(line, lateName) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("the missing cgroup of %s was logged %d times, want once", lateName, n)
+		}
+
 		// Out of the configuration: what the proxy found is written back.
 		writeHostAppConfig(t, cfgFile, hostAppConfig(apps[2]))
 		hostAppEventually(t, 15*time.Second, "applications taken out of the configuration restored", func() string {
