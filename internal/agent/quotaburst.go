@@ -29,8 +29,8 @@ import (
 func startQuotaBurst(ctx context.Context, loops *supervise.Group, st settings, col *collector.Collector, cpus *alloc.Allocator,
 	cgroups cgroup.Writer, fe FrontEnd, reg prometheus.Registerer, cons *consumers) error {
 	logger := klog.FromContext(ctx)
-	if cgroups == nil {
-		// Nothing to write the quotas into; the keys still say so.
+	// Without cgroups there is nothing to write the quotas into; the keys still say so.
+	noCgroups := func() {
 		var mu sync.Mutex
 		cfg := cpuburst.Config(st.colocation.Load().CPUBurst)
 		cons.follow(ctx, func(_ context.Context, r slo.Resolved) { mu.Lock(); cfg = cpuburst.Config(r.CPUBurst); mu.Unlock() })
@@ -39,6 +39,9 @@ func startQuotaBurst(ctx context.Context, loops *supervise.Group, st settings, c
 			defer mu.Unlock()
 			return quotaburst.Knobs(cfg, nil, nil)
 		}))
+	}
+	if cgroups == nil {
+		noCgroups()
 		logger.Info("CFS quota burst off: no cgroup hierarchy", "cgroupRoot", st.cgroupRoot)
 		return nil
 	}
@@ -53,7 +56,10 @@ func startQuotaBurst(ctx context.Context, loops *supervise.Group, st settings, c
 		off := cpuburst.DefaultConfig()
 		logger.Error(err, "cpu-burst-config refused by the CFS quota burst; it starts off", "policy", cfg.Policy)
 		if l, err = quotaburst.New(off, deps); err != nil {
-			return err
+			// The CRI path never depends on it: the agent runs on without the quota burst.
+			logger.Error(err, "CFS quota burst off", "cgroupRoot", st.cgroupRoot)
+			noCgroups()
+			return nil
 		}
 		_ = l.Reconfigure(cfg) // records the refusal for tandemctl config
 	}

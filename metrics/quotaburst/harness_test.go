@@ -133,9 +133,20 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg cpuburst.Config, pods ...podSpec) *harness {
 	t.Helper()
+	return newHarnessVersion(t, 1, cfg, pods...)
+}
+
+// newHarnessVersion lays the tree out as cgroup v1 (cpu/<cgroup>/cpu.cfs_quota_us, cpu.cfs_period_us,
+// cpu.cfs_burst_us) or v2 (<cgroup>/cpu.max, cpu.max.burst). strictWriter's rules are v1's: on v2 it only
+// records.
+func newHarnessVersion(t *testing.T, version int, cfg cpuburst.Config, pods ...podSpec) *harness {
+	t.Helper()
 	root := t.TempDir()
 	write := func(rel, v string) {
 		p := filepath.Join(root, "cpu", rel)
+		if version == 2 {
+			p = filepath.Join(root, rel)
+		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -144,9 +155,21 @@ func newHarness(t *testing.T, cfg cpuburst.Config, pods ...podSpec) *harness {
 		}
 	}
 	cg := func(rel string, quota, burst int64) {
+		if version == 2 {
+			q := strconv.FormatInt(quota, 10)
+			if quota < 0 {
+				q = "max"
+			}
+			write(path.Join(rel, "cpu.max"), q+" 100000")
+			write(path.Join(rel, "cpu.max.burst"), strconv.FormatInt(burst, 10))
+			return
+		}
 		write(path.Join(rel, "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10))
 		write(path.Join(rel, "cpu.cfs_period_us"), "100000")
 		write(path.Join(rel, "cpu.cfs_burst_us"), strconv.FormatInt(burst, 10))
+	}
+	if version == 2 {
+		write("cgroup.controllers", "cpu memory")
 	}
 	cg("/", -1, 0)
 	cg("/kubepods", -1, 0)
@@ -168,7 +191,7 @@ func newHarness(t *testing.T, cfg cpuburst.Config, pods ...podSpec) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.w = &strictWriter{Writer: base, Tree: base.(cgroup.Tree)}
+	h.w = &strictWriter{Writer: base, Tree: base.(cgroup.Tree), kernel: version == 2}
 	h.l, err = New(cfg, Deps{Latest: h.snapshot, Containers: h.containers, Cgroups: h.w, Registerer: h.reg, Interval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -240,6 +263,13 @@ func (h *harness) step(nodeMilli int64, throttled ...string) {
 	h.l.Step(ctx, h.sample(nodeMilli, throttled...))
 }
 
+// tryQuota reads a cgroup's quota while the loop runs: a plain file being rewritten reads empty for a
+// moment (the kernel's cgroup files never do), which is no answer yet.
+func (h *harness) tryQuota(rel string) (int64, bool) {
+	m, err := h.w.CPUMax(rel)
+	return m.Quota, err == nil
+}
+
 // quota reads a cgroup's quota from the tree.
 func (h *harness) quota(rel string) int64 {
 	h.t.Helper()
@@ -252,7 +282,11 @@ func (h *harness) quota(rel string) int64 {
 
 func (h *harness) set(rel, file string, v int64) {
 	h.t.Helper()
-	if err := os.WriteFile(filepath.Join(h.root, "cpu", rel, file), []byte(strconv.FormatInt(v, 10)+"\n"), 0o644); err != nil {
+	dir := filepath.Join(h.root, "cpu", rel)
+	if h.w.Version() == 2 {
+		dir = filepath.Join(h.root, rel)
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(v, 10)+"\n"), 0o644); err != nil {
 		h.t.Fatal(err)
 	}
 }

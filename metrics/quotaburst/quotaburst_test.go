@@ -231,6 +231,31 @@ func TestWriteOrder(t *testing.T) {
 	}
 }
 
+// TestCgroupV2 runs a raise and a reset on a cgroup v2 layout: cpu.max holds quota and period together,
+// cpu.max.burst the burst.
+func TestCgroupV2(t *testing.T) {
+	t.Parallel()
+	h := newHarnessVersion(t, 2, quotaCfg(nil), podSpec{id: "p", quota: 20000, ctrs: []ctrSpec{{id: "a", class: qos.LS, quota: 20000, burst: 20000}}})
+	read := func(rel, file string) string {
+		t.Helper()
+		v, err := h.w.ReadFile(rel, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	h.step(idle)
+	h.step(idle, "a")
+	if got, pod := read(podA, "cpu.max"), read(pod, "cpu.max"); got != "24000 100000" || pod != "24000 100000" {
+		t.Fatalf("after a raise: container cpu.max %q, pod %q; want \"24000 100000\" both", got, pod)
+	}
+	h.set(podA, "cpu.max.burst", 24000)
+	h.step(busy, "a")
+	if got, pod, burst := read(podA, "cpu.max"), read(pod, "cpu.max"), read(podA, "cpu.max.burst"); got != "20000 100000" || pod != "20000 100000" || burst != "20000" {
+		t.Fatalf("after a reset: container cpu.max %q, pod %q, burst %q; want \"20000 100000\" both and burst 20000", got, pod, burst)
+	}
+}
+
 // runLoop runs h's loop until the returned stop is called; stop returns Run's error.
 func runLoop(t *testing.T, h *harness) (stop func() error) {
 	t.Helper()
@@ -256,8 +281,8 @@ func waitQuota(t *testing.T, h *harness, rel string, want int64, within time.Dur
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		got := h.quota(rel)
-		if got == want {
+		got, ok := h.tryQuota(rel)
+		if ok && got == want {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -271,15 +296,22 @@ func waitQuota(t *testing.T, h *harness, rel string, want int64, within time.Dur
 func raiseRunning(t *testing.T, h *harness) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for h.quota(podA) <= 20000 {
+	for {
+		if q, ok := h.tryQuota(podA); ok && q > 20000 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("container a not raised: quota %d", h.quota(podA))
+			t.Fatal("container a not raised")
 		}
 		h.sample(idle, "a")
 		time.Sleep(30 * time.Millisecond)
 	}
-	if h.metric("tandem_cpu_quota_burst_containers_raised", "") != 1 {
-		t.Fatalf("containers_raised = %v, want 1", h.metric("tandem_cpu_quota_burst_containers_raised", ""))
+	// The gauge is set once the step's writes are done.
+	for h.metric("tandem_cpu_quota_burst_containers_raised", "") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("containers_raised = %v, want 1", h.metric("tandem_cpu_quota_burst_containers_raised", ""))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
