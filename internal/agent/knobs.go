@@ -260,6 +260,18 @@ func baseKnobs(r slo.Resolved, f nodeFacts) []knob.Status {
 	return out
 }
 
+// refusedKnobs is one row per section the configuration refused, keyed by the section alone: its keys
+// below show the values in force, which are its last good ones (Koordinator's defaults at a first start),
+// not what the operator wrote.
+func refusedKnobs(refused []slo.SectionError) []knob.Status {
+	out := make([]knob.Status, 0, len(refused))
+	for _, r := range refused {
+		out = append(out, knob.Status{Section: r.Key, State: knob.Refused,
+			Detail: r.Error() + "; the section keeps its last good value (Koordinator's defaults at a first start), which the keys below show"})
+	}
+	return out
+}
+
 // knobsReport is /debug/config's answer.
 type knobsReport struct {
 	Node string        `json:"node"`
@@ -270,9 +282,9 @@ type knobsReport struct {
 func configHandler(node string, cons *consumers, facts nodeFacts) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		cons.mu.Lock()
-		r := cons.resolved
+		r, refused := cons.resolved, cons.refused
 		cons.mu.Unlock()
-		rep := knobsReport{Node: node, Keys: knob.Merge(baseKnobs(r, facts), cons.knobReports()...)}
+		rep := knobsReport{Node: node, Keys: knob.Merge(baseKnobs(r, facts), append(cons.knobReports(), refusedKnobs(refused))...)}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

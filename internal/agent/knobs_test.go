@@ -1,10 +1,19 @@
 package agent
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
+
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/config/slo/source"
+	"github.com/tandemkit/tandem/hooks/policy"
 )
 
 type fakeProber map[string]bool
@@ -80,5 +89,56 @@ func TestBaseKnobs(t *testing.T) {
 			}
 			t.Fatalf("%s %s not listed", tt.section, tt.key)
 		})
+	}
+}
+
+// TestConfigEndpointSaysRefused: a section the configuration refused is one row saying so, with the
+// reason, above its keys (which show the last good values); the reports of the parts acting on keys are
+// laid over the table.
+func TestConfigEndpointSaysRefused(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	cfg := slo.Parse(map[string]string{
+		slo.ColocationConfigKey: `{"enable": true}`,
+		slo.SystemConfigKey:     `{"clusterStrategy": {"minFreeKbytesFactor": 100} "nodeStrategies": []}`,
+	})
+	r, err := cfg.ForNode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := resolve(t, nil)
+	colocation := &atomic.Pointer[slo.Resolved]{}
+	colocation.Store(&defaults)
+	cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults}
+	cons.report(knob.ReporterFunc(func() []knob.Status {
+		return []knob.Status{{Section: slo.SystemConfigKey, Key: "minFreeKbytesFactor", State: knob.Off, Detail: "unset"}}
+	}))
+	cons.apply(ctx, source.Update{Config: cfg, Resolved: r, Origin: "test"})
+	rec := httptest.NewRecorder()
+	configHandler("node-a", cons, nodeFacts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/config", nil))
+	var rep knobsReport
+	if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	find := func(section, key string) knob.Status {
+		for _, s := range rep.Keys {
+			if s.Section == section && s.Key == key {
+				return s
+			}
+		}
+		t.Fatalf("%s %q not in /debug/config", section, key)
+		return knob.Status{}
+	}
+	if s := find(slo.SystemConfigKey, ""); s.State != knob.Refused || !strings.Contains(s.Detail, "line 1") {
+		t.Errorf("refused system-config row = %+v, want refused with the parse error's position", s)
+	}
+	if s := find(slo.SystemConfigKey, "minFreeKbytesFactor"); s.State != knob.Off {
+		t.Errorf("minFreeKbytesFactor = %+v, want the reporter's off", s)
+	}
+	if s := find(slo.ColocationConfigKey, "cpuReclaimThresholdPercent"); s.State != knob.Applied {
+		t.Errorf("colocation key of an enabled section = %+v, want applied", s)
+	}
+	if rep.Node != "node-a" {
+		t.Errorf("node %q", rep.Node)
 	}
 }

@@ -56,6 +56,8 @@ type consumers struct {
 	followers []func(context.Context, slo.Resolved)
 	// reporters say what each slo-config key they act on does on this node (/debug/config).
 	reporters []knob.Reporter
+	// refused are the sections the configuration in force refused (/debug/config says so).
+	refused []slo.SectionError
 }
 
 // follow registers f to be handed the configuration in force now and every later one, under mu: f must
@@ -125,6 +127,7 @@ func (c *consumers) apply(ctx context.Context, u source.Update) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.resolved, c.configured = u.Resolved, true
+	c.refused = u.Config.Refused()
 	c.colocation.Store(&u.Resolved)
 	c.rebuild(ctx)
 	c.reconfigureLoops(ctx)
