@@ -42,6 +42,16 @@ func while(on func(slo.Resolved) bool, offDetail string) knobRule {
 	}
 }
 
+// switchRule is for a section's enable key: Applied when on, Off when not, each saying what it means.
+func switchRule(on func(slo.Resolved) bool, onDetail, offDetail string) knobRule {
+	return func(r slo.Resolved, _ nodeFacts, _ string) (knob.State, string) {
+		if on(r) {
+			return knob.Applied, onDetail
+		}
+		return knob.Off, offDetail
+	}
+}
+
 // reported marks keys a part of the agent reports itself (knob.Reporter); this state shows only when
 // that part is not running.
 var reported = fixed(knob.Ignored, "the part of the agent that applies it is not running on this node; its start-up log line says why")
@@ -90,7 +100,8 @@ func knobRules() map[string]knobRule {
 		"colocation-config/extensions":                     fixed(knob.Unsupported, "third-party extensions are accepted and not read"),
 
 		// resource-threshold-config: CPU suppression and eviction (metrics/suppress, metrics/evict).
-		"resource-threshold-config/enable":                             fixed(knob.Applied, "CPU suppression and BE eviction run while it is true"),
+		"resource-threshold-config/enable": switchRule(func(r slo.Resolved) bool { return r.ResourceThreshold.Enable },
+			"CPU suppression and BE eviction run", "no CPU suppression and no BE eviction; the keys below wait for it"),
 		"resource-threshold-config/cpuSuppressThresholdPercent":        threshold,
 		"resource-threshold-config/cpuSuppressMinPercent":              threshold,
 		"resource-threshold-config/cpuSuppressPolicy":                  threshold,

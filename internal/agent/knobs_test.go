@@ -64,6 +64,8 @@ func TestBaseKnobs(t *testing.T) {
 	}{
 		{"colocation off", base, mainline, "colocation-config", "cpuReclaimThresholdPercent", knob.Off, "60"},
 		{"colocation on", on, mainline, "colocation-config", "cpuReclaimThresholdPercent", knob.Applied, "60"},
+		{"colocation switched off", base, mainline, "colocation-config", "enable", knob.Off, "false"},
+		{"colocation switched on", on, mainline, "colocation-config", "enable", knob.Applied, "true"},
 		{"mid tier is not published", on, mainline, "colocation-config", "midCPUThresholdPercent", knob.Unsupported, "100"},
 		{"group identity on mainline", on, mainline, "resource-qos-config", "lsClass.cpuQOS.groupIdentity", knob.Ignored, "2"},
 		{"group identity on Anolis", on, anolis, "resource-qos-config", "lsClass.cpuQOS.groupIdentity", knob.Applied, "2"},
