@@ -77,7 +77,8 @@ func knobRules() map[string]knobRule {
 	threshold := while(func(r slo.Resolved) bool { return r.ResourceThreshold.Enable }, "resource-threshold-config.enable is false")
 	return map[string]knobRule{
 		// colocation-config: the reclaim formula and the node reporter (metrics/reclaim, metrics/reporter).
-		"colocation-config/enable":                         fixed(knob.Applied, "batch capacity is published on the Node while the agent has API access"),
+		"colocation-config/enable": switchRule(func(r slo.Resolved) bool { return r.Colocation.Enable },
+			"batch capacity is published on the Node while the agent has API access", "no batch capacity is published; the keys below wait for it"),
 		"colocation-config/metricAggregateDurationSeconds": colocation,
 		"colocation-config/metricReportIntervalSeconds":    colocation,
 		"colocation-config/cpuReclaimThresholdPercent":     colocation,
