@@ -25,12 +25,12 @@ import (
 	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
-// collectorTargets lists the store's containers for the collector, rebuilt only when the store changed:
-// every source calls it each interval.
-func collectorTargets(st *store.Store) func() []collector.Target {
+// perContainer maps the store's containers (with their pods) through f, rebuilt only when the store
+// changed: the loops that read it ask every interval, and the store changes far less often.
+func perContainer[T any](st *store.Store, f func(p *store.Pod, c *store.Container, class resqos.Class) T) func() []T {
 	var mu sync.Mutex
-	gen, cached := uint64(math.MaxUint64), []collector.Target(nil)
-	return func() []collector.Target {
+	gen, cached := uint64(math.MaxUint64), []T(nil)
+	return func() []T {
 		mu.Lock()
 		defer mu.Unlock()
 		if g := st.Generation(); g == gen {
@@ -43,7 +43,7 @@ func collectorTargets(st *store.Store) func() []collector.Target {
 		for _, p := range snap.Pods {
 			pods[p.ID] = p
 		}
-		cached = make([]collector.Target, 0, len(snap.Containers))
+		cached = make([]T, 0, len(snap.Containers))
 		for _, c := range snap.Containers {
 			p := pods[c.PodSandboxID]
 			if p == nil {
@@ -54,11 +54,18 @@ func collectorTargets(st *store.Store) func() []collector.Target {
 			if class == "" {
 				class = resqos.Class(p.Annotations[qos.AnnotationClass])
 			}
-			cached = append(cached, collector.Target{Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID,
-				Container: c.Name, ContainerID: c.ID, QoS: class, CgroupParent: p.CgroupParent})
+			cached = append(cached, f(p, c, class))
 		}
 		return cached
 	}
+}
+
+// collectorTargets lists the store's containers for the collector.
+func collectorTargets(st *store.Store) func() []collector.Target {
+	return perContainer(st, func(p *store.Pod, c *store.Container, class resqos.Class) collector.Target {
+		return collector.Target{Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID,
+			Container: c.Name, ContainerID: c.ID, QoS: class, CgroupParent: p.CgroupParent}
+	})
 }
 
 // podRequests sums, per pod, the requests of its live containers as the runtime got them: CPU from the

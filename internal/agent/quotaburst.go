@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"math"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,7 +11,6 @@ import (
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
-	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/quotaburst"
@@ -73,41 +71,14 @@ func startQuotaBurst(ctx context.Context, loops *supervise.Group, st settings, c
 	return nil
 }
 
-// burstContainers lists the store's containers for the quota burst loop, rebuilt only when the store
-// changed: the loop asks every second.
+// burstContainers lists the store's containers for the quota burst loop.
 func burstContainers(st *store.Store) func() []quotaburst.Container {
-	var mu sync.Mutex
-	gen, cached := uint64(math.MaxUint64), []quotaburst.Container(nil)
-	return func() []quotaburst.Container {
-		mu.Lock()
-		defer mu.Unlock()
-		if g := st.Generation(); g == gen {
-			return cached
-		} else {
-			gen = g
+	return perContainer(st, func(p *store.Pod, c *store.Container, class resqos.Class) quotaburst.Container {
+		bc := quotaburst.Container{ID: c.ID, Name: c.Name, PodID: p.ID, Namespace: p.Namespace, Pod: p.Name, Class: class,
+			PodCgroupParent: p.CgroupParent, Running: c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()}
+		if c.Resources != nil {
+			bc.Quota, bc.Period = c.Resources.CPUQuota, c.Resources.CPUPeriod
 		}
-		snap := st.Snapshot()
-		pods := make(map[string]*store.Pod, len(snap.Pods))
-		for _, p := range snap.Pods {
-			pods[p.ID] = p
-		}
-		cached = make([]quotaburst.Container, 0, len(snap.Containers))
-		for _, c := range snap.Containers {
-			p := pods[c.PodSandboxID]
-			if p == nil {
-				continue
-			}
-			class := resqos.Class(c.Annotations[qos.AnnotationClass])
-			if class == "" {
-				class = resqos.Class(p.Annotations[qos.AnnotationClass])
-			}
-			bc := quotaburst.Container{ID: c.ID, Name: c.Name, PodID: p.ID, Namespace: p.Namespace, Pod: p.Name, Class: class,
-				PodCgroupParent: p.CgroupParent, Running: c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()}
-			if c.Resources != nil {
-				bc.Quota, bc.Period = c.Resources.CPUQuota, c.Resources.CPUPeriod
-			}
-			cached = append(cached, bc)
-		}
-		return cached
-	}
+		return bc
+	})
 }
