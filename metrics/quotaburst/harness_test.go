@@ -118,7 +118,7 @@ func ctrCgroup(pod, ctr string) string { return podParent(pod) + "/" + ctr }
 
 // harness runs a Loop on a fake tree with snapshots it makes.
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 	w    *strictWriter
 	l    *Loop
@@ -131,7 +131,7 @@ type harness struct {
 	latest    *collector.Snapshot
 }
 
-func newHarness(t *testing.T, cfg cpuburst.Config, pods ...podSpec) *harness {
+func newHarness(t testing.TB, cfg cpuburst.Config, pods ...podSpec) *harness {
 	t.Helper()
 	return newHarnessVersion(t, 1, cfg, pods...)
 }
@@ -139,7 +139,7 @@ func newHarness(t *testing.T, cfg cpuburst.Config, pods ...podSpec) *harness {
 // newHarnessVersion lays the tree out as cgroup v1 (cpu/<cgroup>/cpu.cfs_quota_us, cpu.cfs_period_us,
 // cpu.cfs_burst_us) or v2 (<cgroup>/cpu.max, cpu.max.burst). strictWriter's rules are v1's: on v2 it only
 // records.
-func newHarnessVersion(t *testing.T, version int, cfg cpuburst.Config, pods ...podSpec) *harness {
+func newHarnessVersion(t testing.TB, version int, cfg cpuburst.Config, pods ...podSpec) *harness {
 	t.Helper()
 	root := t.TempDir()
 	write := func(rel, v string) {
