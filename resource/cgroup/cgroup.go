@@ -81,7 +81,7 @@ func (w *v1) Version() int { return 1 }
 
 func (w *v1) Supports(file string) bool {
 	ctrl, _, _ := strings.Cut(file, ".")
-	return exists(filepath.Join(w.root, ctrl, file))
+	return existsHere(filepath.Join(w.root, ctrl), file)
 }
 
 func (w *v1) Write(parent string, s Settings) error {
@@ -108,16 +108,21 @@ type v2 struct{ root string }
 func (w *v2) Version() int { return 2 }
 
 // Supports looks below the root too: the root cgroup lacks many files its children have (cpu.idle).
-func (w *v2) Supports(file string) bool {
-	if exists(filepath.Join(w.root, file)) {
+func (w *v2) Supports(file string) bool { return existsHere(w.root, file) }
+
+// existsHere looks for a cgroup file in a hierarchy's root and, failing that, in the cgroups right below
+// it: the kernel hides many files from the root cgroup (cgroup v2's memory.min and cpu.idle; Anolis's
+// memory.wmark_ratio on v1), which pods' cgroups (kubepods) have.
+func existsHere(root, file string) bool {
+	if exists(filepath.Join(root, file)) {
 		return true
 	}
-	entries, err := os.ReadDir(w.root)
+	entries, err := os.ReadDir(root)
 	if err != nil {
 		return false
 	}
 	for _, e := range entries {
-		if e.IsDir() && exists(filepath.Join(w.root, e.Name(), file)) {
+		if e.IsDir() && exists(filepath.Join(root, e.Name(), file)) {
 			return true
 		}
 	}

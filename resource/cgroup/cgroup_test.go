@@ -160,6 +160,10 @@ func TestSupports(t *testing.T) {
 	}{
 		{"v1 has it", []string{"cpu/cpu.idle"}, "cpu.idle", true},
 		{"v1 lacks it", []string{"cpu/cpu.shares"}, "cpu.idle", false},
+		// Anolis hides memory.wmark_ratio from the root memory cgroup, as koordlet's check inside kubepods
+		// assumes.
+		{"v1 child has it", []string{"cpu/cpu.shares", "memory/kubepods/memory.wmark_ratio"}, "memory.wmark_ratio", true},
+		{"v1 other controller's child", []string{"cpu/kubepods/memory.wmark_ratio", "memory/memory.limit_in_bytes"}, "memory.wmark_ratio", false},
 		{"v2 child has it", []string{"cgroup.controllers", "kubepods/cpu.idle"}, "cpu.idle", true},
 		{"v2 lacks it", []string{"cgroup.controllers", "kubepods/cpu.weight"}, "cpu.idle", false},
 	}
