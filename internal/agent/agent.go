@@ -179,9 +179,11 @@ type settings struct {
 	// sloConfigMap is namespace/name of the slo-controller-config read through the API when sloConfig is empty.
 	sloConfigMap string
 	// beParent is the BE pods' parent cgroup under kubelet's cgroupRoot.
-	beParent   string
-	nodeLabels map[string]string
-	podSpec    podspec.Config
+	beParent string
+	// kubeletCgroupRoot is kubelet's cgroupRoot (cgroupfs driver).
+	kubeletCgroupRoot string
+	nodeLabels        map[string]string
+	podSpec           podspec.Config
 	// apiRetry is how often the proxy looks again for its kubeconfig and the API server while standalone.
 	apiRetry time.Duration
 	// colocation is the slo-config resolved for this node, swapped on reload; the reporter reads it.
@@ -331,7 +333,8 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	st.sloConfigMap = v.GetString("sloConfigMap")
-	st.beParent = path.Join("/", v.GetString("kubeletCgroupRoot"), "kubepods/besteffort")
+	st.kubeletCgroupRoot = path.Join("/", v.GetString("kubeletCgroupRoot"))
+	st.beParent = path.Join(st.kubeletCgroupRoot, "kubepods/besteffort")
 	if st.cgroupDriver == cgroupDriverSystemd {
 		// Kubelet's systemd driver names its QoS cgroups as slices (cgroup.Path expands them); its
 		// cgroupRoot is a cgroupfs notion.
@@ -393,6 +396,8 @@ func run(ctx context.Context, b Binary, args []string) error {
 			rdt = resctrl.CgroupMover{FS: fs, CgroupRoot: st.cgroupRoot, CgroupVersion: cgroups.Version()}
 		}
 	}
+	// The pools changed: the host application loop passes at once; one pending notice is enough.
+	poolsKick := make(chan struct{}, 1)
 	// A BE container started: the BE thread scheduling loop sweeps at once; one pending notice is enough.
 	beStarted := make(chan struct{}, 1)
 	policyDeps := policy.Deps{
@@ -405,9 +410,11 @@ func run(ctx context.Context, b Binary, args []string) error {
 			}
 		},
 		PoolsChanged: func() {
-			select {
-			case refresh <- struct{}{}:
-			default:
+			for _, ch := range []chan struct{}{refresh, poolsKick} {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
 			}
 		},
 	}
@@ -548,7 +555,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 	if err := startYield(ctx, loops, st, cgroups, beStarted, reg, cons); err != nil {
 		return err
 	}
-	if err := startHostApps(ctx, loops, st, cgroups, cpus, col, cons); err != nil {
+	if err := startHostApps(ctx, loops, st, cgroups, cpus, col, poolsKick, cons); err != nil {
 		return err
 	}
 	if err := startQuotaBurst(ctx, loops, st, col, cpus, cgroups, fe, reg, cons); err != nil {

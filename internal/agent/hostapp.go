@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path"
-	"strings"
 
 	"k8s.io/klog/v2"
 
@@ -22,7 +20,7 @@ import (
 // class (metrics/hostapp), follows the configuration, has the collector sample their cgroups and reports
 // their keys. It runs after startNodeLoops: the BE CFS ceiling comes from the suppress loop.
 func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgroups cgroup.Writer, cpus *alloc.Allocator,
-	col *collector.Collector, cons *consumers) error {
+	col *collector.Collector, poolsChanged <-chan struct{}, cons *consumers) error {
 	if cgroups == nil {
 		cons.report(knob.ReporterFunc(func() []knob.Status {
 			return []knob.Status{{Section: slo.HostApplicationConfigKey, Key: "applications", State: knob.Ignored,
@@ -32,8 +30,8 @@ func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgr
 	}
 	cfg := hostapp.DefaultConfig()
 	cfg.CgroupDriver = st.cgroupDriver
-	cfg.KubeletCgroupRoot = kubeletCgroupRoot(st.beParent)
-	deps := hostapp.Deps{Cgroups: cgroups, BEQuotaCeiling: beQuotaCeiling(st, cgroups, cons)}
+	cfg.KubeletCgroupRoot = st.kubeletCgroupRoot
+	deps := hostapp.Deps{Cgroups: cgroups, BEQuotaCeiling: beQuotaCeiling(st, cgroups, cons), Kick: poolsChanged}
 	if cpus != nil {
 		deps.CPUs = cpus
 	}
@@ -47,15 +45,6 @@ func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgr
 	loops.Go("host-applications", l.Run)
 	klog.FromContext(ctx).V(2).Info("Host application loop started", "cgroupDriver", cfg.CgroupDriver, "kubeletCgroupRoot", cfg.KubeletCgroupRoot)
 	return nil
-}
-
-// kubeletCgroupRoot is --kubelet-cgroup-root, from the BE parent load derived from it.
-func kubeletCgroupRoot(beParent string) string {
-	root := strings.TrimSuffix(path.Clean("/"+beParent), "/kubepods/besteffort")
-	if root == "" {
-		return "/"
-	}
-	return root
 }
 
 // beQuotaCeiling is the CFS limit CPU suppression puts on BE pods now, for BE host applications: on cgroup

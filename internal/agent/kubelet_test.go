@@ -99,19 +99,21 @@ func TestRunQueueSwitch(t *testing.T) {
 func TestBEParentFollowsTheCgroupDriver(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		args []string
-		want string
+		args             []string
+		want, wantCgRoot string
 	}{
-		{[]string{"--kubelet-config", ""}, "/kubepods/besteffort"},
-		{[]string{"--kubelet-config", "", "--kubelet-cgroup-root", "/k8s"}, "/k8s/kubepods/besteffort"},
-		{[]string{"--kubelet-config", "", "--cgroup-driver", "systemd"}, "kubepods-besteffort.slice"},
+		{[]string{"--kubelet-config", ""}, "/kubepods/besteffort", "/"},
+		{[]string{"--kubelet-config", "", "--kubelet-cgroup-root", "/k8s"}, "/k8s/kubepods/besteffort", "/k8s"},
+		{[]string{"--kubelet-config", "", "--kubelet-cgroup-root", "k8s/"}, "/k8s/kubepods/besteffort", "/k8s"},
+		// Host applications' Kubepods bases under systemd need kubelet's cgroup root to stay "/".
+		{[]string{"--kubelet-config", "", "--cgroup-driver", "systemd"}, "kubepods-besteffort.slice", "/"},
 	} {
 		st, err := load(proxyBinary, tt.args, func(string) string { return "" })
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.beParent != tt.want {
-			t.Errorf("%v: BE parent %q, want %q", tt.args, st.beParent, tt.want)
+		if st.beParent != tt.want || st.kubeletCgroupRoot != tt.wantCgRoot {
+			t.Errorf("%v: BE parent %q, kubelet cgroup root %q; want %q, %q", tt.args, st.beParent, st.kubeletCgroupRoot, tt.want, tt.wantCgRoot)
 		}
 	}
 }
