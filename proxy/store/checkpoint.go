@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/tandemkit/tandem/internal/durable"
 )
 
 // checkpointVersion is bumped when the on-disk format changes incompatibly.
@@ -64,14 +66,11 @@ func NewCheckpoint(dir string) (*Checkpoint, error) {
 // the Checkpoint that owns path exists. A file that cannot be removed costs disk space only, and the
 // proxy must serve kubelet all the same, so failures are ignored.
 func removeStaleTemps(path string) {
-	stale, _ := filepath.Glob(path + tempSuffix + "*")
+	stale, _ := filepath.Glob(path + durable.TempSuffix + "*")
 	for _, f := range stale {
 		_ = os.Remove(f)
 	}
 }
-
-// tempSuffix follows the checkpoint's name in its temporary files.
-const tempSuffix = ".tmp-"
 
 // Path is where the checkpoint lives.
 func (c *Checkpoint) Path() string { return c.path }
@@ -110,40 +109,8 @@ func (c *Checkpoint) write(snap *Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
-	return writeAtomic(c.path, out)
-}
-
-func writeAtomic(path string, data []byte) (retErr error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+tempSuffix+"*")
-	if err != nil {
-		return fmt.Errorf("write checkpoint in %s: %w", dir, err)
-	}
-	defer func() {
-		if retErr != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write checkpoint %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync checkpoint %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close checkpoint %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replace checkpoint %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync state dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync state dir %s: %w", dir, err)
+	if err := durable.WriteFile(c.path, out); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/tandemkit/tandem/internal/durable"
 )
 
 // recordVersion is the record's format; a record of another version is refused, not guessed at.
@@ -75,7 +77,7 @@ func saveRecord(path string, r record) error {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove the record of original system settings %s: %w", path, err)
 		}
-		return syncDir(dir)
+		return durable.SyncDir(dir)
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -84,40 +86,8 @@ func saveRecord(path string, r record) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create the state directory for %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("save the record of original system settings in %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save the record of original system settings %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save the record of original system settings %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save the record of original system settings %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("save the record of original system settings %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename or removal in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
+	if err := durable.WriteFile(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("save the record of original system settings: %w", err)
 	}
 	return nil
 }
