@@ -228,9 +228,6 @@ func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.
 		// containerd fails the start, as tandem-proxy fails StartContainer.
 		return errgrpc.ToGRPC(err)
 	}
-	if adj != nil && adj.Resources != nil && changes(stored.Resources, adj.Resources) {
-		p.requestRefresh()
-	}
 	p.applyPodResources(ctx, pod, adj)
 	klog.FromContext(ctx).V(2).Info("Container starting")
 	return nil
@@ -252,6 +249,14 @@ func (p *Plugin) PostStartContainer(ctx context.Context, sb *api.PodSandbox, c *
 	}
 	p.applyUnsent(ctx, pod, stored, p.v1Files(stored.Resources))
 	_, _ = p.runHooks(ctx, hooks.PostStartContainer, pod.HookInfo(), stored.HookInfo())
+	// The task runs what the container was created with: a decision made since (a CPU bound at
+	// PreStartContainer, an LSE pod that took CPUs while this one was starting) reaches it now that
+	// containerd applies updates to it, from the refresh loop.
+	// Pod-level settings need no such pass: the plugin writes them itself.
+	if adj, err := p.runHooks(ctx, hooks.PreUpdateContainerResources, pod.HookInfo(), stored.HookInfo()); err == nil &&
+		adj != nil && adj.Resources != nil && changes(stored.Resources, adj.Resources) {
+		p.requestRefresh()
+	}
 	p.metrics.observe("PostStartContainer", start, nil)
 	return nil
 }

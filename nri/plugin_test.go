@@ -576,3 +576,58 @@ func TestOOMScore(t *testing.T) {
 		})
 	}
 }
+
+// TestMovedAfterStart: a container that is created but not yet running when an LSE pod takes its CPUs is
+// moved once it runs. containerd writes an update to a container that is not running into its spec alone,
+// and a starting container has already made its task from it, so only an update sent after
+// PostStartContainer reaches the cgroup.
+func TestMovedAfterStart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	sock := shortSocket(t)
+	rt := startRuntime(t, sock, nil, nil)
+	n := startNode(t, ctx, sock)
+	ls := sandbox("web", "LS")
+	lsCtr := container(ls, "app", 500)
+	if _, err := create(ctx, rt, n, ls, lsCtr); err != nil {
+		t.Fatal(err)
+	}
+	lse := sandbox("db", "LSE")
+	lseCtr := container(lse, "app", 2000)
+	if _, err := create(ctx, rt, n, lse, lseCtr); err != nil {
+		t.Fatal(err)
+	}
+	lseCtr.State = api.ContainerState_CONTAINER_RUNNING
+	if err := rt.r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: lse, Container: lseCtr}); err != nil {
+		t.Fatal(err)
+	}
+	// Let the refresh the LSE pod asked for run while the LS container is still only created.
+	time.Sleep(300 * time.Millisecond)
+	if err := rt.r.StartContainer(ctx, &api.StartContainerRequest{Pod: ls, Container: lsCtr}); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	before := len(rt.updates)
+	rt.mu.Unlock()
+	lsCtr.State = api.ContainerState_CONTAINER_RUNNING
+	if err := rt.r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: ls, Container: lsCtr}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		rt.mu.Lock()
+		var got string
+		for _, u := range rt.updates[before:] {
+			if u.GetContainerId() == lsCtr.Id {
+				got = u.GetLinux().GetResources().GetCpu().GetCpus()
+			}
+		}
+		rt.mu.Unlock()
+		if got == "1-7,9-15" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LS container's cpuset sent after it started = %q, want 1-7,9-15 (off the LSE CPUs 0,8)", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -29,7 +29,7 @@ func (p *Plugin) refreshLoop(ctx context.Context) {
 	}
 }
 
-// Refresh runs PreUpdateContainerResources for every created or running container, sends containerd
+// Refresh runs PreUpdateContainerResources for every running container, sends containerd
 // what the hooks decide now, and returns when that is done: the suppress loop calls it when it stops, to
 // widen BE containers before Tandem exits.
 func (p *Plugin) Refresh(ctx context.Context) error {
@@ -61,7 +61,11 @@ func (p *Plugin) refreshAll(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING.String() && c.State != runtimeapi.ContainerState_CONTAINER_CREATED.String() {
+		// Only running containers: containerd writes an update to a container that is not running into
+		// its spec alone, and one that is starting has already made its task from that spec, so the
+		// update would be recorded as applied and never reach the cgroup. PostStartContainer checks a
+		// started container against the hooks' decision instead.
+		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING.String() {
 			continue
 		}
 		pod, ok := p.store.Pod(c.PodSandboxID)
