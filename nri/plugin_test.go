@@ -338,14 +338,7 @@ func TestPoolMoves(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		rt.mu.Lock()
-		var got string
-		for _, u := range rt.updates {
-			if u.GetContainerId() == lsCtr.Id {
-				got = u.GetLinux().GetResources().GetCpu().GetCpus()
-			}
-		}
-		rt.mu.Unlock()
+		got := rt.lastCPUs(lsCtr.Id, 0)
 		stored, _ := n.plugin.Store().Container(lsCtr.Id)
 		if got == "1-7,9-15" && stored.Resources.CpusetCpus == got {
 			break
@@ -614,14 +607,7 @@ func TestMovedAfterStart(t *testing.T) {
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		rt.mu.Lock()
-		var got string
-		for _, u := range rt.updates[before:] {
-			if u.GetContainerId() == lsCtr.Id {
-				got = u.GetLinux().GetResources().GetCpu().GetCpus()
-			}
-		}
-		rt.mu.Unlock()
+		got := rt.lastCPUs(lsCtr.Id, before)
 		if got == "1-7,9-15" {
 			break
 		}
@@ -630,4 +616,17 @@ func TestMovedAfterStart(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lastCPUs is the cpuset of the last update the runtime received for a container, from its from-th on.
+func (f *fakeRuntime) lastCPUs(id string, from int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var got string
+	for _, u := range f.updates[from:] {
+		if u.GetContainerId() == id {
+			got = u.GetLinux().GetResources().GetCpu().GetCpus()
+		}
+	}
+	return got
 }
