@@ -30,9 +30,9 @@
 //   - A change decided at PreStartContainer, and pool moves of running containers (an LSE pod took
 //     CPUs), reach containerd as unsolicited UpdateContainers from the refresh loop, never from inside an
 //     event: containerd holds its NRI lock for the event, so an update sent from it would wait for itself.
-//     The loop updates running containers only: containerd writes an update to any other container into
-//     its spec alone, which a starting container has already made its task from. PostStartContainer
-//     compares a started container with the hooks' decision and asks the loop for a pass if they differ.
+//     containerd writes an update to a container that does not run into its spec alone, which a starting
+//     container may have made its task from already: such an update is sent again once the container
+//     runs, and PostStartContainer asks the loop for a pass if the hooks' decision moved meanwhile.
 //
 // containerd drops a plugin that does not answer within its plugin_request_timeout (2s by default), so
 // each event runs under a deadline a margin shorter than that: a hook that is too slow fails under its own

@@ -54,6 +54,7 @@ func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 	for _, c := range old.Containers {
 		if !seen[c.ID] {
 			removed, _ := p.store.RemoveContainer(c.ID)
+			p.specOnly.Delete(c.ID)
 			p.postRemove(ctx, removed)
 		}
 	}
@@ -249,11 +250,13 @@ func (p *Plugin) PostStartContainer(ctx context.Context, sb *api.PodSandbox, c *
 	}
 	p.applyUnsent(ctx, pod, stored, p.v1Files(stored.Resources))
 	_, _ = p.runHooks(ctx, hooks.PostStartContainer, pod.HookInfo(), stored.HookInfo())
-	// The task runs what the container was created with: a decision made since (a CPU bound at
-	// PreStartContainer, an LSE pod that took CPUs while this one was starting) reaches it now that
-	// containerd applies updates to it, from the refresh loop.
-	// Pod-level settings need no such pass: the plugin writes them itself.
-	if adj, err := p.runHooks(ctx, hooks.PreUpdateContainerResources, pod.HookInfo(), stored.HookInfo()); err == nil &&
+	// The task may run less than the store holds (an update sent while it started reached only the
+	// spec) or than the hooks now decide (a CPU bound at PreStartContainer): the refresh loop sends it
+	// now that containerd applies updates to the task. Pod-level settings need no such pass: the plugin
+	// writes them itself.
+	if _, ok := p.specOnly.Load(c.GetId()); ok {
+		p.requestRefresh()
+	} else if adj, err := p.runHooks(ctx, hooks.PreUpdateContainerResources, pod.HookInfo(), stored.HookInfo()); err == nil &&
 		adj != nil && adj.Resources != nil && changes(stored.Resources, adj.Resources) {
 		p.requestRefresh()
 	}
@@ -336,6 +339,7 @@ func (p *Plugin) RemoveContainer(ctx context.Context, sb *api.PodSandbox, c *api
 		removed = containerFromNRI(c)
 	}
 	p.ctrLocks.Delete(c.GetId())
+	p.specOnly.Delete(c.GetId())
 	pod := p.podFor(sb)
 	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, pod.HookInfo(), removed.HookInfo())
 	p.metrics.observe("RemoveContainer", start, nil)

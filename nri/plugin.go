@@ -104,6 +104,10 @@ type Plugin struct {
 	// ctrLocks serialises what the plugin does to one container: a refresh must not interleave with the
 	// container's own events.
 	ctrLocks sync.Map // container id → *sync.Mutex
+	// specOnly holds the containers sent an update while not running. containerd writes such an update
+	// into the container's spec alone, and a container between its task's creation and its start has
+	// already made the task from that spec: the update is sent again once the container runs.
+	specOnly sync.Map // container id → struct{}
 }
 
 type stubRef struct{ stub.Stub }

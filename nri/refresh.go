@@ -29,7 +29,7 @@ func (p *Plugin) refreshLoop(ctx context.Context) {
 	}
 }
 
-// Refresh runs PreUpdateContainerResources for every running container, sends containerd
+// Refresh runs PreUpdateContainerResources for every created or running container, sends containerd
 // what the hooks decide now, and returns when that is done: the suppress loop calls it when it stops, to
 // widen BE containers before Tandem exits.
 func (p *Plugin) Refresh(ctx context.Context) error {
@@ -50,6 +50,9 @@ type pending struct {
 	adj     *hooks.Adjustment
 	update  *api.ContainerUpdate
 	applied *hooks.Resources
+	// running is whether the container ran when the update was planned: containerd writes an update
+	// to a container that does not run into its spec alone.
+	running bool
 }
 
 // refreshAll computes every live container's update, sends those that change something to containerd in
@@ -61,11 +64,7 @@ func (p *Plugin) refreshAll(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		// Only running containers: containerd writes an update to a container that is not running into
-		// its spec alone, and one that is starting has already made its task from that spec, so the
-		// update would be recorded as applied and never reach the cgroup. PostStartContainer checks a
-		// started container against the hooks' decision instead.
-		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING.String() {
+		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING.String() && c.State != runtimeapi.ContainerState_CONTAINER_CREATED.String() {
 			continue
 		}
 		pod, ok := p.store.Pod(c.PodSandboxID)
@@ -134,16 +133,27 @@ func (p *Plugin) plan(ctx context.Context, pod *store.Pod, c *store.Container) (
 	hctx, cancel := context.WithTimeout(klog.NewContext(ctx, logger), p.cfg.RequestTimeout)
 	defer cancel()
 	adj, err := p.runHooks(hctx, hooks.PreUpdateContainerResources, pod.HookInfo(), c.HookInfo())
-	if err != nil || adj == nil {
+	if err != nil {
 		return pending{}, false
 	}
-	pd := pending{pod: pod, ctr: c, adj: adj}
-	if adj.Resources != nil && changes(c.Resources, adj.Resources) {
-		pd.applied = hooks.ApplyResources(c.Resources, adj.Resources)
-		pd.update = containerUpdate(c.ID, adj.Resources, p.unifiedToRuntime())
+	if adj == nil {
+		adj = &hooks.Adjustment{}
+	}
+	pd := pending{pod: pod, ctr: c, adj: adj, running: c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()}
+	want := adj.Resources
+	if want != nil && !changes(c.Resources, want) {
+		want = nil
+	}
+	if _, specOnly := p.specOnly.Load(c.ID); specOnly && pd.running && c.Resources != nil {
+		// What the store holds never reached the task: all of it is sent.
+		want = hooks.Whole(hooks.ApplyResources(c.Resources, want))
+	}
+	if want != nil {
+		pd.applied = hooks.ApplyResources(c.Resources, want)
+		pd.update = containerUpdate(c.ID, want, p.unifiedToRuntime())
 		if pd.update == nil {
 			// Only what the plugin writes itself changed (v1 files, the RDT class).
-			p.record(ctx, pd)
+			p.recordLocked(ctx, pd)
 		}
 	}
 	return pd, pd.update != nil || adj.PodResources != nil
@@ -152,11 +162,27 @@ func (p *Plugin) plan(ctx context.Context, pod *store.Pod, c *store.Container) (
 // record stores a container's new resources and, if it runs, writes what containerd could not take.
 func (p *Plugin) record(ctx context.Context, pd pending) {
 	defer p.lockContainer(pd.ctr.ID)()
+	p.recordLocked(ctx, pd)
+}
+
+// recordLocked is record for a caller that holds the container's lock.
+func (p *Plugin) recordLocked(ctx context.Context, pd pending) {
 	var running bool
 	p.store.UpdateContainer(pd.ctr.ID, func(sc *store.Container) {
 		sc.Resources = pd.applied
 		running = sc.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()
 	})
+	switch {
+	case pd.update != nil && !pd.running:
+		// In the spec only, which a starting container may have made its task from already: sent again
+		// once it runs, by PostStartContainer's request or, if that has passed meanwhile, by this one.
+		p.specOnly.Store(pd.ctr.ID, struct{}{})
+		if running {
+			p.requestRefresh()
+		}
+	case pd.running:
+		p.specOnly.Delete(pd.ctr.ID)
+	}
 	if running {
 		c := *pd.ctr
 		c.Resources = pd.applied
