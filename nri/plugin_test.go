@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -629,4 +630,54 @@ func (f *fakeRuntime) lastCPUs(id string, from int) string {
 		}
 	}
 	return got
+}
+
+// filesHook sets a cgroup file at PreUpdateContainerResources, which on cgroup v1 the plugin writes itself.
+type filesHook struct{ value *atomic.Value }
+
+func (filesHook) Name() string { return "files" }
+func (h filesHook) PreUpdateContainerResources(context.Context, *hooks.PodInfo, *hooks.ContainerInfo) (*hooks.Adjustment, error) {
+	v, _ := h.value.Load().(string)
+	if v == "" {
+		return nil, nil
+	}
+	return &hooks.Adjustment{Resources: &hooks.ResourceAdjustment{Unified: map[string]string{"cpu.test_weight": v}}}, nil
+}
+
+// TestRefreshWritesFilesOnly: a refresh whose only change is a file containerd cannot take on cgroup v1
+// writes it to the running container's cgroup and returns; it leaves the container's events free.
+func TestRefreshWritesFilesOnly(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	sock := shortSocket(t)
+	rt := startRuntime(t, sock, nil, nil)
+	value := &atomic.Value{}
+	n := startNode(t, ctx, sock, hooks.Registration{Name: "files", Order: 900, Timeout: time.Second,
+		FailurePolicy: hooks.Ignore, New: func() (hooks.Hook, error) { return filesHook{value: value}, nil }})
+	pod := sandbox("web", "LS")
+	c := container(pod, "app", 500)
+	if _, err := create(ctx, rt, n, pod, c); err != nil {
+		t.Fatal(err)
+	}
+	c.State = api.ContainerState_CONTAINER_RUNNING
+	if err := rt.r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: pod, Container: c}); err != nil {
+		t.Fatal(err)
+	}
+	value.Store("7")
+	done := make(chan error, 1)
+	go func() { done <- n.plugin.Refresh(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Refresh did not return within 5s")
+	}
+	dir := cgroup.ContainerPaths(pod.Linux.CgroupParent, c.Id)[0]
+	if s, ok := n.cgroups.get(dir); !ok || s.Files["cpu.test_weight"] != "7" {
+		t.Fatalf("container cgroup %s writes = %+v (written %v), want cpu.test_weight 7", dir, s, ok)
+	}
+	if _, err := rt.r.StopContainer(ctx, &api.StopContainerRequest{Pod: pod, Container: c}); err != nil {
+		t.Fatalf("StopContainer after the refresh: %v", err)
+	}
 }
