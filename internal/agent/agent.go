@@ -31,7 +31,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/config/slo"
@@ -42,6 +41,7 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy/podspec"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/hooks/remote"
+	"github.com/tandemkit/tandem/internal/flagfile"
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
@@ -162,6 +162,45 @@ func nriOptions() []option {
 // hides them, so one config file can serve both binaries.
 var proxyOnly = []string{"listen", "image-endpoint", "socket-mode", "socket-owner", "max-msg-size", "max-inflight-bytes", "shutdown-timeout", "resync-period"}
 
+// flagValues reads the flags, once resolved, by their config-file keys.
+type flagValues struct {
+	fs    *pflag.FlagSet
+	flags map[string]string // key → flag
+}
+
+// The flags' types are fixed where they are defined: a getter of the wrong type is a programming error,
+// which the tests of load catch as a zero value.
+
+func (v flagValues) GetString(key string) string {
+	s, _ := v.fs.GetString(v.flags[key])
+	return s
+}
+
+func (v flagValues) GetStringSlice(key string) []string {
+	s, _ := v.fs.GetStringSlice(v.flags[key])
+	return s
+}
+
+func (v flagValues) GetInt(key string) int {
+	i, _ := v.fs.GetInt(v.flags[key])
+	return i
+}
+
+func (v flagValues) GetInt64(key string) int64 {
+	i, _ := v.fs.GetInt64(v.flags[key])
+	return i
+}
+
+func (v flagValues) GetBool(key string) bool {
+	b, _ := v.fs.GetBool(v.flags[key])
+	return b
+}
+
+func (v flagValues) GetDuration(key string) time.Duration {
+	d, _ := v.fs.GetDuration(v.flags[key])
+	return d
+}
+
 // settings is what the command line, environment and config file resolve to.
 type settings struct {
 	proxy       proxy.Config
@@ -256,26 +295,27 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 		return settings{}, err
 	}
 
-	v := viper.New()
-	for _, o := range opts {
-		if err := v.BindPFlag(o.key, fs.Lookup(o.flag)); err != nil {
-			return settings{}, fmt.Errorf("bind flag --%s: %w", o.flag, err)
-		}
-		// Read the environment through getenv rather than viper's AutomaticEnv, so tests need not
-		// touch the process environment.
-		if val := getenv("TANDEM_" + strings.ToUpper(strings.ReplaceAll(o.flag, "-", "_"))); val != "" && !fs.Changed(o.flag) {
-			v.Set(o.key, val)
-		}
-	}
 	configFile, _ := fs.GetString("config")
 	if configFile == "" {
 		configFile = getenv("TANDEM_CONFIG")
 	}
-	if configFile != "" {
-		v.SetConfigFile(configFile)
-		if err := v.ReadInConfig(); err != nil {
-			return settings{}, fmt.Errorf("read --config %s: %w", configFile, err)
+	bindings := make([]flagfile.Binding, 0, len(opts))
+	for _, o := range opts {
+		bindings = append(bindings, flagfile.Binding{Flag: o.flag, Key: o.key, Env: "TANDEM_" + strings.ToUpper(strings.ReplaceAll(o.flag, "-", "_"))})
+	}
+	// One config file serves tandem-proxy and tandem-nri: tandem-proxy accepts tandem-nri's keys.
+	var ignored []string
+	if b.NRI == nil {
+		for _, o := range nriOptions() {
+			ignored = append(ignored, o.key)
 		}
+	}
+	if err := flagfile.Apply(fs, bindings, flagfile.Source{File: configFile, Getenv: getenv, Ignored: ignored}); err != nil {
+		return settings{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	v := flagValues{fs: fs, flags: map[string]string{}}
+	for _, o := range opts {
+		v.flags[o.key] = o.flag
 	}
 	cfg, err := configFrom(v)
 	if err != nil {
@@ -297,9 +337,6 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 	labels, err := fs.GetStringToString("node-labels")
 	if err != nil {
 		return settings{}, err
-	}
-	if !fs.Changed("node-labels") {
-		labels = v.GetStringMapString("nodeLabels")
 	}
 	// The hooks' metadata bound is the proxy's: a hook may not take a pod past what kubelet may send.
 	limits := hooks.Limits{MaxAnswerBytes: v.GetInt("maxHookAnswerBytes"), MaxMetadataBytes: cfg.MaxPodMetadataBytes}
@@ -349,7 +386,9 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 		return settings{}, err
 	}
 	st.colocation.Store(&resolved)
-	st.nri = NRIOptions{Socket: v.GetString("nriSocket"), Index: v.GetString("nriPluginIndex"), RequestTimeout: v.GetDuration("nriRequestTimeout")}
+	if b.NRI != nil {
+		st.nri = NRIOptions{Socket: v.GetString("nriSocket"), Index: v.GetString("nriPluginIndex"), RequestTimeout: v.GetDuration("nriRequestTimeout")}
+	}
 	return st, nil
 }
 
@@ -664,7 +703,7 @@ func recordedCPUs(snap *store.Snapshot) []cpuset.Recorded {
 	return out
 }
 
-func configFrom(v *viper.Viper) (proxy.Config, error) {
+func configFrom(v flagValues) (proxy.Config, error) {
 	mode, err := strconv.ParseUint(v.GetString("socketMode"), 8, 32)
 	if err != nil {
 		return proxy.Config{}, fmt.Errorf("socket-mode %q: want octal permission bits such as 0660: %w", v.GetString("socketMode"), err)

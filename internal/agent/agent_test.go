@@ -129,3 +129,123 @@ func TestLoadNRI(t *testing.T) {
 		t.Fatalf("tandem-proxy with --nri-socket: err = %v, want an unknown flag", err)
 	}
 }
+
+// TestConfigFileKeys: every flag's key is read from the config file, in the flag's own syntax; a
+// misspelt key is refused by name; tandem-proxy accepts the keys only tandem-nri reads, so one file
+// serves both.
+func TestConfigFileKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(content string) string {
+		f, err := os.CreateTemp(dir, "*.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(content); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+		return f.Name()
+	}
+	all := write(`listen: /l.sock
+runtimeEndpoint: unix:///r.sock
+imageEndpoint: unix:///i.sock
+stateDir: /s
+metricsAddr: ""
+debugSocket: /d.sock
+socketMode: "0600"
+socketOwner: "0:0"
+maxMsgSize: 33554432
+maxPodMetadataBytes: 100000
+maxHookAnswerBytes: 50000
+maxInflightBytes: 67108864
+shutdownTimeout: 4s
+resyncPeriod: 2m
+runtimeTimeout: 7s
+hooksDir: /h
+cgroupRoot: /c
+policies: [qos, cpuset]
+sysfsRoot: /sys2
+reservedCPUs: 0-1
+sloConfig: /slo.yaml
+sloConfigMap: ns/name
+kubeletCgroupRoot: /kroot
+nodeLabels: {zone: a, pool: "b,c"}
+kubeconfig: /k.conf
+nodeName: n1
+podSpecWait: 3s
+kubeletConfig: /nonexistent/kubelet.yaml
+cgroupDriver: systemd
+cpuManagerPolicy: static
+runQueueLatency: true
+nriSocket: /nri.sock
+nriPluginIndex: "10"
+nriRequestTimeout: 1s
+`)
+	got, err := load(proxyBinary, []string{"--config", all}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := got.proxy
+	checks := []struct {
+		key       string
+		got, want any
+	}{
+		{"listen", p.Listen, "/l.sock"},
+		{"runtimeEndpoint", p.RuntimeEndpoint, "unix:///r.sock"},
+		{"imageEndpoint", p.ImageEndpoint, "unix:///i.sock"},
+		{"stateDir", p.StateDir, "/s"},
+		{"metricsAddr", got.metricsAddr, ""},
+		{"debugSocket", got.debugSocket, "/d.sock"},
+		{"socketMode", p.SocketMode, uint32(0o600)},
+		{"socketOwner", p.SocketOwner, "0:0"},
+		{"maxMsgSize", p.MaxMsgSize, 33554432},
+		{"maxPodMetadataBytes", p.MaxPodMetadataBytes, 100000},
+		{"maxHookAnswerBytes", got.hookLimits.MaxAnswerBytes, 50000},
+		{"maxInflightBytes", p.MaxInflightBytes, int64(67108864)},
+		{"shutdownTimeout", p.ShutdownTimeout, 4 * time.Second},
+		{"resyncPeriod", p.ResyncPeriod, 2 * time.Minute},
+		{"runtimeTimeout", p.RuntimeTimeout, 7 * time.Second},
+		{"hooksDir", got.hooksDir, "/h"},
+		{"cgroupRoot", got.cgroupRoot, "/c"},
+		{"policies", strings.Join(got.policy.Enabled, ","), "qos,cpuset"},
+		{"sysfsRoot", got.sysfsRoot, "/sys2"},
+		{"reservedCPUs", got.cpus.Reserved.String(), "0-1"},
+		{"sloConfig", got.sloConfig, "/slo.yaml"},
+		{"sloConfigMap", got.sloConfigMap, "ns/name"},
+		{"kubeletCgroupRoot", got.kubeletCgroupRoot, "/kroot"},
+		{"nodeLabels", got.nodeLabels["pool"] + "|" + got.nodeLabels["zone"], "b,c|a"},
+		{"kubeconfig", got.podSpec.Kubeconfig, "/k.conf"},
+		{"nodeName", got.podSpec.NodeName, "n1"},
+		{"podSpecWait", got.podSpec.Wait, 3 * time.Second},
+		{"kubeletConfig", got.kubeletConfig, "/nonexistent/kubelet.yaml"},
+		{"cgroupDriver", got.cgroupDriver, "systemd"},
+		{"cpuManagerPolicy", got.cpuManagerPolicy, "static"},
+		{"runQueueLatency", got.runQueue, true},
+	}
+	if len(checks) != len(options()) {
+		t.Fatalf("%d keys checked, %d options: check every key", len(checks), len(options()))
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %#v, want %#v", c.key, c.got, c.want)
+		}
+	}
+	nri, err := load(nriBinary, []string{"--config", all}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (NRIOptions{Socket: "/nri.sock", Index: "10", RequestTimeout: time.Second}); nri.nri != want {
+		t.Errorf("tandem-nri options = %+v, want %+v", nri.nri, want)
+	}
+	for _, bad := range []struct{ content, want string }{
+		{"stateDirectory: /s\n", "unknown keys statedirectory"},
+		{"maxMsgSize: lots\n", "maxMsgSize"},
+		{"policies: qos,turbo\n", "turbo"},
+		{"nodeLabels: [a]\n", "nodeLabels"},
+	} {
+		if _, err := load(proxyBinary, []string{"--config", write(bad.content)}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("config %q: err = %v, want one naming %q", bad.content, err, bad.want)
+		}
+	}
+}
