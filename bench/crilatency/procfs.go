@@ -98,6 +98,97 @@ type idleCost struct {
 	CPUTicks       int64
 	CPUPercentCore float64 // of one core
 	Start, End     memory
+	// Used is what the process touched in the window, from smaps; nil where the kernel would not
+	// clear its pages' referenced bits.
+	Used *workingSet
+}
+
+// workingSet splits a process's resident set by what it needs at rest. VmRSS counts every page of the
+// executable the kernel has mapped, and it maps whole blocks of them around each page a program touches
+// (fault-around): most were touched once, at start, and are clean page cache the kernel takes back
+// under memory pressure. What the process needs is its anonymous memory, which has nowhere else to
+// go, and the pages it actually touches while at rest.
+type workingSet struct {
+	// AnonKiB is the anonymous resident memory (heap, stacks, the runtime's own).
+	AnonKiB int64
+	// FileKiB is the file-backed resident memory (the executable's pages).
+	FileKiB int64
+	// FileUsedKiB is the part of FileKiB referenced during the window.
+	FileUsedKiB int64
+}
+
+// KiB is the working set: anonymous memory plus the file pages used in the window.
+func (w workingSet) KiB() int64 { return w.AnonKiB + w.FileUsedKiB }
+
+// parseSmaps sums /proc/PID/smaps: per mapping, its anonymous pages, and of its other resident pages
+// those referenced since the referenced bits were last cleared.
+func parseSmaps(b []byte) (workingSet, error) {
+	var ws workingSet
+	var rss, anon, ref int64
+	mappings := 0
+	flush := func() {
+		ws.AnonKiB += anon
+		ws.FileKiB += rss - anon
+		// A private file mapping's written pages are anonymous and counted there.
+		ws.FileUsedKiB += max(0, min(ref, rss)-anon)
+		rss, anon, ref = 0, 0, 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		if !strings.HasSuffix(fields[0], ":") {
+			// A mapping's header: "start-end perms offset dev inode [path]".
+			if mappings > 0 {
+				flush()
+			}
+			mappings++
+			continue
+		}
+		var dst *int64
+		switch fields[0] {
+		case "Rss:":
+			dst = &rss
+		case "Anonymous:":
+			dst = &anon
+		case "Referenced:":
+			dst = &ref
+		default:
+			continue
+		}
+		if len(fields) != 3 || fields[2] != "kB" {
+			return ws, fmt.Errorf("unexpected smaps line %q", sc.Text())
+		}
+		v, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			return ws, fmt.Errorf("smaps line %q: %w", sc.Text(), err)
+		}
+		*dst = v
+	}
+	if mappings == 0 {
+		return ws, fmt.Errorf("smaps lists no mappings: is the process a zombie?")
+	}
+	flush()
+	return ws, sc.Err()
+}
+
+// clearReferenced clears the referenced bits of pid's pages, so that smaps' Referenced counts only what
+// the process touches from now on.
+func clearReferenced(pid int) error {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("1"), 0); err != nil {
+		return fmt.Errorf("clear referenced bits of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+func readWorkingSet(pid int) (workingSet, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return workingSet{}, fmt.Errorf("read smaps of pid %d: %w", pid, err)
+	}
+	return parseSmaps(b)
 }
 
 // measureIdle samples pid's memory and CPU time, waits d (or until ctx ends),
@@ -112,6 +203,8 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 	if err != nil {
 		return c, err
 	}
+	// Without the bits cleared the working set is not measured; the rest is.
+	cleared := clearReferenced(pid) == nil
 	start := time.Now()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -130,5 +223,12 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 	}
 	c.CPUTicks = t1 - t0
 	c.CPUPercentCore = 100 * float64(c.CPUTicks) / userHZ / c.Seconds
+	if cleared {
+		ws, err := readWorkingSet(pid)
+		if err != nil {
+			return c, err
+		}
+		c.Used = &ws
+	}
 	return c, nil
 }

@@ -169,10 +169,32 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "VmRSS idle, end of window\t%s\t%s\t<= %d MiB %s\t\n", mib(i.Tandem.End.VmRSSKiB), floorMem(func(c idleCost) string { return mib(c.End.VmRSSKiB) }),
 			limitRSSMiB, okMiss(i.Tandem.rssMet()))
 		fmt.Fprintf(tw, "VmHWM (peak, under load)\t%s\t%s\t\t\n", mib(i.Tandem.End.VmHWMKiB), floorMem(func(c idleCost) string { return mib(c.End.VmHWMKiB) }))
+		used := func(f func(workingSet) int64) func(idleCost) string {
+			return func(c idleCost) string {
+				if c.Used == nil {
+					return "-"
+				}
+				return mib(f(*c.Used))
+			}
+		}
+		for _, row := range []struct {
+			name string
+			f    func(workingSet) int64
+		}{
+			{"anonymous, end of window", func(w workingSet) int64 { return w.AnonKiB }},
+			{"file-backed, end of window", func(w workingSet) int64 { return w.FileKiB }},
+			{"of it used in the window [c]", func(w workingSet) int64 { return w.FileUsedKiB }},
+			{"working set at rest [c]", workingSet.KiB},
+		} {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\t\n", row.name, used(row.f)(i.Tandem), floorMem(used(row.f)))
+		}
 		fmt.Fprintf(tw, "CPU, %% of one core\t%.3f%%\t%s\t<= %.0f%% %s\t\n", i.Tandem.CPUPercentCore,
 			floorMem(func(c idleCost) string { return fmt.Sprintf("%.3f%%", c.CPUPercentCore) }), limitCPUPct, okMiss(i.Tandem.cpuMet()))
 		fmt.Fprintf(tw, "CPU ticks (1/%d s) in window\t%d\t%s\t\t\n", userHZ, i.Tandem.CPUTicks, floorMem(func(c idleCost) string { return fmt.Sprint(c.CPUTicks) }))
 		_ = tw.Flush()
+		fmt.Fprintln(w, "[c] pages referenced during the window (its referenced bits cleared at its start): the working set is the anonymous\n"+
+			"    memory plus those; the executable's other resident pages were touched at start and are clean page cache the\n"+
+			"    kernel takes back under memory pressure")
 	}
 	r.printVerdict(w)
 	fmt.Fprintln(w)
@@ -203,6 +225,9 @@ func (r *report) printVerdict(w io.Writer) {
 		fmt.Fprintf(w, "          at rest: VmRSS %s (<= %d MiB %s), CPU %.3f%% of one core (<= %.0f%% %s)\n",
 			mib(i.End.VmRSSKiB), limitRSSMiB, okMiss(i.rssMet()),
 			i.CPUPercentCore, limitCPUPct, okMiss(i.cpuMet()))
+		if i.Used != nil {
+			fmt.Fprintf(w, "          working set at rest %s [c]\n", mib(i.Used.KiB()))
+		}
 	}
 }
 
@@ -331,6 +356,11 @@ type jsonIdle struct {
 	VmRSSStartKiB    int64   `json:"vmRSSStartKiB"`
 	VmRSSEndKiB      int64   `json:"vmRSSEndKiB"`
 	VmHWMKiB         int64   `json:"vmHWMKiB"`
+	// Set where the referenced bits could be cleared (root).
+	AnonKiB       *int64 `json:"anonKiB,omitempty"`
+	FileKiB       *int64 `json:"fileKiB,omitempty"`
+	FileUsedKiB   *int64 `json:"fileUsedInWindowKiB,omitempty"`
+	WorkingSetKiB *int64 `json:"workingSetKiB,omitempty"`
 }
 
 type jsonRun struct {
@@ -380,10 +410,15 @@ func toJSONComparison(c *comparison) *jsonComparison {
 }
 
 func toJSONIdle(c idleCost) *jsonIdle {
-	return &jsonIdle{
+	j := &jsonIdle{
 		Seconds: c.Seconds, CPUTicks: c.CPUTicks, CPUPercentOfCore: c.CPUPercentCore,
 		VmRSSStartKiB: c.Start.VmRSSKiB, VmRSSEndKiB: c.End.VmRSSKiB, VmHWMKiB: c.End.VmHWMKiB,
 	}
+	if u := c.Used; u != nil {
+		ws := u.KiB()
+		j.AnonKiB, j.FileKiB, j.FileUsedKiB, j.WorkingSetKiB = &u.AnonKiB, &u.FileKiB, &u.FileUsedKiB, &ws
+	}
+	return j
 }
 
 func (r *report) writeJSON(path string) error {
