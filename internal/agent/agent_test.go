@@ -238,6 +238,14 @@ nriRequestTimeout: 1s
 	if want := (NRIOptions{Socket: "/nri.sock", Index: "10", RequestTimeout: time.Second}); nri.nri != want {
 		t.Errorf("tandem-nri options = %+v, want %+v", nri.nri, want)
 	}
+	// A list from the environment takes the flag's syntax.
+	env, err := load(proxyBinary, nil, func(k string) string { return map[string]string{"TANDEM_POLICIES": "qos,cpuset"}[k] })
+	if err != nil {
+		t.Fatalf("TANDEM_POLICIES=qos,cpuset: %v", err)
+	}
+	if got := strings.Join(env.policy.Enabled, ","); got != "qos,cpuset" {
+		t.Errorf("TANDEM_POLICIES=qos,cpuset: policies %q", got)
+	}
 	for _, bad := range []struct{ content, want string }{
 		{"stateDirectory: /s\n", "unknown keys statedirectory"},
 		{"maxMsgSize: lots\n", "maxMsgSize"},
