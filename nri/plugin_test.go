@@ -241,6 +241,18 @@ func create(ctx context.Context, r *fakeRuntime, n *node, pod *api.PodSandbox, c
 	return resp.GetAdjust(), nil
 }
 
+// createRunning creates the container and tells the plugin it runs, as containerd does after its start.
+func createRunning(t *testing.T, ctx context.Context, r *fakeRuntime, n *node, pod *api.PodSandbox, c *api.Container) {
+	t.Helper()
+	if _, err := create(ctx, r, n, pod, c); err != nil {
+		t.Fatal(err)
+	}
+	c.State = api.ContainerState_CONTAINER_RUNNING
+	if err := r.r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: pod, Container: c}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCreateContainer: each class gets seed 000's treatment through NRI's adjustment, and an LSE
 // container with a fractional CPU is refused with nothing held.
 func TestCreateContainer(t *testing.T) {
@@ -326,13 +338,7 @@ func TestPoolMoves(t *testing.T) {
 	n := startNode(t, ctx, sock)
 	ls := sandbox("web", "LS")
 	lsCtr := container(ls, "app", 500)
-	if _, err := create(ctx, rt, n, ls, lsCtr); err != nil {
-		t.Fatal(err)
-	}
-	lsCtr.State = api.ContainerState_CONTAINER_RUNNING
-	if err := rt.r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: ls, Container: lsCtr}); err != nil {
-		t.Fatal(err)
-	}
+	createRunning(t, ctx, rt, n, ls, lsCtr)
 	lse := sandbox("db", "LSE")
 	if _, err := create(ctx, rt, n, lse, container(lse, "app", 2000)); err != nil {
 		t.Fatal(err)
@@ -587,13 +593,7 @@ func TestMovedAfterStart(t *testing.T) {
 	}
 	lse := sandbox("db", "LSE")
 	lseCtr := container(lse, "app", 2000)
-	if _, err := create(ctx, rt, n, lse, lseCtr); err != nil {
-		t.Fatal(err)
-	}
-	lseCtr.State = api.ContainerState_CONTAINER_RUNNING
-	if err := rt.r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: lse, Container: lseCtr}); err != nil {
-		t.Fatal(err)
-	}
+	createRunning(t, ctx, rt, n, lse, lseCtr)
 	// Let the refresh the LSE pod asked for run while the LS container is still only created.
 	time.Sleep(300 * time.Millisecond)
 	if err := rt.r.StartContainer(ctx, &api.StartContainerRequest{Pod: ls, Container: lsCtr}); err != nil {
@@ -655,13 +655,7 @@ func TestRefreshWritesFilesOnly(t *testing.T) {
 		FailurePolicy: hooks.Ignore, New: func() (hooks.Hook, error) { return filesHook{value: value}, nil }})
 	pod := sandbox("web", "LS")
 	c := container(pod, "app", 500)
-	if _, err := create(ctx, rt, n, pod, c); err != nil {
-		t.Fatal(err)
-	}
-	c.State = api.ContainerState_CONTAINER_RUNNING
-	if err := rt.r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: pod, Container: c}); err != nil {
-		t.Fatal(err)
-	}
+	createRunning(t, ctx, rt, n, pod, c)
 	value.Store("7")
 	done := make(chan error, 1)
 	go func() { done <- n.plugin.Refresh(ctx) }()
