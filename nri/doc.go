@@ -31,8 +31,8 @@
 //     CPUs), reach containerd as unsolicited UpdateContainers from the refresh loop, never from inside an
 //     event: containerd holds its NRI lock for the event, so an update sent from it would wait for itself.
 //     containerd writes an update to a container that does not run into its spec alone, which a starting
-//     container may have made its task from already: such an update is sent again once the container
-//     runs, and PostStartContainer asks the loop for a pass if the hooks' decision moved meanwhile.
+//     container may have made its task from already: such an update, like a PreStartContainer change, is
+//     sent again from the loop once PostStartContainer says the container runs.
 //
 // containerd drops a plugin that does not answer within its plugin_request_timeout (2s by default), so
 // each event runs under a deadline a margin shorter than that: a hook that is too slow fails under its own

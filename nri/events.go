@@ -229,6 +229,10 @@ func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.
 		// containerd fails the start, as tandem-proxy fails StartContainer.
 		return errgrpc.ToGRPC(err)
 	}
+	if adj != nil && adj.Resources != nil && changes(stored.Resources, adj.Resources) {
+		// NRI takes no adjustment here, and the task is made already: sent once the container runs.
+		p.specOnly.Store(c.GetId(), struct{}{})
+	}
 	p.applyPodResources(ctx, pod, adj)
 	klog.FromContext(ctx).V(2).Info("Container starting")
 	return nil
@@ -250,14 +254,10 @@ func (p *Plugin) PostStartContainer(ctx context.Context, sb *api.PodSandbox, c *
 	}
 	p.applyUnsent(ctx, pod, stored, p.v1Files(stored.Resources))
 	_, _ = p.runHooks(ctx, hooks.PostStartContainer, pod.HookInfo(), stored.HookInfo())
-	// The task may run less than the store holds (an update sent while it started reached only the
-	// spec) or than the hooks now decide (a CPU bound at PreStartContainer): the refresh loop sends it
-	// now that containerd applies updates to the task. Pod-level settings need no such pass: the plugin
-	// writes them itself.
+	// The task may run less than the store holds or the hooks decided (an update sent while it
+	// started, a CPU bound at PreStartContainer): the refresh loop sends it all now that containerd
+	// applies updates to the task. Pod-level settings need no such pass: the plugin writes them itself.
 	if _, ok := p.specOnly.Load(c.GetId()); ok {
-		p.requestRefresh()
-	} else if adj, err := p.runHooks(ctx, hooks.PreUpdateContainerResources, pod.HookInfo(), stored.HookInfo()); err == nil &&
-		adj != nil && adj.Resources != nil && changes(stored.Resources, adj.Resources) {
 		p.requestRefresh()
 	}
 	p.metrics.observe("PostStartContainer", start, nil)

@@ -104,9 +104,10 @@ type Plugin struct {
 	// ctrLocks serialises what the plugin does to one container: a refresh must not interleave with the
 	// container's own events.
 	ctrLocks sync.Map // container id → *sync.Mutex
-	// specOnly holds the containers sent an update while not running. containerd writes such an update
-	// into the container's spec alone, and a container between its task's creation and its start has
-	// already made the task from that spec: the update is sent again once the container runs.
+	// specOnly holds the containers whose task may not run what was decided for them: sent an update
+	// while not running (containerd writes it into the spec alone, and a container between its task's
+	// creation and its start has made the task from that spec already), or given a change at
+	// PreStartContainer, which NRI cannot carry. Once the container runs, all of it is sent again.
 	specOnly sync.Map // container id → struct{}
 }
 

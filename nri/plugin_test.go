@@ -594,8 +594,13 @@ func TestMovedAfterStart(t *testing.T) {
 	lse := sandbox("db", "LSE")
 	lseCtr := container(lse, "app", 2000)
 	createRunning(t, ctx, rt, n, lse, lseCtr)
-	// Let the refresh the LSE pod asked for run while the LS container is still only created.
-	time.Sleep(300 * time.Millisecond)
+	// The refresh the LSE pod asked for reaches the LS container while it is only created: containerd
+	// would write it into the spec alone.
+	for deadline := time.Now().Add(2 * time.Second); rt.lastCPUs(lsCtr.Id, 0) != "1-7,9-15"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("created LS container sent cpuset %q, want 1-7,9-15 (its spec updated)", rt.lastCPUs(lsCtr.Id, 0))
+		}
+	}
 	if err := rt.r.StartContainer(ctx, &api.StartContainerRequest{Pod: ls, Container: lsCtr}); err != nil {
 		t.Fatal(err)
 	}
