@@ -266,6 +266,9 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 	}
 
 	rep := newReport(o, runtimeVersion)
+	if tandem != nil {
+		rep.proxyBuild = buildOf(proxyBin)
+	}
 	p := plan{iterations: o.iterations, batchPerWorker: o.batch, warmupPerWorker: o.warmup}
 	// CPU time each proxy process spends on the same calls: where latency
 	// differs, this tells whether it is work or waiting.

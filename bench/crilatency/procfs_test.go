@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -152,5 +154,32 @@ func TestParseSmaps(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestBuildOf(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	notGo := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notGo, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		// The test binary carries its build settings as any `go build` output does.
+		{exe, []string{"MB executable", "CGO_ENABLED=", "build tags: "}},
+		{notGo, []string{"0.0 MB executable", "no build information"}},
+		{filepath.Join(t.TempDir(), "missing"), []string{"no such file"}},
+	} {
+		got := buildOf(tc.path)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("buildOf(%s) = %q, want it to say %q", tc.path, got, w)
+			}
+		}
 	}
 }

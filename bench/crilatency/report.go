@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,6 +33,30 @@ type machine struct {
 
 func readMachine(flavor, runtimeVersion string) machine {
 	return machine{Facts: hostinfo.Read(), Runtime: runtimeVersion, Flavor: flavor}
+}
+
+// buildOf says how a Go executable was built: its RSS follows its size, and the size follows cgo and
+// the build tags (the Makefile's GOTAGS).
+func buildOf(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err.Error()
+	}
+	desc := fmt.Sprintf("%.1f MB executable", float64(fi.Size())/1e6)
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return desc + " (no build information: " + err.Error() + ")"
+	}
+	cgo, tags := "unset", "none"
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "CGO_ENABLED":
+			cgo = s.Value
+		case "-tags":
+			tags = s.Value
+		}
+	}
+	return fmt.Sprintf("%s, CGO_ENABLED=%s, build tags: %s", desc, cgo, tags)
 }
 
 // row is the result of one RPC × mode.
@@ -75,8 +100,10 @@ func (l latencyRun) met() bool {
 type report struct {
 	machine machine
 	opts    options
-	runs    []latencyRun
-	Idle    *idleReport
+	// proxyBuild says how the measured tandem-proxy was built; empty in the A/A check.
+	proxyBuild string
+	runs       []latencyRun
+	Idle       *idleReport
 }
 
 func newReport(o options, runtimeVersion string) *report {
@@ -144,6 +171,9 @@ func (r *report) print(w io.Writer) {
 		where = "IN THE BENCHMARK'S OWN PROCESS, beside its callers (not how a proxy runs: it flatters the floor)"
 	}
 	fmt.Fprintf(w, "floor:    minimal Go gRPC proxy %s (%s)\n", where, floorKind)
+	if r.proxyBuild != "" {
+		fmt.Fprintf(w, "tandem:   tandem-proxy with default flags, -v %d; %s\n", o.proxyVerbosity, r.proxyBuild)
+	}
 	if o.aa {
 		fmt.Fprintf(w, "A/A:      the tandem column is a SECOND FLOOR PROXY, not tandem-proxy: the ratios show the benchmark's own bias and noise\n")
 	}
@@ -377,6 +407,7 @@ type jsonReport struct {
 	FloorUnaryInvoke bool      `json:"floorUnaryInvoke"`
 	FloorInProcess   bool      `json:"floorInProcess"`
 	AA               bool      `json:"aaCheck"`
+	TandemBuild      string    `json:"tandemBuild,omitempty"`
 	Pods             int       `json:"pods"`
 	Containers       int       `json:"containers"`
 	Iterations       int       `json:"iterations"`
@@ -424,7 +455,8 @@ func toJSONIdle(c idleCost) *jsonIdle {
 func (r *report) writeJSON(path string) error {
 	j := jsonReport{
 		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, FloorInProcess: r.opts.floorInProcess, AA: r.opts.aa,
-		Pods: r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
+		TandemBuild: r.proxyBuild,
+		Pods:        r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
 		Iterations: r.opts.iterations, Batch: r.opts.batch, Warmup: r.opts.warmup,
 		TargetP50Ratio: limitP50, TargetP99Ratio: limitP99, TargetRSSMiB: limitRSSMiB, TargetCPUPercent: limitCPUPct,
 	}

@@ -193,15 +193,20 @@ func BuildNRI(ctx context.Context, outDir string) (string, error) {
 	return BuildCommand(ctx, outDir, "tandem-nri")
 }
 
-// BuildCommand builds ./cmd/<name> of the repository into outDir and returns the binary's path.
+// BuildTags are the build tags of every Tandem binary: the Makefile's GOTAGS, which says why.
+const BuildTags = "grpcnotrace"
+
+// BuildCommand builds ./cmd/<name> of the repository into outDir, as `make build` does (static, with
+// BuildTags), and returns the binary's path.
 func BuildCommand(ctx context.Context, outDir, name string) (string, error) {
 	root, err := RepoRoot(ctx)
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(outDir, name)
-	cmd := exec.CommandContext(ctx, goBinary(), "build", "-o", bin, "./cmd/"+name)
+	cmd := exec.CommandContext(ctx, goBinary(), "build", "-tags", BuildTags, "-o", bin, "./cmd/"+name)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build %s: %w: %s", name, err, tail(out, 4000))
 	}

@@ -1,0 +1,62 @@
+package framework
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestBuildTagsMatchMakefile: the tests and benchmarks must measure the binaries `make build` ships.
+func TestBuildTagsMatchMakefile(t *testing.T) {
+	root, err := RepoRoot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^GOTAGS\s*\?=\s*(.*)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile has no GOTAGS ?= line")
+	}
+	if got := strings.TrimSpace(string(m[1])); got != BuildTags {
+		t.Errorf("Makefile GOTAGS = %q, framework.BuildTags = %q: make them the same", got, BuildTags)
+	}
+}
+
+// TestNodeAgentsLinkNoReflectiveMethodCalls: a package that calls reflect's Method or MethodByName with
+// a name known only at run time (text/template is the usual one) makes the linker keep every exported
+// method of every type in the binary, some 6 MB and 3 MiB of RSS on every node for tandem-proxy. The
+// node agents must not link one; a new dependency that brings one back fails here, naming who imports it.
+func TestNodeAgentsLinkNoReflectiveMethodCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	root, err := RepoRoot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	banned := []string{"text/template", "golang.org/x/net/trace"}
+	for _, cmd := range []string{"./cmd/tandem-proxy", "./cmd/tandem-nri"} {
+		c := exec.Command(goBinary(), "list", "-tags", BuildTags, "-deps", "-f", "{{.ImportPath}}:{{join .Imports \",\"}}", cmd)
+		c.Dir = root
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", cmd, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			pkg, imports, _ := strings.Cut(line, ":")
+			for _, b := range banned {
+				if slices.Contains(strings.Split(imports, ","), b) {
+					t.Errorf("%s links %s, imported by %s", cmd, b, pkg)
+				}
+			}
+		}
+	}
+}
