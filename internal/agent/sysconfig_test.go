@@ -167,9 +167,8 @@ func TestSysConfigFollowsSLO(t *testing.T) {
 	if len(knobs) != 8 {
 		t.Errorf("%d system-config keys reported, want 8: %v", len(knobs), knobs)
 	}
-	if v := gaugeValue(t, reg, "tandem_sysconfig_value", tr.files["min_free_kbytes"]); v != 167772 {
-		t.Errorf("tandem_sysconfig_value{min_free_kbytes} = %v, want 167772", v)
-	}
+	// The gauges are set once Apply has written every file, a moment after the last one lands.
+	waitGauge(t, reg, "tandem_sysconfig_value", tr.files["min_free_kbytes"], 167772)
 
 	// Another section changes: the values stay, nothing is written again.
 	other := resolve(t, map[string]string{slo.SystemConfigKey: seedSystemConfig, slo.CPUBurstConfigKey: `{"clusterStrategy": {"policy": "auto"}}`})
@@ -197,7 +196,25 @@ func TestSysConfigFollowsSLO(t *testing.T) {
 }
 
 // gaugeValue returns the value of the gauge name whose one label has value label, from reg.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+func waitGauge(t *testing.T, reg *prometheus.Registry, name, label string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, found := gauge(t, reg, name, label)
+		if found && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			if !found {
+				t.Fatalf("no %s{%s} in the registry after 5 s", name, label)
+			}
+			t.Fatalf("%s{%s} = %v after 5 s, want %v", name, label, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name, label string) (float64, bool) {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -206,12 +223,11 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, label string) floa
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			if mf.GetName() == name && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
-				return m.GetGauge().GetValue()
+				return m.GetGauge().GetValue(), true
 			}
 		}
 	}
-	t.Fatalf("no %s{%s} in the registry", name, label)
-	return 0
+	return 0, false
 }
 
 // TestSysConfigAfterKill: a run that was SIGKILLed left Tandem's values and the record; the next run
