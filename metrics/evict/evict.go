@@ -16,7 +16,10 @@
 // reschedule, PodDisruptionBudgets are honoured) or the runtime's StopPodSandbox when it runs
 // standalone. After a round that evicted something the loop waits Config.CoolDown before evicting
 // again, because freed memory and CPU show in the usage only a sample or more later; without the pause
-// the same pressure would evict pod after pod.
+// the same pressure would evict pod after pod. A pod whose eviction was refused (a PodDisruptionBudget)
+// is not asked again for Config.CoolDown either, but a round that evicted nothing holds no other pod
+// back: the next sample tries the next candidate, such as a BE pod that started a moment too late to be
+// in this one.
 package evict
 
 import (
@@ -181,6 +184,8 @@ type Loop struct {
 	// evicted remembers pods already evicted, until they leave the snapshots: a pod that takes a while
 	// to stop must not be evicted again, nor its usage counted as still to be freed.
 	evicted map[string]bool
+	// refusedUntil holds pods whose eviction was refused or failed, until they may be asked again.
+	refusedUntil map[string]time.Time
 
 	evictions *prometheus.CounterVec
 	refusals  *prometheus.CounterVec
@@ -198,7 +203,7 @@ func New(cfg Config, deps Deps) (*Loop, error) {
 		deps.Pods = func(string) (PodMeta, bool) { return PodMeta{}, false }
 	}
 	l := &Loop{
-		deps: deps, evicted: map[string]bool{},
+		deps: deps, evicted: map[string]bool{}, refusedUntil: map[string]time.Time{},
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tandem", Name: "evictions_total",
 			Help: "BE pods evicted, by reason (memory, cpuSatisfaction).",
@@ -253,7 +258,7 @@ type candidate struct {
 }
 
 // Evicted is what one eviction round did: the reason, and the pods it evicted in order (none when
-// every attempt was refused; the cool-down starts either way).
+// every attempt was refused; the cool-down then holds only the refused pods).
 type Evicted struct {
 	Reason Reason
 	Pods   []Pod
@@ -278,11 +283,15 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) *Evicted {
 		return nil
 	}
 	if ev := l.memory(ctx, cfg, snap, cands); ev != nil {
-		l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
+		if len(ev.Pods) > 0 {
+			l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
+		}
 		return ev
 	}
 	if ev := l.cpu(ctx, cfg, snap, cands, now); ev != nil {
-		l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
+		if len(ev.Pods) > 0 {
+			l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
+		}
 		return ev
 	}
 	return nil
@@ -301,6 +310,11 @@ func (l *Loop) forgetGone(snap *collector.Snapshot) {
 	for k := range l.evicted {
 		if !seen[k] {
 			delete(l.evicted, k)
+		}
+	}
+	for k := range l.refusedUntil {
+		if !seen[k] {
+			delete(l.refusedUntil, k)
 		}
 	}
 }
@@ -431,22 +445,47 @@ func (l *Loop) cpu(ctx context.Context, cfg Config, snap *collector.Snapshot, ca
 // evict takes candidates in order until what they free reaches release.
 func (l *Loop) evict(ctx context.Context, reason Reason, msg string, cands []*candidate, release int64, frees func(*candidate) int64, kv ...any) *Evicted {
 	logger := klog.FromContext(ctx)
-	logger.Info("BE eviction needed", append([]any{"reason", reason}, kv...)...)
-	var done []Pod
-	var freed int64
-	attempted := false
+	now := l.deps.Now()
+	var eligible []*candidate
+	refused := 0
 	for _, c := range cands {
-		if freed >= release {
-			break
-		}
 		k := key(c.pod)
 		if l.evicted[k] {
 			continue
 		}
-		attempted = true
+		if until, ok := l.refusedUntil[k]; ok {
+			if now.Before(until) {
+				refused++
+				continue
+			}
+			delete(l.refusedUntil, k)
+		}
+		eligible = append(eligible, c)
+	}
+	if len(eligible) == 0 {
+		if refused > 0 {
+			// Asking again within the cool-down would be refused again; the refusal was logged.
+			logger.V(4).Info("BE eviction needed; every BE pod left refused it or failed recently", "reason", reason, "held", refused)
+			return nil
+		}
+		// No BE pod to take: nothing to wait for, and one may start any moment.
+		logger.Info("BE eviction needed but no BE pod left to evict", "reason", reason)
+		return nil
+	}
+	logger.Info("BE eviction needed", append([]any{"reason", reason}, kv...)...)
+	var done []Pod
+	var freed int64
+	for _, c := range eligible {
+		if freed >= release {
+			break
+		}
+		k := key(c.pod)
 		err := l.deps.Evictor.Evict(ctx, c.pod, reason, msg)
 		if err != nil {
 			l.refusals.WithLabelValues(string(reason)).Inc()
+			// Asked again a second later, a PodDisruptionBudget would refuse again and an unreachable
+			// API server would fail again.
+			l.refusedUntil[k] = now.Add(l.cfg.Load().CoolDown)
 			if errors.Is(err, ErrRefused) {
 				logger.Info("BE pod eviction refused; trying the next", "pod", klog.KRef(c.pod.Namespace, c.pod.Name), "reason", reason, "err", err)
 			} else {
@@ -461,12 +500,5 @@ func (l *Loop) evict(ctx context.Context, reason Reason, msg string, cands []*ca
 		logger.Info("BE pod evicted", "pod", klog.KRef(c.pod.Namespace, c.pod.Name), "podUID", c.pod.UID, "reason", reason,
 			"priority", c.priority, "memoryBytes", c.memory, "cpuMilli", c.cpu, "message", msg)
 	}
-	if !attempted {
-		// No BE pod to take: nothing to wait for, and one may start any moment.
-		logger.Info("BE eviction needed but no BE pod left to evict", "reason", reason)
-		return nil
-	}
-	// A round that tried and failed cools down too: a PodDisruptionBudget that refuses now will refuse
-	// again a second later.
 	return &Evicted{Reason: reason, Pods: done}
 }

@@ -346,3 +346,52 @@ func TestNoCandidateNoCoolDown(t *testing.T) {
 		t.Errorf("evicted %v a second later, want [be-a]", rec.evicted)
 	}
 }
+
+// TestRefusalHoldsOnlyThatPod: a round whose only candidate a PodDisruptionBudget protects evicts
+// nothing; a BE pod that shows up at the next sample is evicted then, not a cool-down later, and the
+// protected pod is asked again only once the cool-down has passed.
+func TestRefusalHoldsOnlyThatPod(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	rec := &recorder{refuse: map[string]bool{"protected": true}}
+	asked := map[string]int{}
+	ev := evictorFunc(func(ctx context.Context, p evict.Pod, r evict.Reason, msg string) error {
+		asked[p.Name]++
+		return rec.Evict(ctx, p, r, msg)
+	})
+	clk := &clock{t: time.Unix(1000, 0)}
+	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: ev, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protected := ctr{"protected", qos.BE, 10, 0}
+	steps := []struct {
+		after     time.Duration
+		ctrs      []ctr
+		want      []string
+		protAsked int
+	}{
+		{0, []ctr{protected}, nil, 1},
+		// The free pod is in the next sample: evicted at once; the protected one is not asked again.
+		{time.Second, []ctr{protected, {"free", qos.BE, 2, 0}}, []string{"free"}, 1},
+		// The free pod is gone; the cool-down after its eviction holds everything.
+		{30 * time.Second, []ctr{protected}, []string{"free"}, 1},
+		// Both cool-downs over: the protected pod is asked again (and refuses again).
+		{62 * time.Second, []ctr{protected}, []string{"free"}, 2},
+		// Within its new hold: not asked.
+		{63 * time.Second, []ctr{protected}, []string{"free"}, 2},
+	}
+	for i, s := range steps {
+		clk.t = time.Unix(1000, 0).Add(s.after)
+		l.Step(ctx, snapshot(clk.t, 16, 100, 80, s.ctrs...))
+		if !slices.Equal(rec.evicted, s.want) || asked["protected"] != s.protAsked {
+			t.Errorf("step %d (+%v): evicted %v, protected asked %d times; want %v, %d", i, s.after, rec.evicted, asked["protected"], s.want, s.protAsked)
+		}
+	}
+}
+
+type evictorFunc func(context.Context, evict.Pod, evict.Reason, string) error
+
+func (f evictorFunc) Evict(ctx context.Context, p evict.Pod, r evict.Reason, msg string) error {
+	return f(ctx, p, r, msg)
+}
