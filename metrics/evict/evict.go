@@ -297,9 +297,9 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) *Evicted {
 	return nil
 }
 
-// forgetGone drops pods evicted earlier that no longer show in the snapshot.
+// forgetGone drops pods evicted or held earlier that no longer show in the snapshot.
 func (l *Loop) forgetGone(snap *collector.Snapshot) {
-	if len(l.evicted) == 0 {
+	if len(l.evicted) == 0 && len(l.refusedUntil) == 0 {
 		return
 	}
 	seen := map[string]bool{}

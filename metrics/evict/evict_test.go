@@ -395,3 +395,31 @@ type evictorFunc func(context.Context, evict.Pod, evict.Reason, string) error
 func (f evictorFunc) Evict(ctx context.Context, p evict.Pod, r evict.Reason, msg string) error {
 	return f(ctx, p, r, msg)
 }
+
+// TestHeldPodForgottenWhenGone: the hold on a refused pod goes with the pod, so the loop keeps nothing
+// for pods that left the node.
+func TestHeldPodForgottenWhenGone(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	asked := 0
+	ev := evictorFunc(func(context.Context, evict.Pod, evict.Reason, string) error {
+		asked++
+		return fmt.Errorf("pdb: %w", evict.ErrRefused)
+	})
+	clk := &clock{t: time.Unix(1000, 0)}
+	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: ev, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := ctr{"protected", qos.BE, 10, 0}
+	l.Step(ctx, snapshot(clk.t, 16, 100, 80, pod))
+	// Gone, and no pressure: the sample that no longer lists it drops its hold.
+	clk.t = clk.t.Add(time.Second)
+	l.Step(ctx, snapshot(clk.t, 16, 100, 10))
+	// A pod with the same identity under pressure again is a new question.
+	clk.t = clk.t.Add(time.Second)
+	l.Step(ctx, snapshot(clk.t, 16, 100, 80, pod))
+	if asked != 2 {
+		t.Errorf("asked %d times, want 2: the hold outlived the pod", asked)
+	}
+}
