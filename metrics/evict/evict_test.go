@@ -49,9 +49,14 @@ type recorder struct {
 	refuse  map[string]bool
 	evicted []string
 	reasons []evict.Reason
+	asked   map[string]int // every request, refused or not
 }
 
 func (r *recorder) Evict(_ context.Context, p evict.Pod, reason evict.Reason, _ string) error {
+	if r.asked == nil {
+		r.asked = map[string]int{}
+	}
+	r.asked[p.Name]++
 	if r.refuse[p.Name] {
 		return fmt.Errorf("pdb: %w", evict.ErrRefused)
 	}
@@ -354,13 +359,8 @@ func TestRefusalHoldsOnlyThatPod(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	rec := &recorder{refuse: map[string]bool{"protected": true}}
-	asked := map[string]int{}
-	ev := evictorFunc(func(ctx context.Context, p evict.Pod, r evict.Reason, msg string) error {
-		asked[p.Name]++
-		return rec.Evict(ctx, p, r, msg)
-	})
 	clk := &clock{t: time.Unix(1000, 0)}
-	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: ev, Now: clk.now})
+	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,16 +384,10 @@ func TestRefusalHoldsOnlyThatPod(t *testing.T) {
 	for i, s := range steps {
 		clk.t = time.Unix(1000, 0).Add(s.after)
 		l.Step(ctx, snapshot(clk.t, 16, 100, 80, s.ctrs...))
-		if !slices.Equal(rec.evicted, s.want) || asked["protected"] != s.protAsked {
-			t.Errorf("step %d (+%v): evicted %v, protected asked %d times; want %v, %d", i, s.after, rec.evicted, asked["protected"], s.want, s.protAsked)
+		if !slices.Equal(rec.evicted, s.want) || rec.asked["protected"] != s.protAsked {
+			t.Errorf("step %d (+%v): evicted %v, protected asked %d times; want %v, %d", i, s.after, rec.evicted, rec.asked["protected"], s.want, s.protAsked)
 		}
 	}
-}
-
-type evictorFunc func(context.Context, evict.Pod, evict.Reason, string) error
-
-func (f evictorFunc) Evict(ctx context.Context, p evict.Pod, r evict.Reason, msg string) error {
-	return f(ctx, p, r, msg)
 }
 
 // TestHeldPodForgottenWhenGone: the hold on a refused pod goes with the pod, so the loop keeps nothing
@@ -401,13 +395,9 @@ func (f evictorFunc) Evict(ctx context.Context, p evict.Pod, r evict.Reason, msg
 func TestHeldPodForgottenWhenGone(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
-	asked := 0
-	ev := evictorFunc(func(context.Context, evict.Pod, evict.Reason, string) error {
-		asked++
-		return fmt.Errorf("pdb: %w", evict.ErrRefused)
-	})
+	rec := &recorder{refuse: map[string]bool{"protected": true}}
 	clk := &clock{t: time.Unix(1000, 0)}
-	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: ev, Now: clk.now})
+	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +409,7 @@ func TestHeldPodForgottenWhenGone(t *testing.T) {
 	// A pod with the same identity under pressure again is a new question.
 	clk.t = clk.t.Add(time.Second)
 	l.Step(ctx, snapshot(clk.t, 16, 100, 80, pod))
-	if asked != 2 {
-		t.Errorf("asked %d times, want 2: the hold outlived the pod", asked)
+	if rec.asked["protected"] != 2 {
+		t.Errorf("asked %d times, want 2: the hold outlived the pod", rec.asked["protected"])
 	}
 }
