@@ -282,19 +282,14 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) *Evicted {
 	if now.Before(l.coolUntil) {
 		return nil
 	}
-	if ev := l.memory(ctx, cfg, snap, cands); ev != nil {
-		if len(ev.Pods) > 0 {
-			l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
-		}
-		return ev
+	ev := l.memory(ctx, cfg, snap, cands, now)
+	if ev == nil {
+		ev = l.cpu(ctx, cfg, snap, cands, now)
 	}
-	if ev := l.cpu(ctx, cfg, snap, cands, now); ev != nil {
-		if len(ev.Pods) > 0 {
-			l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
-		}
-		return ev
+	if ev != nil && len(ev.Pods) > 0 {
+		l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
 	}
-	return nil
+	return ev
 }
 
 // forgetGone drops pods evicted or held earlier that no longer show in the snapshot.
@@ -367,7 +362,7 @@ func key(p Pod) string {
 }
 
 // memory evicts for node memory; see the package doc.
-func (l *Loop) memory(ctx context.Context, cfg Config, snap *collector.Snapshot, cands []*candidate) *Evicted {
+func (l *Loop) memory(ctx context.Context, cfg Config, snap *collector.Snapshot, cands []*candidate, now time.Time) *Evicted {
 	total := snap.Capacity.MemoryBytes
 	if total <= 0 || snap.Node.MemoryBytes*100 < total*cfg.MemoryEvictThresholdPercent {
 		return nil
@@ -388,7 +383,7 @@ func (l *Loop) memory(ctx context.Context, cfg Config, snap *collector.Snapshot,
 	})
 	msg := fmt.Sprintf("node memory use %d%% reached memoryEvictThresholdPercent %d%%; evicting BE pods to bring it under %d%%",
 		snap.Node.MemoryBytes*100/total, cfg.MemoryEvictThresholdPercent, cfg.MemoryEvictLowerPercent)
-	return l.evict(ctx, ReasonMemory, msg, cands, release, func(c *candidate) int64 { return c.memory },
+	return l.evict(ctx, cfg, now, ReasonMemory, msg, cands, release, func(c *candidate) int64 { return c.memory },
 		"nodeMemoryBytes", snap.Node.MemoryBytes, "capacityMemoryBytes", total, "releaseBytes", release)
 }
 
@@ -438,14 +433,14 @@ func (l *Loop) cpu(ctx context.Context, cfg Config, snap *collector.Snapshot, ca
 	})
 	msg := fmt.Sprintf("BE CPU satisfaction %d%% (allowed %dm of %dm requested) stayed below cpuEvictBESatisfactionLowerPercent %d%% for %v while BE used %d%% of it",
 		allowed*100/request, allowed, request, cfg.CPUEvictBESatisfactionLowerPercent, window, usage*100/allowed)
-	return l.evict(ctx, ReasonCPUSatisfaction, msg, cands, release, func(c *candidate) int64 { return c.request },
+	return l.evict(ctx, cfg, now, ReasonCPUSatisfaction, msg, cands, release, func(c *candidate) int64 { return c.request },
 		"beAllowedMilli", allowed, "beRequestMilli", request, "beUsageMilli", usage, "releaseMilli", release)
 }
 
-// evict takes candidates in order until what they free reaches release.
-func (l *Loop) evict(ctx context.Context, reason Reason, msg string, cands []*candidate, release int64, frees func(*candidate) int64, kv ...any) *Evicted {
+// evict takes candidates in order until what they free reaches release. A refused or failed pod is held
+// for cfg.CoolDown from now.
+func (l *Loop) evict(ctx context.Context, cfg Config, now time.Time, reason Reason, msg string, cands []*candidate, release int64, frees func(*candidate) int64, kv ...any) *Evicted {
 	logger := klog.FromContext(ctx)
-	now := l.deps.Now()
 	var eligible []*candidate
 	refused := 0
 	for _, c := range cands {
@@ -485,7 +480,7 @@ func (l *Loop) evict(ctx context.Context, reason Reason, msg string, cands []*ca
 			l.refusals.WithLabelValues(string(reason)).Inc()
 			// Asked again a second later, a PodDisruptionBudget would refuse again and an unreachable
 			// API server would fail again.
-			l.refusedUntil[k] = now.Add(l.cfg.Load().CoolDown)
+			l.refusedUntil[k] = now.Add(cfg.CoolDown)
 			if errors.Is(err, ErrRefused) {
 				logger.Info("BE pod eviction refused; trying the next", "pod", klog.KRef(c.pod.Namespace, c.pod.Name), "reason", reason, "err", err)
 			} else {

@@ -79,6 +79,19 @@ func memConfig() evict.Config {
 
 func prio(v int32) *int32 { return &v }
 
+// memLoop is a memory-eviction loop (memConfig) that evicts through rec, on a clock the test moves, starting
+// at 1000 s.
+func memLoop(t *testing.T, rec *recorder) (context.Context, *evict.Loop, *clock) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	clk := &clock{t: time.Unix(1000, 0)}
+	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, l, clk
+}
+
 // TestMemoryEvict checks the order (lowest priority, then largest memory) and the stop condition (what
 // the evicted pods use brings the node under memoryEvictLowerPercent), and that only all-BE pods go.
 func TestMemoryEvict(t *testing.T) {
@@ -163,13 +176,8 @@ func counter(t *testing.T, reg *prometheus.Registry, name, reason string) float6
 // is still stopping.
 func TestCoolDown(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
 	rec := &recorder{}
-	clk := &clock{t: time.Unix(1000, 0)}
-	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, l, clk := memLoop(t, rec)
 	pods := []ctr{{"be-a", qos.BE, 6, 0}, {"be-b", qos.BE, 3, 0}, {"be-c", qos.BE, 2, 0}}
 	steps := []struct {
 		after time.Duration
@@ -335,13 +343,8 @@ func TestValidate(t *testing.T) {
 // the BE pod that starts a moment later is evicted at once.
 func TestNoCandidateNoCoolDown(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
 	rec := &recorder{}
-	clk := &clock{t: time.Unix(1000, 0)}
-	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, l, clk := memLoop(t, rec)
 	if ev := l.Step(ctx, snapshot(clk.t, 16, 100, 80, ctr{"web", qos.LS, 70, 0})); ev != nil || len(rec.evicted) > 0 {
 		t.Fatalf("evicted %v with only an LS pod on the node", rec.evicted)
 	}
@@ -357,13 +360,8 @@ func TestNoCandidateNoCoolDown(t *testing.T) {
 // protected pod is asked again only once the cool-down has passed.
 func TestRefusalHoldsOnlyThatPod(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
 	rec := &recorder{refuse: map[string]bool{"protected": true}}
-	clk := &clock{t: time.Unix(1000, 0)}
-	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, l, clk := memLoop(t, rec)
 	protected := ctr{"protected", qos.BE, 10, 0}
 	steps := []struct {
 		after     time.Duration
@@ -394,13 +392,8 @@ func TestRefusalHoldsOnlyThatPod(t *testing.T) {
 // for pods that left the node.
 func TestHeldPodForgottenWhenGone(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
 	rec := &recorder{refuse: map[string]bool{"protected": true}}
-	clk := &clock{t: time.Unix(1000, 0)}
-	l, err := evict.New(memConfig(), evict.Deps{Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, l, clk := memLoop(t, rec)
 	pod := ctr{"protected", qos.BE, 10, 0}
 	l.Step(ctx, snapshot(clk.t, 16, 100, 80, pod))
 	// Gone, and no pressure: the sample that no longer lists it drops its hold.
