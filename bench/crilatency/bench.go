@@ -320,12 +320,16 @@ func measureRun(ctx context.Context, targets []target, p plan, proxyPIDs map[str
 	logger := klog.FromContext(ctx)
 	run := latencyRun{LoadBefore: hostinfo.LoadAverage()}
 	ticksBefore := map[string]int64{}
+	switchesBefore := map[string]switches{}
 	for name, pid := range proxyPIDs {
 		t, err := readCPUTicks(pid)
 		if err != nil {
 			return run, err
 		}
 		ticksBefore[name] = t
+		if switchesBefore[name], err = readSwitches(pid); err != nil {
+			return run, err
+		}
 	}
 	measureStart := time.Now()
 	lastLog := time.Now()
@@ -349,7 +353,13 @@ func measureRun(ctx context.Context, targets []target, p plan, proxyPIDs map[str
 		if err != nil {
 			return run, err
 		}
-		run.proxyCPU = append(run.proxyCPU, proxyCPU{Target: name, Ticks: after - ticksBefore[name], Calls: calls})
+		sw, err := readSwitches(pid)
+		if err != nil {
+			return run, err
+		}
+		sw.Voluntary -= switchesBefore[name].Voluntary
+		sw.Involuntary -= switchesBefore[name].Involuntary
+		run.proxyCPU = append(run.proxyCPU, proxyCPU{Target: name, Ticks: after - ticksBefore[name], Calls: calls, Switches: sw})
 	}
 	slices.SortFunc(run.proxyCPU, func(a, b proxyCPU) int { return strings.Compare(a.Target, b.Target) })
 	run.rows = latencyRows(samples, targets)

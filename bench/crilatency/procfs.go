@@ -97,6 +97,7 @@ type idleCost struct {
 	Seconds        float64
 	CPUTicks       int64
 	CPUPercentCore float64 // of one core
+	Switches       switches
 	Start, End     memory
 	// Used is what the process touched in the window, from smaps; nil where the kernel would not
 	// clear its pages' referenced bits.
@@ -192,20 +193,25 @@ func readWorkingSet(pid int) (workingSet, error) {
 }
 
 // measureIdle samples pid's memory and CPU time, waits d (or until ctx ends),
-// and samples again.
+// and samples again. The CPU window spans everything measureIdle does in between, the end-of-window
+// reads included: when pid is the caller itself (its test), that work is in both clocks alike.
 func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error) {
 	c := idleCost{PID: pid}
 	var err error
 	if c.Start, err = readMemory(pid); err != nil {
 		return c, err
 	}
+	s0, err := readSwitches(pid)
+	if err != nil {
+		return c, err
+	}
+	start := time.Now()
 	t0, err := readCPUTicks(pid)
 	if err != nil {
 		return c, err
 	}
 	// Without the bits cleared the working set is not measured; the rest is.
 	cleared := clearReferenced(pid) == nil
-	start := time.Now()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
@@ -213,16 +219,14 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 		return c, fmt.Errorf("idle measurement interrupted: %w", ctx.Err())
 	case <-timer.C:
 	}
-	t1, err := readCPUTicks(pid)
-	if err != nil {
+	if c.Switches, err = readSwitches(pid); err != nil {
 		return c, err
 	}
-	c.Seconds = time.Since(start).Seconds()
+	c.Switches.Voluntary -= s0.Voluntary
+	c.Switches.Involuntary -= s0.Involuntary
 	if c.End, err = readMemory(pid); err != nil {
 		return c, err
 	}
-	c.CPUTicks = t1 - t0
-	c.CPUPercentCore = 100 * float64(c.CPUTicks) / userHZ / c.Seconds
 	if cleared {
 		ws, err := readWorkingSet(pid)
 		if err != nil {
@@ -230,5 +234,68 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 		}
 		c.Used = &ws
 	}
+	t1, err := readCPUTicks(pid)
+	if err != nil {
+		return c, err
+	}
+	c.Seconds = time.Since(start).Seconds()
+	c.CPUTicks = t1 - t0
+	c.CPUPercentCore = 100 * float64(c.CPUTicks) / userHZ / c.Seconds
 	return c, nil
+}
+
+// switches counts a process's context switches: voluntary ones are a thread going to sleep (waiting on
+// a socket, a futex), which on a call's path is a wake-up the call waits for.
+type switches struct {
+	Voluntary, Involuntary int64
+}
+
+// add adds the switch counts of one /proc/PID/task/TID/status text to s.
+func (s *switches) add(b []byte) error {
+	found := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "voluntary_ctxt_switches" && name != "nonvoluntary_ctxt_switches") {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s in /proc status: %w", name, err)
+		}
+		if name == "voluntary_ctxt_switches" {
+			s.Voluntary += v
+		} else {
+			s.Involuntary += v
+		}
+		found++
+	}
+	if found != 2 {
+		return fmt.Errorf("/proc status lacks the context switch counts")
+	}
+	return nil
+}
+
+// readSwitches sums the context switches of every thread of pid. /proc/PID/status counts the main
+// thread's alone, and a Go process does its work on the others.
+func readSwitches(pid int) (switches, error) {
+	var s switches
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return s, fmt.Errorf("list threads of pid %d: %w", pid, err)
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // the thread exited meanwhile
+			}
+			return s, fmt.Errorf("read thread %s of pid %d: %w", t.Name(), pid, err)
+		}
+		if err := s.add(b); err != nil {
+			return s, fmt.Errorf("thread %s of pid %d: %w", t.Name(), pid, err)
+		}
+	}
+	return s, nil
 }

@@ -69,6 +69,64 @@ func TestParseCPUTicks(t *testing.T) {
 	}
 }
 
+func TestSwitchesAdd(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		in      []string // one status text per thread
+		want    switches
+		wantErr bool
+	}{
+		{
+			name: "two threads are summed",
+			in: []string{
+				"Name:\ttandem-proxy\nThreads:\t9\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n",
+				"Name:\ttandem-proxy\nvoluntary_ctxt_switches:\t30\nnonvoluntary_ctxt_switches:\t3\n",
+			},
+			want: switches{Voluntary: 150, Involuntary: 10},
+		},
+		{name: "missing counts", in: []string{"Name:\tx\nvoluntary_ctxt_switches:\t1\n"}, wantErr: true},
+		{name: "not a number", in: []string{"voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got switches
+			var err error
+			for _, b := range tt.in {
+				if err = got.add([]byte(b)); err != nil {
+					break
+				}
+			}
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if !tt.wantErr && got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A Go process sleeps on futexes and in epoll on several threads; the sum over them must grow when it
+// works, which the main thread's own count alone need not.
+func TestReadSwitchesCountsOwnProcess(t *testing.T) {
+	before, err := readSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		time.Sleep(time.Millisecond)
+	}
+	after, err := readSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Voluntary-before.Voluntary < 10 {
+		t.Errorf("20 sleeps gave %d voluntary switches, want at least 10", after.Voluntary-before.Voluntary)
+	}
+}
+
 // The test process itself is a real process to measure: busy-looping for a
 // while must show up as CPU time, and its memory must be non-zero.
 func TestMeasureIdleSeesOwnCPU(t *testing.T) {

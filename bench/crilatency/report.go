@@ -71,6 +71,9 @@ type proxyCPU struct {
 	Target string `json:"target"`
 	Ticks  int64  `json:"cpuTicks"` // 1/100 s
 	Calls  int    `json:"calls"`    // timed and warm-up calls it relayed
+	// Switches over the same calls, all threads: each voluntary one is a thread that slept and had to be
+	// woken, the part of a hop's latency that CPU time does not show.
+	Switches switches `json:"contextSwitches"`
 }
 
 func (p proxyCPU) microsPerCall() float64 {
@@ -221,6 +224,10 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "CPU, %% of one core\t%.3f%%\t%s\t<= %.0f%% %s\t\n", i.Tandem.CPUPercentCore,
 			floorMem(func(c idleCost) string { return fmt.Sprintf("%.3f%%", c.CPUPercentCore) }), limitCPUPct, okMiss(i.Tandem.cpuMet()))
 		fmt.Fprintf(tw, "CPU ticks (1/%d s) in window\t%d\t%s\t\t\n", userHZ, i.Tandem.CPUTicks, floorMem(func(c idleCost) string { return fmt.Sprint(c.CPUTicks) }))
+		perSecond := func(c idleCost) string {
+			return fmt.Sprintf("%.1f", float64(c.Switches.Voluntary+c.Switches.Involuntary)/c.Seconds)
+		}
+		fmt.Fprintf(tw, "context switches per second\t%s\t%s\t\t\n", perSecond(i.Tandem), floorMem(perSecond))
 		_ = tw.Flush()
 		fmt.Fprintln(w, "[c] pages referenced during the window (its referenced bits cleared at its start): the working set is the anonymous\n"+
 			"    memory plus those; the executable's other resident pages were touched at start and are clean page cache the\n"+
@@ -333,6 +340,10 @@ func (run latencyRun) print(w io.Writer) {
 		for _, p := range run.proxyCPU {
 			fmt.Fprintf(w, "  %s %.2f s = %.0f µs/call", p.Target, float64(p.Ticks)/userHZ, p.microsPerCall())
 		}
+		fmt.Fprintf(w, "\ncontext switches per call (all threads, voluntary + involuntary):")
+		for _, p := range run.proxyCPU {
+			fmt.Fprintf(w, "  %s %.2f + %.2f", p.Target, float64(p.Switches.Voluntary)/float64(p.Calls), float64(p.Switches.Involuntary)/float64(p.Calls))
+		}
 		fmt.Fprintln(w)
 	}
 }
@@ -380,12 +391,13 @@ type jsonRow struct {
 }
 
 type jsonIdle struct {
-	Seconds          float64 `json:"seconds"`
-	CPUTicks         int64   `json:"cpuTicks"`
-	CPUPercentOfCore float64 `json:"cpuPercentOfOneCore"`
-	VmRSSStartKiB    int64   `json:"vmRSSStartKiB"`
-	VmRSSEndKiB      int64   `json:"vmRSSEndKiB"`
-	VmHWMKiB         int64   `json:"vmHWMKiB"`
+	Seconds          float64  `json:"seconds"`
+	CPUTicks         int64    `json:"cpuTicks"`
+	CPUPercentOfCore float64  `json:"cpuPercentOfOneCore"`
+	VmRSSStartKiB    int64    `json:"vmRSSStartKiB"`
+	VmRSSEndKiB      int64    `json:"vmRSSEndKiB"`
+	VmHWMKiB         int64    `json:"vmHWMKiB"`
+	Switches         switches `json:"contextSwitches"`
 	// Set where the referenced bits could be cleared (root).
 	AnonKiB       *int64 `json:"anonKiB,omitempty"`
 	FileKiB       *int64 `json:"fileKiB,omitempty"`
@@ -444,6 +456,7 @@ func toJSONIdle(c idleCost) *jsonIdle {
 	j := &jsonIdle{
 		Seconds: c.Seconds, CPUTicks: c.CPUTicks, CPUPercentOfCore: c.CPUPercentCore,
 		VmRSSStartKiB: c.Start.VmRSSKiB, VmRSSEndKiB: c.End.VmRSSKiB, VmHWMKiB: c.End.VmHWMKiB,
+		Switches: c.Switches,
 	}
 	if u := c.Used; u != nil {
 		ws := u.KiB()
