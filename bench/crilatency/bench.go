@@ -357,9 +357,7 @@ func measureRun(ctx context.Context, targets []target, p plan, proxyPIDs map[str
 		if err != nil {
 			return run, err
 		}
-		sw.Voluntary -= switchesBefore[name].Voluntary
-		sw.Involuntary -= switchesBefore[name].Involuntary
-		run.proxyCPU = append(run.proxyCPU, proxyCPU{Target: name, Ticks: after - ticksBefore[name], Calls: calls, Switches: sw})
+		run.proxyCPU = append(run.proxyCPU, proxyCPU{Target: name, Ticks: after - ticksBefore[name], Calls: calls, Switches: sw.since(switchesBefore[name])})
 	}
 	slices.SortFunc(run.proxyCPU, func(a, b proxyCPU) int { return strings.Compare(a.Target, b.Target) })
 	run.rows = latencyRows(samples, targets)

@@ -219,11 +219,11 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 		return c, fmt.Errorf("idle measurement interrupted: %w", ctx.Err())
 	case <-timer.C:
 	}
-	if c.Switches, err = readSwitches(pid); err != nil {
+	s1, err := readSwitches(pid)
+	if err != nil {
 		return c, err
 	}
-	c.Switches.Voluntary -= s0.Voluntary
-	c.Switches.Involuntary -= s0.Involuntary
+	c.Switches = s1.since(s0)
 	if c.End, err = readMemory(pid); err != nil {
 		return c, err
 	}
@@ -247,7 +247,13 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 // switches counts a process's context switches: voluntary ones are a thread going to sleep (waiting on
 // a socket, a futex), which on a call's path is a wake-up the call waits for.
 type switches struct {
-	Voluntary, Involuntary int64
+	Voluntary   int64 `json:"voluntary"`
+	Involuntary int64 `json:"involuntary"`
+}
+
+// since is what was added to s after an earlier count of the same process.
+func (s switches) since(earlier switches) switches {
+	return switches{Voluntary: s.Voluntary - earlier.Voluntary, Involuntary: s.Involuntary - earlier.Involuntary}
 }
 
 // add adds the switch counts of one /proc/PID/task/TID/status text to s.
