@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,34 +21,41 @@ type memory struct {
 	VmRSSKiB, VmHWMKiB int64
 }
 
-func parseStatus(b []byte) (memory, error) {
-	var m memory
+// statusValues returns the values, trimmed, of the named lines of a /proc status text, in the order
+// asked; a name the text lacks is an error.
+func statusValues(b []byte, names ...string) ([]string, error) {
+	vals := make([]string, len(names))
 	found := 0
 	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
+	for sc.Scan() && found < len(names) {
 		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
-			continue
+		if i := slices.Index(names, name); ok && i >= 0 && vals[i] == "" {
+			vals[i] = strings.TrimSpace(rest)
+			found++
 		}
-		fields := strings.Fields(rest)
+	}
+	if found != len(names) {
+		return nil, fmt.Errorf("/proc status lacks one of %v", names)
+	}
+	return vals, nil
+}
+
+func parseStatus(b []byte) (memory, error) {
+	vals, err := statusValues(b, "VmRSS", "VmHWM")
+	if err != nil {
+		return memory{}, fmt.Errorf("%w: is the process a zombie?", err)
+	}
+	var kib [2]int64
+	for i, v := range vals {
+		fields := strings.Fields(v)
 		if len(fields) != 2 || fields[1] != "kB" {
-			return m, fmt.Errorf("unexpected %s line %q in /proc status", name, sc.Text())
+			return memory{}, fmt.Errorf("unexpected value %q in /proc status", v)
 		}
-		v, err := strconv.ParseInt(fields[0], 10, 64)
-		if err != nil {
-			return m, fmt.Errorf("%s in /proc status: %w", name, err)
+		if kib[i], err = strconv.ParseInt(fields[0], 10, 64); err != nil {
+			return memory{}, fmt.Errorf("memory size in /proc status: %w", err)
 		}
-		if name == "VmRSS" {
-			m.VmRSSKiB = v
-		} else {
-			m.VmHWMKiB = v
-		}
-		found++
 	}
-	if found != 2 {
-		return m, fmt.Errorf("/proc status lacks VmRSS or VmHWM: is the process a zombie?")
-	}
-	return m, nil
+	return memory{VmRSSKiB: kib[0], VmHWMKiB: kib[1]}, nil
 }
 
 func readMemory(pid int) (memory, error) {
@@ -258,27 +266,18 @@ func (s switches) since(earlier switches) switches {
 
 // add adds the switch counts of one /proc/PID/task/TID/status text to s.
 func (s *switches) add(b []byte) error {
-	found := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (name != "voluntary_ctxt_switches" && name != "nonvoluntary_ctxt_switches") {
-			continue
-		}
-		v, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-		if err != nil {
-			return fmt.Errorf("%s in /proc status: %w", name, err)
-		}
-		if name == "voluntary_ctxt_switches" {
-			s.Voluntary += v
-		} else {
-			s.Involuntary += v
-		}
-		found++
+	vals, err := statusValues(b, "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+	if err != nil {
+		return err
 	}
-	if found != 2 {
-		return fmt.Errorf("/proc status lacks the context switch counts")
+	var n [2]int64
+	for i, v := range vals {
+		if n[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return fmt.Errorf("context switch count in /proc status: %w", err)
+		}
 	}
+	s.Voluntary += n[0]
+	s.Involuntary += n[1]
 	return nil
 }
 

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStatus(t *testing.T) {
@@ -108,22 +112,60 @@ func TestSwitchesAdd(t *testing.T) {
 	}
 }
 
-// The test's own process is real: each of its sleeps parks a thread, which the count over its threads
-// must show.
-func TestReadSwitchesCountsOwnProcess(t *testing.T) {
-	before, err := readSwitches(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
+// The count is over every thread, not the main thread's alone: sleeps on another thread must all show
+// in it.
+func TestReadSwitchesCountsEveryThread(t *testing.T) {
+	type counts struct{ process, thread switches }
+	read := func(tid int) (counts, error) {
+		var c counts
+		var err error
+		if c.process, err = readSwitches(os.Getpid()); err != nil {
+			return c, err
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/status", os.Getpid(), tid))
+		if err != nil {
+			return c, err
+		}
+		return c, c.thread.add(b)
 	}
-	for range 20 {
-		time.Sleep(time.Millisecond)
+	type result struct {
+		tid           int
+		before, after counts
+		err           error
 	}
-	after, err := readSwitches(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
+	done := make(chan result, 1)
+	var sleepOnOwnThread func()
+	sleepOnOwnThread = func() {
+		// Locked, the goroutine's thread sleeps in the kernel at each time.Sleep instead of running others.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		r := result{tid: unix.Gettid()}
+		if r.tid == os.Getpid() {
+			// The main thread: holding it keeps the next goroutine off it.
+			inner := make(chan struct{})
+			go func() { sleepOnOwnThread(); close(inner) }()
+			<-inner
+			return
+		}
+		if r.before, r.err = read(r.tid); r.err == nil {
+			for range 20 {
+				time.Sleep(time.Millisecond)
+			}
+			r.after, r.err = read(r.tid)
+		}
+		done <- r
 	}
-	if d := after.since(before); d.Voluntary < 10 || d.Involuntary < 0 {
-		t.Errorf("20 sleeps gave %+v switches, want at least 10 voluntary and no fewer involuntary than before", d)
+	go sleepOnOwnThread()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	thread, process := r.after.thread.since(r.before.thread), r.after.process.since(r.before.process)
+	if thread.Voluntary < 20 {
+		t.Errorf("20 sleeps on thread %d gave it %d voluntary switches, want at least 20", r.tid, thread.Voluntary)
+	}
+	if process.Voluntary < thread.Voluntary || process.Involuntary < thread.Involuntary {
+		t.Errorf("process counted %+v over the sleeps, less than the sleeping thread's own %+v", process, thread)
 	}
 }
 
