@@ -396,5 +396,10 @@ func measureIdleAll(ctx context.Context, tandemPID int, floor *floorProcess, d t
 		}
 		rep.Floor = &r.c
 	}
+	// After both windows, so that reading the page maps is in neither's CPU time.
+	rep.Tandem.measureExecutable()
+	if rep.Floor != nil {
+		rep.Floor.measureExecutable()
+	}
 	return rep, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tandemkit/tandem/bench/internal/exepages"
 )
 
 // userHZ is the unit of utime and stime in /proc/PID/stat. The kernel's ABI
@@ -110,6 +112,10 @@ type idleCost struct {
 	// Used is what the process touched in the window, from smaps; nil where the kernel would not
 	// clear its pages' referenced bits.
 	Used *workingSet
+	// Executable splits the resident pages of the process's executable by Go module at the end of the
+	// window; nil when they could not be read, and ExecutableErr says why.
+	Executable    *exepages.Report
+	ExecutableErr string
 }
 
 // workingSet splits a process's resident set by what it needs at rest. VmRSS counts every page of the
@@ -250,6 +256,16 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 	c.CPUTicks = t1 - t0
 	c.CPUPercentCore = 100 * float64(c.CPUTicks) / userHZ / c.Seconds
 	return c, nil
+}
+
+// measureExecutable splits the resident pages of c's executable by module. Not worth losing the other
+// figures for: a failure is reported beside them.
+func (c *idleCost) measureExecutable() {
+	if rep, err := exepages.Measure(c.PID); err != nil {
+		c.ExecutableErr = err.Error()
+	} else {
+		c.Executable = &rep
+	}
 }
 
 // switches counts a process's context switches: voluntary ones are a thread going to sleep (waiting on
