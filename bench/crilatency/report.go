@@ -374,7 +374,7 @@ func executableLine(c idleCost) string {
 			others++
 			continue
 		}
-		parts = append(parts, s.Module+" "+mb(s.Bytes))
+		parts = append(parts, s.Name+" "+mb(s.Bytes))
 	}
 	if others > 0 {
 		parts = append(parts, fmt.Sprintf("%d others %s", others, mb(rest)))

@@ -49,8 +49,8 @@ type Report struct {
 
 // Share is one module's or package's part of a Report.
 type Share struct {
-	Module string // or package
-	Bytes  int64
+	Name  string
+	Bytes int64
 }
 
 // Sorted returns the modules, largest first.
@@ -68,7 +68,7 @@ func sorted(bytes map[string]int64) []Share {
 		if out[i].Bytes != out[j].Bytes {
 			return out[i].Bytes > out[j].Bytes
 		}
-		return out[i].Module < out[j].Module
+		return out[i].Name < out[j].Name
 	})
 	return out
 }
@@ -265,15 +265,13 @@ func split(pages []uint64, spans []span) map[string]int64 {
 // runtimeText is where the function table's offsets count from: the runtime.text symbol, which is the
 // start of .text unless a C linker put code before it (cgo). Executables built with -ldflags=-s have no
 // symbol to say it, and the pclntab has not held it since Go 1.26; the start of .text is taken then.
-func runtimeText(f *elf.File) uint64 {
-	if syms, err := f.Symbols(); err == nil {
-		for _, s := range syms {
-			if s.Name == "runtime.text" {
-				return s.Value
-			}
+func runtimeText(text *elf.Section, syms []elf.Symbol) uint64 {
+	for _, s := range syms {
+		if s.Name == "runtime.text" {
+			return s.Value
 		}
 	}
-	return f.Section(".text").Addr
+	return text.Addr
 }
 
 // packageSpans lists what each package owns in the executable: its functions' code, their pclntab
@@ -292,7 +290,11 @@ func packageSpans(f *elf.File) ([]span, error) {
 	if err != nil {
 		return nil, err
 	}
-	hdr.textStart = runtimeText(f)
+	syms, err := f.Symbols()
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		return nil, fmt.Errorf("read the ELF symbols: %w", err)
+	}
+	hdr.textStart = runtimeText(text, syms)
 	table, err := gosym.NewTable(nil, gosym.NewLineTable(data, hdr.textStart))
 	if err != nil {
 		return nil, fmt.Errorf("read the function table: %w", err)
@@ -306,10 +308,6 @@ func packageSpans(f *elf.File) ([]span, error) {
 		pkg := packageOf(fn.Name)
 		byEntry[fn.Entry] = pkg
 		spans = append(spans, span{fn.Entry, fn.End, pkg})
-	}
-	syms, err := f.Symbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return nil, fmt.Errorf("read the ELF symbols: %w", err)
 	}
 	var gofunc elf.Symbol
 	for _, s := range syms {

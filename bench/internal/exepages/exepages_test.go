@@ -269,3 +269,33 @@ func TestParseHeaderRefusesOtherLayouts(t *testing.T) {
 		t.Error("parseHeader accepted a truncated header")
 	}
 }
+
+// TestRecordsRefuseATruncatedTable checks a damaged pclntab is an error, not a panic or a wrong split.
+func TestRecordsRefuseATruncatedTable(t *testing.T) {
+	f, err := elf.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data, err := f.Section(".gopclntab").Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := parseHeader(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keep the function table whole, cut the records after it: every function has an entry, so the
+	// byEntry lookup is not what fails.
+	cut := data[:hdr.pclnOffset+8*(hdr.nfunc+1)+64]
+	byEntry := map[uint64]string{}
+	for i := range hdr.nfunc {
+		byEntry[hdr.textStart+uint64(binary.LittleEndian.Uint32(data[hdr.pclnOffset+8*i:]))] = "p"
+	}
+	if _, err := hdr.records(cut, 0, byEntry, elf.Symbol{}); err == nil {
+		t.Error("records read a pclntab cut short without an error")
+	}
+	if _, err := hdr.records(data, 0, byEntry, elf.Symbol{}); err != nil {
+		t.Errorf("records refused the whole pclntab: %v", err)
+	}
+}

@@ -72,10 +72,16 @@ func (h pclnHeader) records(data []byte, base uint64, byEntry map[uint64]string,
 		}
 		npcdata, nfuncdata := uint64(le.Uint32(rec[28:])), uint64(rec[43])
 		size := funcSize + 4*npcdata + 4*nfuncdata
+		if funcOff+size > uint64(len(ftab)) {
+			return nil, fmt.Errorf(".gopclntab: function %d's record lies past the table's end", i)
+		}
 		at := base + h.pclnOffset + funcOff
 		spans = append(spans, span{at, at + size, pkg})
 
 		name := h.funcnameOffset + uint64(le.Uint32(rec[4:]))
+		if name >= uint64(len(data)) {
+			return nil, fmt.Errorf(".gopclntab: function %d's name lies past the section's end", i)
+		}
 		spans = append(spans, span{base + name, base + name + cstrLen(data[name:]) + 1, pkg})
 
 		tables := []uint64{uint64(le.Uint32(rec[16:])), uint64(le.Uint32(rec[20:])), uint64(le.Uint32(rec[24:]))}
