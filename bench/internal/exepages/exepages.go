@@ -19,10 +19,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,15 +84,25 @@ type span struct {
 // Measure reads which pages of pid's executable are resident (/proc/PID/pagemap, which needs the right
 // to ptrace pid) and splits them by module.
 func Measure(pid int) (Report, error) {
+	// One open file for everything read from the executable: the path, a magic link, could be
+	// replaced between two opens by an exec.
 	exe := fmt.Sprintf("/proc/%d/exe", pid)
-	f, err := elf.Open(exe)
+	file, err := os.Open(exe)
 	if err != nil {
 		return Report{}, fmt.Errorf("open the executable of pid %d: %w", pid, err)
 	}
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Stat(exe, &st); err != nil {
+	defer file.Close()
+	f, err := elf.NewFile(file)
+	if err != nil {
+		return Report{}, fmt.Errorf("read the executable of pid %d: %w", pid, err)
+	}
+	fi, err := file.Stat()
+	if err != nil {
 		return Report{}, fmt.Errorf("stat the executable of pid %d: %w", pid, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Report{}, fmt.Errorf("stat the executable of pid %d: no device and inode on this system", pid)
 	}
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
@@ -111,9 +123,9 @@ func Measure(pid int) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	modules, err := moduleOf(exe)
+	modules, err := moduleOf(file)
 	if err != nil {
-		return Report{}, err
+		return Report{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
 
 	pagemap, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", pid))
@@ -132,16 +144,8 @@ func Measure(pid int) (Report, error) {
 		}
 	}
 	rep := Report{ResidentBytes: int64(len(resident)) * pageSize, ByModule: map[string]int64{}, ByPackage: split(resident, spans)}
-	if b, ok := rep.ByPackage[""]; ok {
-		delete(rep.ByPackage, "")
-		rep.ByPackage[Unattributed] += b
-	}
 	for pkg, b := range rep.ByPackage {
-		m := pkg
-		if m != Unattributed {
-			m = modules(pkg)
-		}
-		rep.ByModule[m] += b
+		rep.ByModule[modules(pkg)] += b
 	}
 	return rep, nil
 }
@@ -306,6 +310,9 @@ func packageSpans(f *elf.File) ([]span, error) {
 	byEntry := make(map[uint64]string, len(table.Funcs))
 	for _, fn := range table.Funcs {
 		pkg := packageOf(fn.Name)
+		if pkg == "" {
+			pkg = Unattributed // compiler-written code of no package: methods of struct literals
+		}
 		byEntry[fn.Entry] = pkg
 		spans = append(spans, span{fn.Entry, fn.End, pkg})
 	}
@@ -355,10 +362,10 @@ func packageOf(name string) string {
 
 // moduleOf returns a function that maps a package to the module that provides it, from the build
 // information in the executable.
-func moduleOf(exe string) (func(pkg string) string, error) {
-	bi, err := buildinfo.ReadFile(exe)
+func moduleOf(exe io.ReaderAt) (func(pkg string) string, error) {
+	bi, err := buildinfo.Read(exe)
 	if err != nil {
-		return nil, fmt.Errorf("read the build information of %s: %w", exe, err)
+		return nil, fmt.Errorf("read the build information of the executable: %w", err)
 	}
 	deps := make([]string, 0, len(bi.Deps))
 	for _, d := range bi.Deps {
@@ -374,8 +381,11 @@ func modules(main string, deps []string) func(pkg string) string {
 	// Longest first, so that a nested module wins over the one containing it.
 	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
 	return func(pkg string) string {
-		if pkg == "main" {
+		switch pkg {
+		case "main":
 			return main
+		case Unattributed:
+			return Unattributed
 		}
 		for _, p := range paths {
 			if p != "" && (pkg == p || strings.HasPrefix(pkg, p+"/")) {

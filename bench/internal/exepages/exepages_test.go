@@ -223,7 +223,12 @@ func TestModules(t *testing.T) {
 }
 
 func TestModuleOfReadsTheExecutable(t *testing.T) {
-	moduleOf, err := moduleOf("/proc/self/exe")
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	moduleOf, err := moduleOf(exe)
 	if err != nil {
 		t.Fatal(err)
 	}
