@@ -42,6 +42,7 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/internal/flagfile"
+	"github.com/tandemkit/tandem/internal/heaprelease"
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
@@ -150,6 +151,7 @@ func options() []option {
 		{"cgroup-driver", "cgroupDriver"},
 		{"cpu-manager-policy", "cpuManagerPolicy"},
 		{"run-queue-latency", "runQueueLatency"},
+		{"heap-release-interval", "heapReleaseInterval"},
 	}
 }
 
@@ -238,6 +240,8 @@ type settings struct {
 	cpuManagerPolicy string
 	// runQueue switches on the eBPF run-queue latency collector.
 	runQueue bool
+	// heapRelease is how often the agent looks whether to give its free heap back; 0 never.
+	heapRelease time.Duration
 }
 
 // load resolves flags over TANDEM_* variables over the config file over defaults.
@@ -278,6 +282,7 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 	fs.String("cgroup-driver", "", "kubelet's cgroup driver, cgroupfs or systemd (default: from --kubelet-config)")
 	fs.String("cpu-manager-policy", "", "kubelet's CPU manager policy, none or static (default: from --kubelet-config); under static, Guaranteed pods are LSR and keep the CPUs kubelet gave them")
 	fs.Bool("run-queue-latency", false, "measure each container's run-queue latency with eBPF (tandem_container_runqueue_*; needs tracefs and BPF, Linux 5.8+)")
+	fs.Duration("heap-release-interval", heaprelease.DefaultInterval, "how often the agent checks whether it is quiet (allocated less than one heap goal since the last check) and then gives its free heap memory back to the kernel; 0 leaves it to Go's runtime")
 	opts := options()
 	if b.NRI != nil {
 		fs.String("nri-socket", defaultNRISocket, "containerd's NRI socket (containerd 1.7 or later, with NRI enabled)")
@@ -364,6 +369,10 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	st.runQueue = v.GetBool("runQueueLatency")
+	st.heapRelease = v.GetDuration("heapReleaseInterval")
+	if st.heapRelease < 0 {
+		return settings{}, fmt.Errorf("heap-release-interval %v: want 0 (off) or a positive duration such as 10s", st.heapRelease)
+	}
 	// Under kubelet's static CPU manager its Guaranteed pods hold exclusive CPUs: LSR, with kubelet's CPUs.
 	st.policy.QoS.StaticCPUManager = st.cpuManagerPolicy == cpuManagerStatic
 	if err := st.podSpec.Validate(); err != nil {
@@ -587,6 +596,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 		return err
 	}
 	loops.Go("collector", col.Run)
+	loops.Go("heap-release", heaprelease.New(st.heapRelease).Run)
 	evictor := newSwitchEvictor(evict.NewCRIEvictor(stopper))
 	if err := startNodeLoops(ctx, loops, st, col, cpus, cgroups, policyDeps.PoolsChanged, evictor, fe, reg, cons); err != nil {
 		return err

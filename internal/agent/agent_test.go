@@ -31,6 +31,7 @@ func TestLoadPrecedence(t *testing.T) {
 		{name: "invalid value names the flag", args: []string{"--runtime-endpoint", "tcp://10.0.0.1:1"}, wantErr: "runtime-endpoint"},
 		{name: "bad socket mode", args: []string{"--socket-mode", "rw"}, wantErr: "socket-mode"},
 		{name: "unknown policy", args: []string{"--policies", "qos,turbo"}, wantErr: "turbo"},
+		{name: "negative heap release interval", args: []string{"--heap-release-interval=-1s"}, wantErr: "heap-release-interval"},
 		{name: "missing file", args: []string{"--config", filepath.Join(dir, "nope.yaml")}, wantErr: "nope.yaml"},
 	}
 	for _, tt := range tests {
@@ -178,6 +179,7 @@ kubeletConfig: /nonexistent/kubelet.yaml
 cgroupDriver: systemd
 cpuManagerPolicy: static
 runQueueLatency: true
+heapReleaseInterval: 30s
 nriSocket: /nri.sock
 nriPluginIndex: "10"
 nriRequestTimeout: 1s
@@ -222,6 +224,7 @@ nriRequestTimeout: 1s
 		{"cgroupDriver", got.cgroupDriver, "systemd"},
 		{"cpuManagerPolicy", got.cpuManagerPolicy, "static"},
 		{"runQueueLatency", got.runQueue, true},
+		{"heapReleaseInterval", got.heapRelease, 30 * time.Second},
 	}
 	if len(checks) != len(options()) {
 		t.Fatalf("%d keys checked, %d options: check every key", len(checks), len(options()))
