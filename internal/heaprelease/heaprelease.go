@@ -29,19 +29,6 @@ import (
 // back to the goal between two releases.
 const DefaultInterval = 10 * time.Second
 
-// The runtime/metrics the decision reads.
-var metricNames = [...]string{
-	"/gc/heap/allocs:bytes",
-	"/gc/heap/goal:bytes",
-	"/gc/heap/live:bytes",
-	// The heap's pages the process holds: objects (live or not yet swept), the unused rest of their
-	// spans, and free spans not yet given back.
-	"/memory/classes/heap/objects:bytes",
-	"/memory/classes/heap/unused:bytes",
-	"/memory/classes/heap/free:bytes",
-	"/memory/classes/heap/released:bytes",
-}
-
 // Sample is what the runtime reports at one check.
 type Sample struct {
 	// Allocs is the bytes allocated on the heap since the process started.
@@ -58,9 +45,16 @@ type Sample struct {
 
 // Read takes a Sample from the running process.
 func Read() Sample {
-	s := make([]metrics.Sample, len(metricNames))
-	for i, n := range metricNames {
-		s[i].Name = n
+	s := []metrics.Sample{
+		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/heap/goal:bytes"},
+		{Name: "/gc/heap/live:bytes"},
+		// The heap's pages the process holds: objects (live or not yet swept), the unused rest of
+		// their spans, and free spans not yet given back.
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
 	}
 	metrics.Read(s)
 	v := func(i int) uint64 {
@@ -88,7 +82,8 @@ func Quiet(prev, cur Sample) bool {
 	return cur.Allocs-prev.Allocs < cur.Goal && cur.Held >= cur.Live+MinRelease
 }
 
-// Releaser checks the heap every interval and gives its free pages back when the process is quiet.
+// Releaser checks the heap every interval and gives its free pages back when the process is quiet. Its
+// Step and Run are for one goroutine.
 type Releaser struct {
 	interval time.Duration
 	read     func() Sample
