@@ -86,27 +86,25 @@ func Quiet(prev, cur Sample) bool {
 // Step and Run are for one goroutine.
 type Releaser struct {
 	interval time.Duration
-	read     func() Sample
-	release  func()
 	prev     Sample
 }
 
 // New returns a Releaser of this process's heap.
 func New(interval time.Duration) *Releaser {
-	return &Releaser{interval: interval, read: Read, release: debug.FreeOSMemory}
+	return &Releaser{interval: interval}
 }
 
 // Step takes one sample and releases if the interval since the last one was quiet. It returns whether
 // it released, and the heap memory given back.
 func (r *Releaser) Step() (bool, uint64) {
-	cur := r.read()
+	cur := Read()
 	prev := r.prev
 	r.prev = cur
 	if prev.Goal == 0 || !Quiet(prev, cur) {
 		return false, 0
 	}
-	r.release()
-	after := r.read()
+	debug.FreeOSMemory()
+	after := Read()
 	var given uint64
 	if after.Released > cur.Released {
 		given = after.Released - cur.Released
