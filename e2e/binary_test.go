@@ -42,7 +42,7 @@ func TestNodeAgentBinaries(t *testing.T) {
 			}
 			if len(kept) > 0 {
 				t.Errorf("%s keeps %d unused SwaggerDoc methods (%s, ...): the linker's dead-method elimination is off; "+
-					"build with -tags grpcnotrace and see TestNodeAgentsLinkNoReflectiveMethodCalls", bin, len(kept), kept[0])
+					"build with -tags grpcnotrace and see TestNodeAgentsLinkNoCostlyPackages", bin, len(kept), kept[0])
 			}
 		})
 	}

@@ -1,7 +1,7 @@
 // Package collector samples what the node and its containers use: node CPU and memory from /proc,
 // per-container CPU, working set and CFS throttling from cgroups v1 (including hybrid hosts) and v2,
 // pressure stall information, cycles per instruction from perf events, and run-queue latency from
-// eBPF programs on the sched tracepoints (built with cilium/ebpf's asm package, so building Tandem
+// eBPF programs on the sched tracepoints (assembled in Go by the bpf package, so building Tandem
 // needs no C toolchain). Each source runs on its own interval and is detected at start: a kernel
 // that lacks it costs one log line, never an error.
 //

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 )
@@ -127,12 +126,13 @@ func TestRealHostRunQueueProbe(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF programs needs root")
 	}
-	off, err := readSchedOffsets(FindTracefs(fileExists))
+	tracefs := FindTracefs(fileExists)
+	off, err := readSchedOffsets(tracefs)
 	if err != nil {
 		t.Skipf("tracefs not mounted here: %v", err)
 	}
-	p, err := loadRunQueueProbe(off)
-	if errors.Is(err, unix.EPERM) || errors.Is(err, ebpf.ErrNotSupported) {
+	p, err := loadRunQueueProbe(tracefs, off)
+	if errors.Is(err, unix.EPERM) {
 		t.Skipf("BPF not allowed here: %v", err)
 	}
 	if err != nil {

@@ -188,7 +188,7 @@ type rqContainer struct {
 // runQueueSource drains the BPF maps every interval into per-container cumulative histograms.
 type runQueueSource struct {
 	tracefs, proc, cgroupRoot string
-	load                      func(schedOffsets) (rqProbe, error)
+	load                      func(tracefs string, off schedOffsets) (rqProbe, error)
 
 	mu     sync.Mutex
 	probe  rqProbe
@@ -211,7 +211,7 @@ func (r *runQueueSource) detect(context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := r.load(off)
+	p, err := r.load(r.tracefs, off)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,6 @@ package collector
 
 import "errors"
 
-func loadRunQueueProbe(schedOffsets) (rqProbe, error) {
+func loadRunQueueProbe(string, schedOffsets) (rqProbe, error) {
 	return nil, errors.New("run-queue latency needs Linux eBPF")
 }

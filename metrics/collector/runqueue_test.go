@@ -149,7 +149,7 @@ func TestRunQueueSourceMapsThreadsToContainers(t *testing.T) {
 		{{101, 4}: 2, {101, rqSumSlot}: 20000},
 	}}
 	src := newRunQueueSource(tracefs, "", cg)
-	src.load = func(o schedOffsets) (rqProbe, error) {
+	src.load = func(_ string, o schedOffsets) (rqProbe, error) {
 		if o.switchNextPID != 56 {
 			t.Errorf("program built with next_pid at %d, want 56", o.switchNextPID)
 		}

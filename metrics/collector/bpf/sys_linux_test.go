@@ -1,0 +1,237 @@
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// newTestMap creates a real map in the kernel, or skips where the process may not.
+func newTestMap(t *testing.T, spec MapSpec) *Map {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("BPF maps need root")
+	}
+	m, err := NewMap(spec)
+	if errors.Is(err, unix.EPERM) {
+		t.Skipf("BPF not allowed here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+func u32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+func u64(v uint64) []byte { return binary.NativeEndian.AppendUint64(nil, v) }
+
+// lookupZero looks up key 0 of m: R0 is its value's address, or 0.
+func lookupZero(m *Map) Instructions {
+	return Instructions{
+		Mov.Imm(R1, 0),
+		StoreMem(RFP, -4, R1, Word),
+		LoadMapFD(R1, m.FD()),
+		Mov.Reg(R2, RFP),
+		Add.Imm(R2, -4),
+		Call(FnMapLookupElem),
+	}
+}
+
+func TestMapElements(t *testing.T) {
+	m := newTestMap(t, MapSpec{Name: "tandem_test", Type: Hash, KeySize: 4, ValueSize: 8, MaxEntries: 16})
+	if err := m.Update(u32(1), u64(10), unix.BPF_ANY); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Update(u32(1), u64(11), unix.BPF_NOEXIST); !errors.Is(err, unix.EEXIST) {
+		t.Errorf("BPF_NOEXIST over an existing key: %v, want EEXIST", err)
+	}
+	v := make([]byte, 8)
+	if err := m.Lookup(u32(1), v); err != nil || binary.NativeEndian.Uint64(v) != 10 {
+		t.Errorf("Lookup(1) = %d, %v; want 10", binary.NativeEndian.Uint64(v), err)
+	}
+	if err := m.Lookup(u32(2), v); !errors.Is(err, ErrKeyNotExist) {
+		t.Errorf("Lookup of a missing key: %v, want ErrKeyNotExist", err)
+	}
+	if err := m.Lookup(u32(1), make([]byte, 4)); err == nil {
+		t.Error("Lookup into a 4-byte value of an 8-byte map succeeded")
+	}
+	if err := m.Delete(u32(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(u32(1)); !errors.Is(err, ErrKeyNotExist) {
+		t.Errorf("second Delete: %v, want ErrKeyNotExist", err)
+	}
+}
+
+func TestMapNextKeyVisitsEveryKey(t *testing.T) {
+	m := newTestMap(t, MapSpec{Name: "tandem_test", Type: LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 64})
+	want := map[uint32]bool{}
+	for k := range uint32(20) {
+		if err := m.Update(u32(k*7), u64(uint64(k)), unix.BPF_ANY); err != nil {
+			t.Fatal(err)
+		}
+		want[k*7] = true
+	}
+	var key []byte
+	got := map[uint32]bool{}
+	for {
+		next := make([]byte, 4)
+		err := m.NextKey(key, next)
+		if errors.Is(err, ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[binary.NativeEndian.Uint32(next)] = true
+		key = next
+	}
+	if len(got) != len(want) {
+		t.Errorf("iteration visited %d keys, want %d: %v", len(got), len(want), got)
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("iteration missed key %d", k)
+		}
+	}
+}
+
+// TestLookupAndDeleteBatchDrainsTheMap: batches of 64 move all 1000 entries out, each once with its
+// value, and leave the map empty.
+func TestLookupAndDeleteBatchDrainsTheMap(t *testing.T) {
+	const n = 1000
+	m := newTestMap(t, MapSpec{Name: "tandem_test", Type: Hash, KeySize: 4, ValueSize: 16, MaxEntries: 2048})
+	for k := range uint32(n) {
+		v := append(u64(uint64(k)*3), u64(uint64(k)+1)...)
+		if err := m.Update(u32(k), v, unix.BPF_ANY); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, vals := make([]byte, 64*4), make([]byte, 64*16)
+	var c BatchCursor
+	seen := map[uint32]bool{}
+	for calls := 0; ; calls++ {
+		if calls > n {
+			t.Fatal("the batches never reached the end of the map")
+		}
+		got, err := m.LookupAndDeleteBatch(&c, keys, vals)
+		if errors.Is(err, ErrBatchNotSupported) {
+			t.Skipf("this kernel has no batch operations: %v", err)
+		}
+		if err != nil && !errors.Is(err, ErrKeyNotExist) {
+			t.Fatal(err)
+		}
+		for i := range got {
+			k := binary.NativeEndian.Uint32(keys[i*4:])
+			a, b := binary.NativeEndian.Uint64(vals[i*16:]), binary.NativeEndian.Uint64(vals[i*16+8:])
+			if seen[k] {
+				t.Errorf("key %d moved twice", k)
+			}
+			seen[k] = true
+			if a != uint64(k)*3 || b != uint64(k)+1 {
+				t.Errorf("key %d came with (%d, %d), want (%d, %d)", k, a, b, uint64(k)*3, uint64(k)+1)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("the batches moved %d entries, want %d", len(seen), n)
+	}
+	if err := m.NextKey(nil, make([]byte, 4)); !errors.Is(err, ErrKeyNotExist) {
+		t.Errorf("the map is not empty after the batches: NextKey = %v", err)
+	}
+	if _, err := m.LookupAndDeleteBatch(&BatchCursor{}, keys[:3], vals); err == nil {
+		t.Error("a key buffer that is not a whole number of keys was taken")
+	}
+}
+
+func TestProgramLoadsAndRefusalsCarryTheVerifierLog(t *testing.T) {
+	m := newTestMap(t, MapSpec{Name: "tandem_test", Type: Hash, KeySize: 4, ValueSize: 8, MaxEntries: 4})
+	good := append(lookupZero(m),
+		Mov.Imm(R0, 0),
+		Exit(),
+	)
+	p, err := NewTracepointProgram("tandem_test", "GPL", good)
+	if err != nil {
+		t.Fatalf("the verifier refused a valid program: %v", err)
+	}
+	defer p.Close()
+
+	// Reading R2 before anything is written to it: the verifier says so, and the error must too.
+	bad := Instructions{Mov.Reg(R0, R2), Exit()}
+	_, err = NewTracepointProgram("tandem_test", "GPL", bad)
+	if err == nil {
+		t.Fatal("the verifier took a program that reads an unset register")
+	}
+	if !strings.Contains(err.Error(), "verifier:") || !strings.Contains(err.Error(), "R2 !read_ok") {
+		t.Errorf("the error does not carry the verifier's reason: %v", err)
+	}
+}
+
+func TestAttachTracepoint(t *testing.T) {
+	m := newTestMap(t, MapSpec{Name: "tandem_test", Type: Hash, KeySize: 4, ValueSize: 8, MaxEntries: 4})
+	tracefs := ""
+	for _, d := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
+		if _, err := os.Stat(d + "/events/sched/sched_switch/id"); err == nil {
+			tracefs = d
+			break
+		}
+	}
+	if tracefs == "" {
+		t.Skip("tracefs is not mounted here")
+	}
+	// Count every context switch under key 0.
+	count := append(lookupZero(m),
+		JEq.Imm(R0, 0, "out"),
+		Mov.Imm(R1, 1),
+		AtomicAdd(R0, 0, R1, DWord),
+		Mov.Imm(R0, 0).Label("out"),
+		Exit(),
+	)
+	p, err := NewTracepointProgram("tandem_test", "GPL", count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := m.Update(u32(0), u64(0), unix.BPF_ANY); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AttachTracepoint(tracefs, "sched", "no_such_event", p); err == nil {
+		t.Error("attached to a tracepoint that does not exist")
+	}
+	l, err := AttachTracepoint(tracefs, "sched", "sched_switch", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := make([]byte, 8)
+	for range 50 {
+		// Each sleep switches this thread out and back in.
+		_ = unix.Nanosleep(&unix.Timespec{Nsec: 1e6}, nil)
+	}
+	if err := m.Lookup(u32(0), v); err != nil {
+		t.Fatal(err)
+	}
+	if n := binary.NativeEndian.Uint64(v); n < 50 {
+		t.Errorf("the program counted %d context switches during 50 sleeps", n)
+	}
+	// Detached, it counts no more.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Lookup(u32(0), v)
+	before := binary.NativeEndian.Uint64(v)
+	for range 20 {
+		_ = unix.Nanosleep(&unix.Timespec{Nsec: 1e6}, nil)
+	}
+	_ = m.Lookup(u32(0), v)
+	if after := binary.NativeEndian.Uint64(v); after != before {
+		t.Errorf("after Close the program still ran: %d → %d", before, after)
+	}
+}
