@@ -1,7 +1,9 @@
 package remote
 
 import (
+	"math/rand/v2"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -127,6 +129,46 @@ func TestParseFile(t *testing.T) {
 }
 
 // FuzzParseFile: no input makes the parser panic, and whatever it accepts is a usable registration.
+// TestValidName holds validName to the regular expression it replaced, on edge cases and on random
+// names over an alphabet of valid and invalid characters.
+func TestValidName(t *testing.T) {
+	ref := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{"koordlet", true},
+		{"a", true},
+		{"9-x_y.z", true},
+		{strings.Repeat("a", 63), true},
+		{strings.Repeat("a", 64), false},
+		{"", false},
+		{"-a", false},
+		{".hidden", false},
+		{"_a", false},
+		{"a b", false},
+		{"a/b", false},
+		{"ä", false},
+		{"a\n", false},
+	}
+	for _, tt := range tests {
+		if got := validName(tt.name); got != tt.want || ref.MatchString(tt.name) != tt.want {
+			t.Errorf("validName(%q) = %v, regexp %v; want %v", tt.name, got, ref.MatchString(tt.name), tt.want)
+		}
+	}
+	const alphabet = "aZ09._-/ \xc3"
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := make([]byte, r.IntN(70))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		if got, want := validName(string(b)), ref.MatchString(string(b)); got != want {
+			t.Fatalf("validName(%q) = %v, the regular expression says %v", b, got, want)
+		}
+	}
+}
+
 func FuzzParseFile(f *testing.F) {
 	f.Add("a.json", `{"endpoint": "unix:///run/x.sock", "stages": ["PreCreateContainer"], "order": 500, "timeout": "1s", "failurePolicy": "Ignore"}`)
 	f.Add("koordlet.json", `{"remote-endpoint": "/var/run/koordlet/koordlet.sock", "failure-policy": "Fail", "runtime-hooks": ["PreRunPodSandbox"]}`)
@@ -140,7 +182,7 @@ func FuzzParseFile(f *testing.F) {
 			}
 			return
 		}
-		if !validName.MatchString(s.name) {
+		if !validName(s.name) {
 			t.Errorf("accepted name %q", s.name)
 		}
 		if !filepath.IsAbs(s.path) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -37,44 +36,50 @@ type mapCreateAttr struct {
 type mapElemAttr struct {
 	mapFD uint32
 	_     uint32
-	key   uint64
-	value uint64 // or next_key
+	key   pointer
+	value pointer // or next_key
 	flags uint64
 }
 
 type mapBatchAttr struct {
-	inBatch, outBatch, keys, values uint64
+	inBatch, outBatch, keys, values pointer
 	count, mapFD                    uint32
 	elemFlags, flags                uint64
 }
 
 type progLoadAttr struct {
 	progType, insnCnt uint32
-	insns, license    uint64
+	insns, license    pointer
 	logLevel, logSize uint32
-	logBuf            uint64
+	logBuf            pointer
 	kernVersion       uint32
 	progFlags         uint32
 	name              [unix.BPF_OBJ_NAME_LEN]byte
 }
 
-// ptr is a pointer as the bpf attributes carry it. The memory it points to must be kept alive with
-// runtime.KeepAlive until the system call has returned.
-func ptr[T any](p *T) uint64 { return uint64(uintptr(unsafe.Pointer(p))) }
-
-func slicePtr(b []byte) uint64 {
-	if len(b) == 0 {
-		return 0
-	}
-	return ptr(&b[0])
+// pointer is an address as bpf_attr carries it, in a 64-bit field. It is held as an unsafe.Pointer,
+// not a number, so that the garbage collector sees it: what it points to stays alive, and a buffer on
+// the goroutine's stack that moves before the system call takes the field along. (The attribute itself
+// is passed the way unsafe.Pointer's rules allow for a call to an assembly function, which keeps it
+// in place until the call returns.)
+type pointer struct {
+	p unsafe.Pointer
+	_ [8 - unsafe.Sizeof(uintptr(0))]byte // the upper half on 32-bit little-endian machines
 }
 
-// sys calls bpf(2). A command interrupted by a signal (the Go runtime preempts with SIGURG) is
-// restarted: the verifier of older kernels returns EAGAIN then, newer ones EINTR.
+func bytesPtr(b []byte) pointer {
+	if len(b) == 0 {
+		return pointer{}
+	}
+	return pointer{p: unsafe.Pointer(&b[0])}
+}
+
+// sys calls bpf(2). The verifier gives up with EAGAIN when a signal is pending, which the Go runtime's
+// preemption signal often is during a long load; any command can come back with EINTR. Both are
+// retried.
 func sys[T any](cmd int, attr *T) (int, error) {
 	for range 10 {
 		r, _, errno := unix.Syscall(unix.SYS_BPF, uintptr(cmd), uintptr(unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
-		runtime.KeepAlive(attr)
 		if errno == unix.EINTR || (errno == unix.EAGAIN && cmd == unix.BPF_PROG_LOAD) {
 			continue
 		}
@@ -155,10 +160,8 @@ func (m *Map) elem(cmd int, key, value []byte, flags uint64) error {
 	if err := m.check(key, value); err != nil {
 		return err
 	}
-	attr := mapElemAttr{mapFD: uint32(m.fd), key: slicePtr(key), value: slicePtr(value), flags: flags}
+	attr := mapElemAttr{mapFD: uint32(m.fd), key: bytesPtr(key), value: bytesPtr(value), flags: flags}
 	_, err := sys(cmd, &attr)
-	runtime.KeepAlive(key)
-	runtime.KeepAlive(value)
 	if errors.Is(err, unix.ENOENT) {
 		return ErrKeyNotExist
 	}
@@ -186,10 +189,8 @@ func (m *Map) NextKey(key, next []byte) error {
 	if len(next) != m.keySize || (key != nil && len(key) != m.keySize) {
 		return fmt.Errorf("map of %d-byte keys given %d and %d bytes", m.keySize, len(key), len(next))
 	}
-	attr := mapElemAttr{mapFD: uint32(m.fd), key: slicePtr(key), value: slicePtr(next)}
+	attr := mapElemAttr{mapFD: uint32(m.fd), key: bytesPtr(key), value: bytesPtr(next)}
 	_, err := sys(unix.BPF_MAP_GET_NEXT_KEY, &attr)
-	runtime.KeepAlive(key)
-	runtime.KeepAlive(next)
 	if errors.Is(err, unix.ENOENT) {
 		return ErrKeyNotExist
 	}
@@ -212,14 +213,11 @@ func (m *Map) LookupAndDeleteBatch(c *BatchCursor, keys, values []byte) (int, er
 	if n == 0 || len(keys) != n*m.keySize || len(values) != n*m.valueSize {
 		return 0, fmt.Errorf("batch of %d-byte keys and %d-byte values given %d and %d bytes", m.keySize, m.valueSize, len(keys), len(values))
 	}
-	attr := mapBatchAttr{outBatch: ptr(&c.out), keys: slicePtr(keys), values: slicePtr(values), count: uint32(n), mapFD: uint32(m.fd)}
+	attr := mapBatchAttr{outBatch: pointer{p: unsafe.Pointer(&c.out)}, keys: bytesPtr(keys), values: bytesPtr(values), count: uint32(n), mapFD: uint32(m.fd)}
 	if c.started {
-		attr.inBatch = ptr(&c.in)
+		attr.inBatch = pointer{p: unsafe.Pointer(&c.in)}
 	}
 	_, err := sys(unix.BPF_MAP_LOOKUP_AND_DELETE_BATCH, &attr)
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(keys)
-	runtime.KeepAlive(values)
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return int(attr.count), ErrKeyNotExist
@@ -250,16 +248,11 @@ func NewTracepointProgram(name, license string, insns Instructions) (*Program, e
 	attr := progLoadAttr{
 		progType: unix.BPF_PROG_TYPE_TRACEPOINT,
 		insnCnt:  uint32(len(code) / 8),
-		insns:    slicePtr(code),
-		license:  slicePtr(lic),
+		insns:    bytesPtr(code),
+		license:  bytesPtr(lic),
 		name:     objName(name),
 	}
-	load := func() (int, error) {
-		fd, err := sys(unix.BPF_PROG_LOAD, &attr)
-		runtime.KeepAlive(code)
-		runtime.KeepAlive(lic)
-		return fd, err
-	}
+	load := func() (int, error) { return sys(unix.BPF_PROG_LOAD, &attr) }
 	fd, err := load()
 	if errors.Is(err, unix.EINVAL) && name != "" {
 		// Kernels before 4.15 take no program names.
@@ -274,9 +267,8 @@ func NewTracepointProgram(name, license string, insns Instructions) (*Program, e
 	}
 	// Load once more with the verifier's log to say why.
 	log := make([]byte, logSize)
-	attr.logLevel, attr.logSize, attr.logBuf = 1, logSize, slicePtr(log)
+	attr.logLevel, attr.logSize, attr.logBuf = 1, logSize, bytesPtr(log)
 	fd, lerr := load()
-	runtime.KeepAlive(log)
 	if lerr == nil {
 		// Refused once, then taken: a transient failure (memory, say) that passed.
 		return &Program{fd: fd}, nil
