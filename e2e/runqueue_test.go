@@ -14,9 +14,10 @@ import (
 )
 
 // TestRunQueueLatencySwitch turns the eBPF run-queue latency collector on with --run-queue-latency on the
-// real tandem-proxy binary. Where this kernel lets the agent load BPF programs, a running container's
-// run-queue latency must show in /metrics; where it does not (a container without CAP_SYS_RESOURCE, as
-// these test machines are), the agent must say so in one log line with the reason, and keep serving.
+// real tandem-proxy binary. Where this kernel lets the agent load BPF programs (these test machines do,
+// as root without CAP_SYS_RESOURCE: a kernel since 5.11 needs no memlock limit lifted), a running
+// container's run-queue latency must show in /metrics; where it does not, the agent must say so in one
+// log line with the reason, and keep serving.
 func TestRunQueueLatencySwitch(t *testing.T) {
 	forEachRuntime(t, envOptions{proxyArgs: []string{"--run-queue-latency"}}, func(t *testing.T, ctx context.Context, e *env) {
 		_, _, err := classPod(t, ctx, e, e.viaProxy, "busy", "LS", 0)

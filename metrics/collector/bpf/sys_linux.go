@@ -61,11 +61,14 @@ type progLoadAttr struct {
 // not a number, so that the garbage collector sees it: what it points to stays alive, and a buffer on
 // the goroutine's stack that moves before the system call takes the field along. (The attribute itself
 // is passed the way unsafe.Pointer's rules allow for a call to an assembly function, which keeps it
-// in place until the call returns.)
-type pointer struct {
-	p unsafe.Pointer
-	_ [8 - unsafe.Sizeof(uintptr(0))]byte // the upper half on 32-bit little-endian machines
-}
+// in place until the call returns.) It fills the field only on 64-bit machines, so on others the
+// loader refuses to run (errNot64Bit) rather than hand the kernel half an address.
+type pointer struct{ p unsafe.Pointer }
+
+// errNot64Bit: the attribute layouts here are those of 64-bit machines, which are all Tandem ships for.
+var errNot64Bit = errors.New("the run-queue programs' loader supports 64-bit machines only")
+
+const is64Bit = unsafe.Sizeof(uintptr(0)) == 8
 
 func bytesPtr(b []byte) pointer {
 	if len(b) == 0 {
@@ -78,6 +81,9 @@ func bytesPtr(b []byte) pointer {
 // preemption signal often is during a long load; any command can come back with EINTR. Both are
 // retried.
 func sys[T any](cmd int, attr *T) (int, error) {
+	if !is64Bit {
+		return -1, errNot64Bit
+	}
 	for range 10 {
 		r, _, errno := unix.Syscall(unix.SYS_BPF, uintptr(cmd), uintptr(unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
 		if errno == unix.EINTR || (errno == unix.EAGAIN && cmd == unix.BPF_PROG_LOAD) {

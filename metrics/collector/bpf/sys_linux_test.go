@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -233,5 +234,56 @@ func TestAttachTracepoint(t *testing.T) {
 	_ = m.Lookup(u32(0), v)
 	if after := binary.NativeEndian.Uint64(v); after != before {
 		t.Errorf("after Close the program still ran: %d → %d", before, after)
+	}
+}
+
+// TestAttributeLayouts holds the attribute structs to the kernel's union bpf_attr, field by field: a
+// field in the wrong place hands the kernel a wrong address (EFAULT) or a wrong size.
+func TestAttributeLayouts(t *testing.T) {
+	if !is64Bit {
+		t.Skip("the layouts are those of 64-bit machines")
+	}
+	var (
+		c mapCreateAttr
+		e mapElemAttr
+		b mapBatchAttr
+		p progLoadAttr
+	)
+	tests := []struct {
+		field     string
+		got, want uintptr
+	}{
+		{"map_create.map_type", unsafe.Offsetof(c.mapType), 0},
+		{"map_create.max_entries", unsafe.Offsetof(c.maxEntries), 12},
+		{"map_create.map_name", unsafe.Offsetof(c.name), 28},
+		{"sizeof map_create", unsafe.Sizeof(c), 48},
+		{"elem.map_fd", unsafe.Offsetof(e.mapFD), 0},
+		{"elem.key", unsafe.Offsetof(e.key), 8},
+		{"elem.value", unsafe.Offsetof(e.value), 16},
+		{"elem.flags", unsafe.Offsetof(e.flags), 24},
+		{"sizeof elem", unsafe.Sizeof(e), 32},
+		{"batch.in_batch", unsafe.Offsetof(b.inBatch), 0},
+		{"batch.out_batch", unsafe.Offsetof(b.outBatch), 8},
+		{"batch.keys", unsafe.Offsetof(b.keys), 16},
+		{"batch.values", unsafe.Offsetof(b.values), 24},
+		{"batch.count", unsafe.Offsetof(b.count), 32},
+		{"batch.map_fd", unsafe.Offsetof(b.mapFD), 36},
+		{"batch.elem_flags", unsafe.Offsetof(b.elemFlags), 40},
+		{"batch.flags", unsafe.Offsetof(b.flags), 48},
+		{"sizeof batch", unsafe.Sizeof(b), 56},
+		{"prog_load.insn_cnt", unsafe.Offsetof(p.insnCnt), 4},
+		{"prog_load.insns", unsafe.Offsetof(p.insns), 8},
+		{"prog_load.license", unsafe.Offsetof(p.license), 16},
+		{"prog_load.log_level", unsafe.Offsetof(p.logLevel), 24},
+		{"prog_load.log_size", unsafe.Offsetof(p.logSize), 28},
+		{"prog_load.log_buf", unsafe.Offsetof(p.logBuf), 32},
+		{"prog_load.kern_version", unsafe.Offsetof(p.kernVersion), 40},
+		{"prog_load.prog_name", unsafe.Offsetof(p.name), 48},
+		{"sizeof prog_load", unsafe.Sizeof(p), 64},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s at %d, the kernel's at %d", tt.field, tt.got, tt.want)
+		}
 	}
 }
