@@ -77,9 +77,9 @@ func bytesPtr(b []byte) pointer {
 	return pointer{p: unsafe.Pointer(&b[0])}
 }
 
-// sys calls bpf(2). The verifier gives up with EAGAIN when a signal is pending, which the Go runtime's
-// preemption signal often is during a long load; any command can come back with EINTR. Both are
-// retried.
+// sys calls bpf(2). The verifier gives up with EAGAIN when a signal is pending, and the Go runtime
+// signals its threads to preempt goroutines; any command can come back with EINTR. Both are retried a
+// few times.
 func sys[T any](cmd int, attr *T) (int, error) {
 	if !is64Bit {
 		return -1, errNot64Bit
