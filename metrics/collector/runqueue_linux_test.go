@@ -69,3 +69,78 @@ func TestRunQueueDrainPaths(t *testing.T) {
 	}
 	empty("the key-by-key drain")
 }
+
+// TestAttachTracepoint: a program attached to sched_switch through bpf.AttachTracepoint runs on every
+// context switch, an unknown tracepoint is an error, and closing the link detaches the program. Here,
+// beside the collector, so that tracefs is found the way the run-queue source finds it.
+func TestAttachTracepoint(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("BPF programs need root")
+	}
+	tracefs := FindTracefs(fileExists)
+	if !fileExists(tracefs + "/events/sched/sched_switch/id") {
+		t.Skip("tracefs is not mounted here")
+	}
+	m, err := bpf.NewMap(bpf.MapSpec{Name: "tandem_rq_test", Type: bpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 4})
+	if errors.Is(err, unix.EPERM) {
+		t.Skipf("BPF not allowed here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	key := binary.NativeEndian.AppendUint32(nil, 0)
+	// Count every context switch under key 0.
+	count := bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 0),
+		bpf.StoreMem(bpf.RFP, -4, bpf.R1, bpf.Word),
+		bpf.LoadMapFD(bpf.R1, m.FD()),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, -4),
+		bpf.Call(bpf.FnMapLookupElem),
+		bpf.JEq.Imm(bpf.R0, 0, "out"),
+		bpf.Mov.Imm(bpf.R1, 1),
+		bpf.AtomicAdd(bpf.R0, 0, bpf.R1, bpf.DWord),
+		bpf.Mov.Imm(bpf.R0, 0).Label("out"),
+		bpf.Exit(),
+	}
+	p, err := bpf.NewTracepointProgram("tandem_test", "GPL", count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := m.Update(key, make([]byte, 8), unix.BPF_ANY); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bpf.AttachTracepoint(tracefs, "sched", "no_such_event", p); err == nil {
+		t.Error("attached to a tracepoint that does not exist")
+	}
+	l, err := bpf.AttachTracepoint(tracefs, "sched", "sched_switch", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := make([]byte, 8)
+	for range 50 {
+		// Each sleep switches this thread out and back in.
+		_ = unix.Nanosleep(&unix.Timespec{Nsec: 1e6}, nil)
+	}
+	if err := m.Lookup(key, v); err != nil {
+		t.Fatal(err)
+	}
+	if n := binary.NativeEndian.Uint64(v); n < 50 {
+		t.Errorf("the program counted %d context switches during 50 sleeps", n)
+	}
+	// Detached, it counts no more.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Lookup(key, v)
+	before := binary.NativeEndian.Uint64(v)
+	for range 20 {
+		_ = unix.Nanosleep(&unix.Timespec{Nsec: 1e6}, nil)
+	}
+	_ = m.Lookup(key, v)
+	if after := binary.NativeEndian.Uint64(v); after != before {
+		t.Errorf("after Close the program still ran: %d → %d", before, after)
+	}
+}
