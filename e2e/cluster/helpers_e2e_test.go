@@ -5,6 +5,7 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -72,6 +73,10 @@ func podReady(p *corev1.Pod) bool {
 // container states.
 func podProblem(p *corev1.Pod) string {
 	var out []string
+	// Where kubelet says why it refused the pod at admission.
+	if p.Status.Reason != "" || p.Status.Message != "" {
+		out = append(out, fmt.Sprintf("%s: %s", p.Status.Reason, p.Status.Message))
+	}
 	for _, c := range p.Status.Conditions {
 		if c.Status != corev1.ConditionTrue && c.Message != "" {
 			out = append(out, fmt.Sprintf("%s: %s", c.Type, c.Message))
@@ -102,20 +107,26 @@ func sleepPod(name string) *corev1.Pod {
 	}
 }
 
-// deletePod deletes a pod at once and waits until it is gone.
+// deletePod deletes a pod of the default namespace at once and waits until it is gone.
 func deletePod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) {
 	t.Helper()
-	err := cs.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	deletePodIn(ctx, t, cs, metav1.NamespaceDefault, name)
+}
+
+// deletePodIn deletes the pod ns/name at once and waits until it is gone.
+func deletePodIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) {
+	t.Helper()
+	err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	if err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("delete pod %s: %v", name, err)
+		t.Errorf("delete pod %s/%s: %v", ns, name, err)
 		return
 	}
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+		_, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
-		t.Errorf("pod %s not gone 2 minutes after its delete: %v", name, err)
+		t.Errorf("pod %s/%s not gone 2 minutes after its delete: %v", ns, name, err)
 	}
 }
 
@@ -128,22 +139,42 @@ func waitPodRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 // waitPodRunningIn waits until the pod ns/name runs and is Ready and returns it.
 func waitPodRunningIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
+	p, err := podRunningIn(ctx, cs, ns, name, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// errPodFinished is podRunningIn's error for a pod that ended (refused by kubelet at admission,
+// or its containers exited) instead of running: waiting on would not change it.
+var errPodFinished = errors.New("pod finished instead of running")
+
+// podRunningIn waits until the pod ns/name runs and is Ready and returns it. It returns at once,
+// with the pod and an error wrapping errPodFinished, when the pod reaches Failed or Succeeded.
+func podRunningIn(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
 	var p *corev1.Pod
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		p, err = cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		got, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
+		p = got
 		last = fmt.Sprintf("%s on %q: %s", p.Status.Phase, p.Spec.NodeName, podProblem(p))
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return false, errPodFinished
+		}
 		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
 	})
-	if err != nil {
-		t.Fatalf("pod %s/%s not Running within %s (last: %s): %v", ns, name, timeout, last, err)
+	switch {
+	case errors.Is(err, errPodFinished):
+		return p, fmt.Errorf("pod %s/%s: %w: %s", ns, name, err, last)
+	case err != nil:
+		return p, fmt.Errorf("pod %s/%s not Running within %s (last: %s): %w", ns, name, timeout, last, err)
 	}
-	return p
+	return p, nil
 }
 
 // criClient connects to a node's containerd itself, bypassing the proxy,
