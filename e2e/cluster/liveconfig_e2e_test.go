@@ -226,7 +226,10 @@ func TestLiveConfig(t *testing.T) {
 		}
 		editSLO(ctx, t, cs, "colocation-config", func(v map[string]any) { v["enable"] = true })
 		start := time.Now()
-		p = waitPodRunning(ctx, t, cs, pod.Name, 4*time.Minute)
+		p = runPastAdmissionRace(ctx, t, cs, metav1.NamespaceDefault, pod.Name, 4*time.Minute, func() error {
+			_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{})
+			return err
+		})
 		t.Logf("batch pod placed on %s and Running %s after colocation was enabled again", p.Spec.NodeName, time.Since(start).Round(100*time.Millisecond))
 		n, err := cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 		if err != nil {
