@@ -173,7 +173,7 @@ func TestColocationProfile(t *testing.T) {
 			// one its ReplicaSet made instead.
 			var live []*corev1.Pod
 			for i := range ps.Items {
-				if p := &ps.Items[i]; p.Status.Phase != corev1.PodFailed || !refusedForBatch(p) {
+				if p := &ps.Items[i]; !refusedForBatch(p) {
 					live = append(live, p)
 				}
 			}
