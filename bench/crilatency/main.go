@@ -47,8 +47,8 @@ type options struct {
 	workDir          string
 
 	// floorListen and floorBackend make this binary serve the floor proxy
-	// instead; the benchmark starts itself that way so the floor runs in a
-	// process of its own, as tandem-proxy does.
+	// instead; the benchmark starts a copy of itself that way so the floor
+	// runs in a process and from an executable of its own, as tandem-proxy does.
 	floorListen, floorBackend string
 	floorPprof                string
 	floorUnary                bool

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestCopyExecutable(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	content := bytes.Repeat([]byte("\x7fELF floor "), 10000)
+	if err := os.WriteFile(src, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		dst     string
+		wantErr bool
+	}{
+		{name: "fresh file", dst: filepath.Join(dir, "floor-proxy")},
+		// A leftover copy is never overwritten: the run's directory is new, so one would mean a second
+		// floor started in the same place.
+		{name: "existing file", dst: src, wantErr: true},
+		{name: "missing directory", dst: filepath.Join(dir, "nope", "floor-proxy"), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := copyExecutable(src, tc.dst)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("copyExecutable(%s) = nil, want an error", tc.dst)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(tc.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, content) {
+				t.Errorf("copy has %d bytes, want the %d of the source", len(got), len(content))
+			}
+			fi, err := os.Stat(tc.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm()&0o100 == 0 {
+				t.Errorf("copy's mode %v is not executable", fi.Mode())
+			}
+			srcInfo, _ := os.Stat(src)
+			if os.SameFile(fi, srcInfo) {
+				t.Error("copy is the source file itself, want a file of its own")
+			}
+		})
+	}
+}
