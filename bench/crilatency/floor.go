@@ -171,8 +171,8 @@ func (f *floorProcess) Stop(ctx context.Context) error {
 }
 
 // copyExecutable copies the program at src to dst, executable, so that dst is a file of its own with its
-// own page cache.
-func copyExecutable(src, dst string) error {
+// own page cache. A failed copy leaves nothing at dst.
+func copyExecutable(src, dst string) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("copy the benchmark's executable for the floor proxy: %w", err)
@@ -180,14 +180,19 @@ func copyExecutable(src, dst string) error {
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
 	if err != nil {
-		return fmt.Errorf("copy the benchmark's executable for the floor proxy: %w", err)
+		return fmt.Errorf("copy the benchmark's executable for the floor proxy (the run's directory should be new): %w", err)
 	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(dst)
+		}
+	}()
 	if _, err := io.Copy(out, in); err != nil {
 		out.Close()
-		return fmt.Errorf("copy the benchmark's executable to %s: %w", dst, err)
+		return fmt.Errorf("copy the benchmark's executable to %s (check the room left under --work-dir): %w", dst, err)
 	}
 	if err := out.Close(); err != nil {
-		return fmt.Errorf("copy the benchmark's executable to %s: %w", dst, err)
+		return fmt.Errorf("copy the benchmark's executable to %s (check the room left under --work-dir): %w", dst, err)
 	}
 	return nil
 }

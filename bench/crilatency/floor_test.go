@@ -16,6 +16,7 @@ func TestCopyExecutable(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
+		src     string // the benchmark's executable when empty
 		dst     string
 		wantErr bool
 	}{
@@ -24,12 +25,22 @@ func TestCopyExecutable(t *testing.T) {
 		// floor started in the same place.
 		{name: "existing file", dst: src, wantErr: true},
 		{name: "missing directory", dst: filepath.Join(dir, "nope", "floor-proxy"), wantErr: true},
+		{name: "source missing", src: filepath.Join(dir, "absent"), dst: filepath.Join(dir, "copy-of-nothing"), wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := copyExecutable(src, tc.dst)
+			from := tc.src
+			if from == "" {
+				from = src
+			}
+			err := copyExecutable(from, tc.dst)
 			if tc.wantErr {
 				if err == nil {
 					t.Fatalf("copyExecutable(%s) = nil, want an error", tc.dst)
+				}
+				if tc.dst != src {
+					if _, serr := os.Stat(tc.dst); !os.IsNotExist(serr) {
+						t.Errorf("a failed copy left %s behind (stat: %v)", tc.dst, serr)
+					}
 				}
 				return
 			}
