@@ -26,6 +26,8 @@ func TestCopyExecutable(t *testing.T) {
 		{name: "existing file", dst: src, wantErr: true},
 		{name: "missing directory", dst: filepath.Join(dir, "nope", "floor-proxy"), wantErr: true},
 		{name: "source missing", src: filepath.Join(dir, "absent"), dst: filepath.Join(dir, "copy-of-nothing"), wantErr: true},
+		// Opening a directory succeeds and reading it fails: the copy is created, then removed.
+		{name: "source unreadable", src: dir, dst: filepath.Join(dir, "half-copy"), wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			from := tc.src
@@ -37,10 +39,13 @@ func TestCopyExecutable(t *testing.T) {
 				if err == nil {
 					t.Fatalf("copyExecutable(%s) = nil, want an error", tc.dst)
 				}
-				if tc.dst != src {
-					if _, serr := os.Stat(tc.dst); !os.IsNotExist(serr) {
-						t.Errorf("a failed copy left %s behind (stat: %v)", tc.dst, serr)
+				if tc.dst == src {
+					// The file already there is left as it was.
+					if got, rerr := os.ReadFile(src); rerr != nil || !bytes.Equal(got, content) {
+						t.Errorf("a refused copy changed %s (%d bytes, read error %v)", src, len(got), rerr)
 					}
+				} else if _, serr := os.Stat(tc.dst); !os.IsNotExist(serr) {
+					t.Errorf("a failed copy left %s behind (stat: %v)", tc.dst, serr)
 				}
 				return
 			}
