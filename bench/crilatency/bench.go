@@ -121,6 +121,24 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		}
 	}
 
+	// The floor is built as tandem-proxy is, unless it runs in this process or from this executable; the
+	// A/A check's second floor is always that build.
+	var floorBin floorBuild
+	if (want(targetFloor) && !o.floorInProcess) || (want(targetTandem) && o.aa) {
+		logger.Info("Building the floor proxy")
+		if floorBin.path, err = framework.BuildPackage(ctx, filepath.Join(dir, "bin"), floorPackage, "floor-proxy"); err != nil {
+			return err
+		}
+	}
+	twinBin := floorBin
+	if o.floorFromBenchmark {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this benchmark's executable for --floor-from-benchmark: %w", err)
+		}
+		floorBin = floorBuild{path: exe, fromBenchmark: true}
+	}
+
 	logger.Info("Starting containerd", "flavor", o.flavor)
 	keepDir, ran = true, true // keep until containerd is stopped cleanly
 	ctrd, err := framework.StartContainerd(ctx, framework.ContainerdOptions{Flavor: o.flavor, Dir: filepath.Join(dir, "c")})
@@ -184,7 +202,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 			return err
 		}
 	} else if want(targetFloor) {
-		if floor, err = startFloor(dir, ctrd.Endpoint, o.floorUnary); err != nil {
+		if floor, err = startFloor(dir, ctrd.Endpoint, o.floorUnary, floorBin); err != nil {
 			return err
 		}
 		defer func() {
@@ -206,7 +224,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		if err := os.Mkdir(twinDir, 0o755); err != nil {
 			return fmt.Errorf("create A/A dir: %w", err)
 		}
-		twin, err = startFloor(twinDir, ctrd.Endpoint, o.floorUnary)
+		twin, err = startFloor(twinDir, ctrd.Endpoint, o.floorUnary, twinBin)
 		if err != nil {
 			return err
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +27,8 @@ func newFloor(backend string, unaryFastPath bool) (*floorproxy.Proxy, error) {
 	return floorproxy.New(backend, maxMsgSize, unary...)
 }
 
-// serveFloor is the body of the floor proxy's own process.
+// serveFloor is the body of the floor proxy's own process when it runs from the benchmark's executable
+// (--floor-from-benchmark).
 func serveFloor(ctx context.Context, listen, backend, pprofSocket string, unaryFastPath bool) error {
 	if backend == "" {
 		return errors.New("--serve-floor-backend is required with --serve-floor-listen")
@@ -38,30 +37,8 @@ func serveFloor(ctx context.Context, listen, backend, pprofSocket string, unaryF
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(listen); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale floor socket: %w", err)
-	}
-	lis, err := net.Listen("unix", listen)
-	if err != nil {
-		return fmt.Errorf("floor proxy listen: %w", err)
-	}
-	if pprofSocket != "" {
-		// Go's profiles of the floor, to set beside tandem-proxy's (its debug socket serves the same):
-		// where the two differ in CPU per call, the profiles say in what.
-		plis, err := net.Listen("unix", pprofSocket)
-		if err != nil {
-			return fmt.Errorf("floor proxy profile socket: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = hs.Serve(plis) }()
-		defer hs.Close()
-	}
 	klog.FromContext(ctx).Info("Floor proxy serving", "listen", listen, "backend", backend, "unaryFastPath", unaryFastPath)
-	return p.Serve(ctx, lis)
+	return floorproxy.ServeUnix(ctx, p, listen, pprofSocket)
 }
 
 // serveFloorInProcess runs the floor proxy in this process, beside the callers, and returns its endpoint
@@ -99,17 +76,25 @@ type floorProcess struct {
 	err         error
 }
 
-func startFloor(dir, backend string, unaryFastPath bool) (*floorProcess, error) {
-	own, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own binary to start the floor proxy: %w", err)
-	}
-	// The floor runs from a copy of this executable. Run from the same file, its code would be the very
-	// pages the benchmark's callers run (gRPC's transport, the runtime), warm in the CPU's caches at every
-	// call, which no proxy on a node enjoys: kubelet and the proxy are different programs. That sharing
-	// made the floor about 4 % cheaper per call than its own copy (docs/performance.md).
+// floorPackage is the floor proxy's own program, which the benchmark builds as tandem-proxy is built.
+const floorPackage = "./bench/floorproxy/cmd/floor-proxy"
+
+// floorBuild says which executable a floor process runs.
+type floorBuild struct {
+	// path is the floor-proxy program built from floorPackage, or the benchmark's own executable.
+	path string
+	// fromBenchmark: path is the benchmark's executable, which serves the floor behind its hidden
+	// --serve-floor-* flags.
+	fromBenchmark bool
+}
+
+// startFloor starts a floor proxy from a copy of build.path in dir. Each floor runs from a file of its
+// own: two processes running one file share its pages of code, which are then warm in the CPU's caches
+// for each other, and no two proxies on a node share a file. A floor run from the benchmark's own file
+// would also share them with the benchmark's callers; that made it about 4 % cheaper per call.
+func startFloor(dir, backend string, unaryFastPath bool, build floorBuild) (*floorProcess, error) {
 	exe := filepath.Join(dir, "floor-proxy")
-	if err := copyExecutable(own, exe); err != nil {
+	if err := copyExecutable(build.path, exe); err != nil {
 		return nil, err
 	}
 	f := &floorProcess{
@@ -123,8 +108,12 @@ func startFloor(dir, backend string, unaryFastPath bool) (*floorProcess, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open floor proxy log: %w", err)
 	}
-	f.cmd = exec.Command(exe, "--serve-floor-listen", f.Socket, "--serve-floor-backend", backend, "--serve-floor-pprof", f.PprofSocket,
-		fmt.Sprintf("--floor-unary=%t", unaryFastPath))
+	args := []string{"--listen", f.Socket, "--backend", backend, "--pprof-socket", f.PprofSocket, fmt.Sprintf("--unary=%t", unaryFastPath)}
+	if build.fromBenchmark {
+		args = []string{"--serve-floor-listen", f.Socket, "--serve-floor-backend", backend, "--serve-floor-pprof", f.PprofSocket,
+			fmt.Sprintf("--floor-unary=%t", unaryFastPath)}
+	}
+	f.cmd = exec.Command(exe, args...)
 	f.cmd.Stdout, f.cmd.Stderr = log, log
 	// Its own process group keeps a terminal's Ctrl-C away from it (the
 	// benchmark stops it in order); Pdeathsig stops it if the benchmark dies.
@@ -175,12 +164,12 @@ func (f *floorProcess) Stop(ctx context.Context) error {
 func copyExecutable(src, dst string) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
-		return fmt.Errorf("copy the benchmark's executable for the floor proxy: %w", err)
+		return fmt.Errorf("copy the floor proxy's executable: %w", err)
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
 	if err != nil {
-		return fmt.Errorf("copy the benchmark's executable for the floor proxy (the run's directory should be new): %w", err)
+		return fmt.Errorf("copy the floor proxy's executable (the run's directory should be new): %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -189,10 +178,10 @@ func copyExecutable(src, dst string) (err error) {
 	}()
 	if _, err := io.Copy(out, in); err != nil {
 		out.Close()
-		return fmt.Errorf("copy the benchmark's executable to %s (check the room left under --work-dir): %w", dst, err)
+		return fmt.Errorf("copy the floor proxy's executable to %s (check the room left under --work-dir): %w", dst, err)
 	}
 	if err := out.Close(); err != nil {
-		return fmt.Errorf("copy the benchmark's executable to %s (check the room left under --work-dir): %w", dst, err)
+		return fmt.Errorf("copy the floor proxy's executable to %s (check the room left under --work-dir): %w", dst, err)
 	}
 	return nil
 }

@@ -2,9 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/tandemkit/tandem/e2e/framework"
 )
 
 func TestCopyExecutable(t *testing.T) {
@@ -72,4 +82,103 @@ func TestCopyExecutable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// versionServer is a CRI runtime that answers Version only, enough to show a call crossed the floor.
+type versionServer struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+}
+
+func (versionServer) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{RuntimeName: "floor-test-runtime", RuntimeVersion: "1.2.3"}, nil
+}
+
+// TestStartFloorRelays builds the floor's own program as the benchmark does, starts it from a copy, and
+// calls the CRI through it: the floor the benchmark measures must relay, serve its profiles, and stop
+// cleanly on SIGTERM.
+func TestStartFloorRelays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the floor proxy")
+	}
+	dir, err := os.MkdirTemp("", "fl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin, err := framework.BuildPackage(t.Context(), filepath.Join(dir, "bin"), floorPackage, "floor-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	backendSock := filepath.Join(dir, "runtime.sock")
+	lis, err := net.Listen("unix", backendSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, versionServer{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	floorDir := filepath.Join(dir, "floor")
+	if err := os.Mkdir(floorDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := startFloor(floorDir, "unix://"+backendSock, true, floorBuild{path: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = f.Stop(context.WithoutCancel(t.Context()))
+		}
+	})
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", f.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exe != filepath.Join(floorDir, "floor-proxy") {
+		t.Errorf("floor runs %s, want its own copy in %s", exe, floorDir)
+	}
+
+	conn, err := dialCRI(f.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	v, err := waitAnswering(t.Context(), runtimeapi.NewRuntimeServiceClient(conn), 30*time.Second)
+	if err != nil {
+		t.Fatalf("Version through the floor: %v (log: %s)", err, readLog(f.LogPath))
+	}
+	if v.GetRuntimeName() != "floor-test-runtime" || v.GetRuntimeVersion() != "1.2.3" {
+		t.Errorf("Version through the floor = %q %q, want the backend's floor-test-runtime 1.2.3", v.GetRuntimeName(), v.GetRuntimeVersion())
+	}
+
+	// Its profile socket answers, as tandem-proxy's debug socket does.
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", f.PprofSocket)
+	}}}
+	resp, err := hc.Get("http://floor/debug/pprof/")
+	if err != nil {
+		t.Fatalf("floor profile socket: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("floor profile index answered %d, want 200", resp.StatusCode)
+	}
+
+	stopped = true
+	if err := f.Stop(t.Context()); err != nil {
+		t.Errorf("Stop: %v, want a clean exit on SIGTERM", err)
+	}
+}
+
+func readLog(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }

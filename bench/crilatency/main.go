@@ -53,6 +53,7 @@ type options struct {
 	floorPprof                string
 	floorUnary                bool
 	floorInProcess            bool
+	floorFromBenchmark        bool
 	aa                        bool
 }
 
@@ -75,6 +76,7 @@ func main() {
 	fs.StringVar(&o.workDir, "work-dir", os.TempDir(), "where the run's private directory is created (keep it short: unix socket paths must stay under 108 bytes)")
 	fs.BoolVar(&o.floorUnary, "floor-unary", true, "let the floor relay the CRI's unary methods with one Invoke, as a proxy that knows the CRI can; false leaves it a pure frame pump")
 	fs.BoolVar(&o.floorInProcess, "floor-in-process", false, "serve the floor from the benchmark's own process, beside its callers: not how a proxy runs, and it flatters the floor (docs/performance.md says by how much); it is how the measurement that disagreed with this benchmark was set up")
+	fs.BoolVar(&o.floorFromBenchmark, "floor-from-benchmark", false, "run the floor from a copy of this benchmark's executable, as until 29 November 2026, instead of its own program built as tandem-proxy is: that build of the same relay code relays about 11% faster than every other build of it measured (docs/performance.md); with --aa the second floor stays the floor's own program, so the check shows the difference")
 	fs.BoolVar(&o.aa, "aa", false, "A/A check of the benchmark itself: a second floor proxy takes tandem-proxy's place, so the ratios show what two identical proxies get on this machine")
 	fs.StringVar(&o.floorListen, "serve-floor-listen", "", "internal: serve the floor proxy on this socket")
 	fs.StringVar(&o.floorBackend, "serve-floor-backend", "", "internal: the floor proxy's backend endpoint")
@@ -116,6 +118,9 @@ func (o options) validate() error {
 	}
 	if o.floorInProcess && o.aa {
 		errs = append(errs, errors.New("--floor-in-process and --aa do not go together: the A/A check compares two floors run alike"))
+	}
+	if o.floorInProcess && o.floorFromBenchmark {
+		errs = append(errs, errors.New("--floor-in-process and --floor-from-benchmark do not go together: choose where the floor runs"))
 	}
 	if o.warmup < 0 || o.idleSeconds < 0 {
 		errs = append(errs, errors.New("--warmup and --idle-seconds cannot be negative"))

@@ -170,8 +170,11 @@ func (r *report) print(w io.Writer) {
 	if !o.floorUnary {
 		floorKind = "frame pump for every call"
 	}
-	where := "in its own process"
-	if o.floorInProcess {
+	where := "in its own process, built as tandem-proxy is (" + floorPackage + ")"
+	switch {
+	case o.floorFromBenchmark:
+		where = "in its own process, FROM A COPY OF THE BENCHMARK'S EXECUTABLE (a build that relays faster than others of the same code)"
+	case o.floorInProcess:
 		where = "IN THE BENCHMARK'S OWN PROCESS, beside its callers (not how a proxy runs: it flatters the floor)"
 	}
 	fmt.Fprintf(w, "floor:    minimal Go gRPC proxy %s (%s)\n", where, floorKind)
@@ -455,6 +458,7 @@ type jsonReport struct {
 	Machine          machine   `json:"machine"`
 	FloorUnaryInvoke bool      `json:"floorUnaryInvoke"`
 	FloorInProcess   bool      `json:"floorInProcess"`
+	FloorFromBench   bool      `json:"floorFromBenchmark"`
 	AA               bool      `json:"aaCheck"`
 	TandemBuild      string    `json:"tandemBuild,omitempty"`
 	Pods             int       `json:"pods"`
@@ -504,7 +508,7 @@ func toJSONIdle(c idleCost) *jsonIdle {
 
 func (r *report) writeJSON(path string) error {
 	j := jsonReport{
-		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, FloorInProcess: r.opts.floorInProcess, AA: r.opts.aa,
+		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, FloorInProcess: r.opts.floorInProcess, FloorFromBench: r.opts.floorFromBenchmark, AA: r.opts.aa,
 		TandemBuild: r.proxyBuild,
 		Pods:        r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
 		Iterations: r.opts.iterations, Batch: r.opts.batch, Warmup: r.opts.warmup,

@@ -199,12 +199,18 @@ const BuildTags = "grpcnotrace"
 // BuildCommand builds ./cmd/<name> of the repository into outDir, as `make build` does (static, with
 // BuildTags), and returns the binary's path.
 func BuildCommand(ctx context.Context, outDir, name string) (string, error) {
+	return BuildPackage(ctx, outDir, "./cmd/"+name, name)
+}
+
+// BuildPackage builds the main package pkg (a path relative to the repository root, "./bench/...") into
+// outDir/name the way BuildCommand builds Tandem's commands, and returns the binary's path.
+func BuildPackage(ctx context.Context, outDir, pkg, name string) (string, error) {
 	root, err := RepoRoot(ctx)
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(outDir, name)
-	cmd := exec.CommandContext(ctx, goBinary(), "build", "-tags", BuildTags, "-o", bin, "./cmd/"+name)
+	cmd := exec.CommandContext(ctx, goBinary(), "build", "-tags", BuildTags, "-o", bin, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
