@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,18 @@ type Binary struct {
 	Name string
 	// NRI, when set, makes the agent an NRI plugin instead of a CRI proxy.
 	NRI func(o NRIOptions, deps FrontEndDeps) (Plugin, error)
+	// GCPercent is the garbage collector's target (GOGC) when the environment sets none; 0 keeps Go's
+	// default of 100.
+	GCPercent int
+}
+
+// gcPercent says which GOGC the process should run with: b.GCPercent, unless the operator set GOGC
+// (which Go has already applied) or the binary asks for Go's default.
+func gcPercent(b Binary, lookupEnv func(string) (string, bool)) (int, bool) {
+	if _, set := lookupEnv("GOGC"); set || b.GCPercent <= 0 {
+		return 0, false
+	}
+	return b.GCPercent, true
 }
 
 // NRIOptions are the NRI plugin's own settings.
@@ -101,6 +114,10 @@ type FrontEndDeps struct {
 
 // Main runs the binary until SIGTERM or SIGINT and exits non-zero on failure.
 func Main(b Binary) {
+	if pct, ok := gcPercent(b, os.LookupEnv); ok {
+		debug.SetGCPercent(pct)
+		klog.Background().WithName(b.Name).V(1).Info("Garbage collector target set; GOGC in the environment overrides it", "gogc", pct)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := run(ctx, b, os.Args[1:])
 	stop()

@@ -260,3 +260,27 @@ nriRequestTimeout: 1s
 		}
 	}
 }
+
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		binary    Binary
+		env       map[string]string
+		want      int
+		wantApply bool
+	}{
+		{name: "binary's target when GOGC is unset", binary: Binary{GCPercent: 200}, want: 200, wantApply: true},
+		{name: "the operator's GOGC wins", binary: Binary{GCPercent: 200}, env: map[string]string{"GOGC": "100"}},
+		{name: "GOGC=off wins too", binary: Binary{GCPercent: 200}, env: map[string]string{"GOGC": "off"}},
+		{name: "an empty GOGC is still the operator's", binary: Binary{GCPercent: 200}, env: map[string]string{"GOGC": ""}},
+		{name: "no target keeps Go's default", binary: Binary{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			got, apply := gcPercent(tc.binary, lookup)
+			if got != tc.want || apply != tc.wantApply {
+				t.Errorf("gcPercent = %d, %t; want %d, %t", got, apply, tc.want, tc.wantApply)
+			}
+		})
+	}
+}
