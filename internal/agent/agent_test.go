@@ -284,3 +284,22 @@ func TestGCPercent(t *testing.T) {
 		})
 	}
 }
+
+func TestGodebugSets(t *testing.T) {
+	for _, tc := range []struct {
+		godebug string
+		want    bool
+	}{
+		{"", false},
+		{"memprofilerate=524288", true},
+		{"gctrace=1,memprofilerate=1", true},
+		{"gctrace=1, memprofilerate=0", true},
+		{"memprofilerates=1", false},
+		{"gctrace=1", false},
+		{"xmemprofilerate=1", false},
+	} {
+		if got := godebugSets(tc.godebug, "memprofilerate"); got != tc.want {
+			t.Errorf("godebugSets(%q, memprofilerate) = %t, want %t", tc.godebug, got, tc.want)
+		}
+	}
+}
