@@ -47,8 +47,9 @@ type options struct {
 	workDir          string
 
 	// floorListen and floorBackend make this binary serve the floor proxy
-	// instead; the benchmark starts a copy of itself that way so the floor
-	// runs in a process and from an executable of its own, as tandem-proxy does.
+	// instead; with --floor-from-benchmark the benchmark starts a copy of
+	// itself that way, as it ran the floor until it built the floor's own
+	// program (bench/floorproxy/cmd/floor-proxy).
 	floorListen, floorBackend string
 	floorPprof                string
 	floorUnary                bool
