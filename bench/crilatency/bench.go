@@ -124,7 +124,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 	// The floor is built as tandem-proxy is, unless it runs in this process or from this executable; the
 	// A/A check's second floor is always that build.
 	var floorBin floorBuild
-	if (want(targetFloor) && !o.floorInProcess) || (want(targetTandem) && o.aa) {
+	if (want(targetFloor) && !o.floorInProcess && !o.floorFromBenchmark) || (want(targetTandem) && o.aa) {
 		logger.Info("Building the floor proxy")
 		if floorBin.path, err = framework.BuildPackage(ctx, filepath.Join(dir, "bin"), floorPackage, "floor-proxy"); err != nil {
 			return err

@@ -117,7 +117,6 @@ type FrontEndDeps struct {
 func Main(b Binary) {
 	if pct, ok := gcPercent(b, os.LookupEnv); ok {
 		debug.SetGCPercent(pct)
-		klog.Background().WithName(b.Name).V(1).Info("Garbage collector target set; GOGC in the environment overrides it", "gogc", pct)
 	}
 	// Heap profiling samples an allocation every 512 KiB and files each sampled stack in a 1.4-MB table,
 	// which the samples of a loaded proxy touch page by page: 0.3 MiB of the agent's 7.3 MiB of anonymous
@@ -452,6 +451,14 @@ func run(ctx context.Context, b Binary, args []string) error {
 	} else {
 		logger.Info("Starting", "listen", cfg.Listen, "runtimeEndpoint", cfg.RuntimeEndpoint, "stateDir", cfg.StateDir, "config", st.configFile)
 	}
+	gogc, set := os.LookupEnv("GOGC")
+	if pct, ok := gcPercent(b, os.LookupEnv); ok {
+		gogc = strconv.Itoa(pct)
+	} else if !set || gogc == "" {
+		gogc = "100"
+	}
+	logger.Info("Go runtime settings; GOGC and GODEBUG=memprofilerate=N in the environment override them",
+		"gogc", gogc, "heapProfileRate", runtime.MemProfileRate)
 	logger.Info("Kubelet settings followed", "cgroupDriver", st.cgroupDriver, "cpuManagerPolicy", st.cpuManagerPolicy, "kubeletConfig", st.kubeletConfig,
 		"guaranteedPodsAreLSR", st.policy.QoS.StaticCPUManager)
 
