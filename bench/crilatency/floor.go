@@ -12,20 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/bench/floorproxy"
 )
-
-// newFloor makes the floor proxy; unaryFastPath lets it relay the CRI's unary methods with one Invoke.
-func newFloor(backend string, unaryFastPath bool) (*floorproxy.Proxy, error) {
-	var unary []string
-	if unaryFastPath {
-		unary = floorproxy.UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc)
-	}
-	return floorproxy.New(backend, maxMsgSize, unary...)
-}
 
 // serveFloor is the body of the floor proxy's own process when it runs from the benchmark's executable
 // (--floor-from-benchmark).
@@ -33,7 +23,7 @@ func serveFloor(ctx context.Context, listen, backend, pprofSocket string, unaryF
 	if backend == "" {
 		return errors.New("--serve-floor-backend is required with --serve-floor-listen")
 	}
-	p, err := newFloor(backend, unaryFastPath)
+	p, err := floorproxy.NewCRI(backend, unaryFastPath)
 	if err != nil {
 		return err
 	}
@@ -44,7 +34,7 @@ func serveFloor(ctx context.Context, listen, backend, pprofSocket string, unaryF
 // serveFloorInProcess runs the floor proxy in this process, beside the callers, and returns its endpoint
 // and how to stop it. The socket is listening when it returns.
 func serveFloorInProcess(ctx context.Context, dir, backend string, unaryFastPath bool) (string, func(), error) {
-	p, err := newFloor(backend, unaryFastPath)
+	p, err := floorproxy.NewCRI(backend, unaryFastPath)
 	if err != nil {
 		return "", nil, err
 	}

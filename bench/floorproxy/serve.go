@@ -9,6 +9,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // ServeUnix serves p on a new unix socket at listen until ctx is cancelled. A socket file left there by
@@ -46,4 +48,18 @@ func ServeUnix(ctx context.Context, p *Proxy, listen, pprofSocket string) error 
 		}()
 	}
 	return p.Serve(ctx, lis)
+}
+
+// CRIMaxMsgSize is kubelet's CRI message limit, which the floor accepts and sends on both legs.
+const CRIMaxMsgSize = 16 << 20
+
+// NewCRI returns a floor for the CRI in front of backendTarget, with kubelet's message limit. With
+// unaryFastPath it relays the unary methods of the CRI's runtime and image services with one Invoke, as a
+// proxy that knows the CRI can; without, it is a pure frame pump.
+func NewCRI(backendTarget string, unaryFastPath bool) (*Proxy, error) {
+	var unary []string
+	if unaryFastPath {
+		unary = UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc)
+	}
+	return New(backendTarget, CRIMaxMsgSize, unary...)
 }

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -451,14 +452,15 @@ func run(ctx context.Context, b Binary, args []string) error {
 	} else {
 		logger.Info("Starting", "listen", cfg.Listen, "runtimeEndpoint", cfg.RuntimeEndpoint, "stateDir", cfg.StateDir, "config", st.configFile)
 	}
-	gogc, set := os.LookupEnv("GOGC")
-	if pct, ok := gcPercent(b, os.LookupEnv); ok {
-		gogc = strconv.Itoa(pct)
-	} else if !set || gogc == "" {
-		gogc = "100"
+	// What the runtime runs with, read back from it: Main set these unless the environment did.
+	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(gogc)
+	gcTarget := strconv.FormatInt(int64(gogc[0].Value.Uint64()), 10) // GOGC=off reads as -1
+	if gcTarget == "-1" {
+		gcTarget = "off"
 	}
 	logger.Info("Go runtime settings; GOGC and GODEBUG=memprofilerate=N in the environment override them",
-		"gogc", gogc, "heapProfileRate", runtime.MemProfileRate)
+		"gogc", gcTarget, "heapProfileRate", runtime.MemProfileRate)
 	logger.Info("Kubelet settings followed", "cgroupDriver", st.cgroupDriver, "cpuManagerPolicy", st.cpuManagerPolicy, "kubeletConfig", st.kubeletConfig,
 		"guaranteedPodsAreLSR", st.policy.QoS.StaticCPUManager)
 

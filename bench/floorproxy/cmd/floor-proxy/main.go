@@ -17,14 +17,10 @@ import (
 	"os/signal"
 	"syscall"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/bench/floorproxy"
 )
-
-// maxMsgSize is kubelet's CRI message limit, on both legs.
-const maxMsgSize = 16 << 20
 
 func main() {
 	listen := flag.String("listen", "", "unix socket to serve the CRI on")
@@ -41,11 +37,7 @@ func main() {
 		logger.Error(nil, "Both --listen and --backend are required")
 		os.Exit(2)
 	}
-	var methods []string
-	if *unary {
-		methods = floorproxy.UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc)
-	}
-	p, err := floorproxy.New(*backend, maxMsgSize, methods...)
+	p, err := floorproxy.NewCRI(*backend, *unary)
 	if err != nil {
 		logger.Error(err, "Floor proxy")
 		os.Exit(1)
