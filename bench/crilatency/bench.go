@@ -202,7 +202,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 			return err
 		}
 	} else if want(targetFloor) {
-		if floor, err = startFloor(dir, ctrd.Endpoint, o.floorUnary, floorBin); err != nil {
+		if floor, err = startFloor(dir, ctrd.Endpoint, o.floorUnary, floorBin, 0); err != nil {
 			return err
 		}
 		defer func() {
@@ -224,7 +224,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		if err := os.Mkdir(twinDir, 0o755); err != nil {
 			return fmt.Errorf("create A/A dir: %w", err)
 		}
-		twin, err = startFloor(twinDir, ctrd.Endpoint, o.floorUnary, twinBin)
+		twin, err = startFloor(twinDir, ctrd.Endpoint, o.floorUnary, twinBin, o.aaExtraWork)
 		if err != nil {
 			return err
 		}
@@ -287,7 +287,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 	if tandem != nil {
 		rep.proxyBuild = buildOf(proxyBin)
 	}
-	p := plan{iterations: o.iterations, batchPerWorker: o.batch, warmupPerWorker: o.warmup}
+	p := plan{iterations: o.iterations, batchPerWorker: o.batch, warmupPerWorker: o.warmup, collectBetweenBatches: !o.gcInBatches}
 	// CPU time each proxy process spends on the same calls: where latency
 	// differs, this tells whether it is work or waiting.
 	proxyPIDs := map[string]int{}

@@ -82,7 +82,10 @@ type floorBuild struct {
 // own: two processes running one file share its pages of code, which are then warm in the CPU's caches
 // for each other, and no two proxies on a node share a file. A floor run from the benchmark's own file
 // would also share them with the benchmark's callers; that made it about 4 % cheaper per call.
-func startFloor(dir, backend string, unaryFastPath bool, build floorBuild) (*floorProcess, error) {
+func startFloor(dir, backend string, unaryFastPath bool, build floorBuild, extraWork time.Duration) (*floorProcess, error) {
+	if extraWork > 0 && build.fromBenchmark {
+		return nil, errors.New("extra work per call needs the floor's own program, not the benchmark's executable")
+	}
 	exe := filepath.Join(dir, "floor-proxy")
 	if err := copyExecutable(build.path, exe); err != nil {
 		return nil, err
@@ -98,7 +101,8 @@ func startFloor(dir, backend string, unaryFastPath bool, build floorBuild) (*flo
 	if err != nil {
 		return nil, fmt.Errorf("open floor proxy log: %w", err)
 	}
-	args := []string{"--listen", f.Socket, "--backend", backend, "--pprof-socket", f.PprofSocket, fmt.Sprintf("--unary=%t", unaryFastPath)}
+	args := []string{"--listen", f.Socket, "--backend", backend, "--pprof-socket", f.PprofSocket, fmt.Sprintf("--unary=%t", unaryFastPath),
+		"--extra-work=" + extraWork.String()}
 	if build.fromBenchmark {
 		args = []string{"--serve-floor-listen", f.Socket, "--serve-floor-backend", backend, "--serve-floor-pprof", f.PprofSocket,
 			fmt.Sprintf("--floor-unary=%t", unaryFastPath)}

@@ -95,7 +95,8 @@ func (versionServer) Version(context.Context, *runtimeapi.VersionRequest) (*runt
 
 // TestStartFloorRelays builds the floor's own program as the benchmark does, starts it from a copy, and
 // calls the CRI through it: the floor the benchmark measures must relay, serve its profiles, and stop
-// cleanly on SIGTERM.
+// cleanly on SIGTERM. It runs with extra work per call, as the A/A check's slowed floor does, which
+// every call must then take at least.
 func TestStartFloorRelays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the floor proxy")
@@ -124,7 +125,8 @@ func TestStartFloorRelays(t *testing.T) {
 	if err := os.Mkdir(floorDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, err := startFloor(floorDir, "unix://"+backendSock, true, floorBuild{path: bin})
+	const extraWork = 40 * time.Millisecond
+	f, err := startFloor(floorDir, "unix://"+backendSock, true, floorBuild{path: bin}, extraWork)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +155,13 @@ func TestStartFloorRelays(t *testing.T) {
 	}
 	if v.GetRuntimeName() != "floor-test-runtime" || v.GetRuntimeVersion() != "1.2.3" {
 		t.Errorf("Version through the floor = %q %q, want the backend's floor-test-runtime 1.2.3", v.GetRuntimeName(), v.GetRuntimeVersion())
+	}
+	start := time.Now()
+	if _, err := runtimeapi.NewRuntimeServiceClient(conn).Version(t.Context(), &runtimeapi.VersionRequest{}); err != nil {
+		t.Fatalf("Version through the floor: %v", err)
+	}
+	if took := time.Since(start); took < extraWork {
+		t.Errorf("a call through the floor took %v, want at least its extra work of %v", took, extraWork)
 	}
 
 	// Its profile socket answers, as tandem-proxy's debug socket does.

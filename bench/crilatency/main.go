@@ -56,6 +56,8 @@ type options struct {
 	floorInProcess            bool
 	floorFromBenchmark        bool
 	aa                        bool
+	gcInBatches               bool
+	aaExtraWork               time.Duration
 }
 
 func main() {
@@ -64,7 +66,7 @@ func main() {
 	fs.StringVar(&o.flavor, "flavor", framework.Flavor16, "containerd to run: "+framework.Flavor16+" (Debian) or "+framework.Flavor2+" (v2.4.2 built from source)")
 	fs.IntVar(&o.pods, "pods", 10, "pods to run")
 	fs.IntVar(&o.containersPerPod, "containers-per-pod", 10, "running containers in each pod")
-	fs.IntVar(&o.iterations, "iterations", 20000, "timed calls per RPC, per mode and per target")
+	fs.IntVar(&o.iterations, "iterations", 40000, "timed calls per RPC, per mode and per target")
 	fs.IntVar(&o.runs, "runs", 2, "complete latency runs, one after the other on the same containerd and proxies; the latency targets must hold in every one")
 	fs.IntVar(&o.batch, "batch", 25, "calls each caller makes before the next target takes its turn")
 	fs.IntVar(&o.warmup, "warmup", 100, "untimed calls per caller per RPC, mode and target before timing")
@@ -78,7 +80,9 @@ func main() {
 	fs.BoolVar(&o.floorUnary, "floor-unary", true, "let the floor relay the CRI's unary methods with one Invoke, as a proxy that knows the CRI can; false leaves it a pure frame pump")
 	fs.BoolVar(&o.floorInProcess, "floor-in-process", false, "serve the floor from the benchmark's own process, beside its callers: not how a proxy runs, and it flatters the floor (docs/performance.md says by how much); it is how the measurement that disagreed with this benchmark was set up")
 	fs.BoolVar(&o.floorFromBenchmark, "floor-from-benchmark", false, "run the floor from a copy of this benchmark's executable, as until 29 November 2026, instead of its own program built as tandem-proxy is: that build of the same relay code relays about 11% faster than every other build of it measured (docs/performance.md); with --aa the second floor stays the floor's own program, so the check shows the difference")
+	fs.BoolVar(&o.gcInBatches, "gc-in-batches", false, "let the benchmark's own garbage collector run while calls are timed, as it did until 29 November 2026, instead of collecting between batches: it then lands on whichever target is being timed (docs/performance.md)")
 	fs.BoolVar(&o.aa, "aa", false, "A/A check of the benchmark itself: a second floor proxy takes tandem-proxy's place, so the ratios show what two identical proxies get on this machine")
+	fs.DurationVar(&o.aaExtraWork, "aa-extra-work", 0, "with --aa, the second floor burns this much CPU on every call before relaying it: a proxy slower by a known amount, to see the verdict catch it")
 	fs.StringVar(&o.floorListen, "serve-floor-listen", "", "internal: serve the floor proxy on this socket")
 	fs.StringVar(&o.floorBackend, "serve-floor-backend", "", "internal: the floor proxy's backend endpoint")
 	fs.StringVar(&o.floorPprof, "serve-floor-pprof", "", "internal: serve Go's profiles of the floor proxy on this unix socket")
@@ -122,6 +126,9 @@ func (o options) validate() error {
 	}
 	if o.floorInProcess && o.floorFromBenchmark {
 		errs = append(errs, errors.New("--floor-in-process and --floor-from-benchmark do not go together: choose where the floor runs"))
+	}
+	if o.aaExtraWork < 0 || (o.aaExtraWork > 0 && !o.aa) {
+		errs = append(errs, errors.New("--aa-extra-work must not be negative and needs --aa: it slows the A/A check's second floor"))
 	}
 	if o.warmup < 0 || o.idleSeconds < 0 {
 		errs = append(errs, errors.New("--warmup and --idle-seconds cannot be negative"))

@@ -91,14 +91,33 @@ type latencyRun struct {
 	proxyCPU              []proxyCPU
 }
 
-// met says whether tandem-proxy met both latency targets on every row.
+// met says whether the run showed no miss of either latency target on any
+// row: a row over the limit by less than the run can resolve is not a miss
+// it has shown (excessInterval says why).
 func (l latencyRun) met() bool {
 	for _, rw := range l.rows {
-		if rw.p50 == nil || !rw.p50.Meets || !rw.p99.Meets {
+		if rw.p50 == nil || rw.p50.MissShown || rw.p99.MissShown {
 			return false
 		}
 	}
 	return len(l.rows) > 0
+}
+
+// over lists the comparisons whose figure is over the limit but whose
+// excess the run cannot tell from noise.
+func (l latencyRun) over() []string {
+	var out []string
+	for _, rw := range l.rows {
+		for _, c := range []struct {
+			name string
+			c    *comparison
+		}{{"p50", rw.p50}, {"p99", rw.p99}} {
+			if c.c != nil && !c.c.Meets && !c.c.MissShown {
+				out = append(out, fmt.Sprintf("%s %s %s", rw.rpc, rw.mode, c.name))
+			}
+		}
+	}
+	return out
 }
 
 type report struct {
@@ -117,6 +136,7 @@ func newReport(o options, runtimeVersion string) *report {
 // latencyRows compares the targets on every RPC and mode of one run.
 func latencyRows(s map[key]series, targets []target) []row {
 	var rows []row
+	rng := newBootstrapRand()
 	have := map[string]bool{}
 	for _, t := range targets {
 		have[t.name] = true
@@ -129,8 +149,10 @@ func latencyRows(s map[key]series, targets []target) []row {
 			}
 			if have[targetDirect] && have[targetFloor] && have[targetTandem] {
 				d, f, t := rw.q[targetDirect], rw.q[targetFloor], rw.q[targetTandem]
-				c50 := compare(d.P50, f.P50, t.P50, max(d.HalfGapP50, f.HalfGapP50, t.HalfGapP50), limitP50)
-				c99 := compare(d.P99, f.P99, t.P99, max(d.HalfGapP99, f.HalfGapP99, t.HalfGapP99), limitP99)
+				ivs := excessInterval(s[key{rp.name, m.name, targetDirect}], s[key{rp.name, m.name, targetFloor}], s[key{rp.name, m.name, targetTandem}],
+					[]float64{0.50, 0.99}, []float64{limitP50, limitP99}, bootstrapReplicates, rng)
+				c50 := compare(d.P50, f.P50, t.P50, max(d.HalfGapP50, f.HalfGapP50, t.HalfGapP50), limitP50).withExcess(ivs[0])
+				c99 := compare(d.P99, f.P99, t.P99, max(d.HalfGapP99, f.HalfGapP99, t.HalfGapP99), limitP99).withExcess(ivs[1])
 				rw.p50, rw.p99 = &c50, &c99
 			}
 			rows = append(rows, rw)
@@ -147,13 +169,25 @@ func us(d time.Duration) string {
 	return fmt.Sprintf("%.1f", v)
 }
 
+// excessNote says what the interval of a comparison over its limit shows.
+func excessNote(c *comparison) string {
+	iv := fmt.Sprintf("90%% interval of the excess %s to %sµs", us(c.Excess.Low), us(c.Excess.High))
+	if c.MissShown {
+		return iv + ": a miss this run shows, MISS"
+	}
+	return iv + ": this run cannot tell it from noise [e]"
+}
+
 func ratioCell(c *comparison) string {
 	if c == nil {
 		return "-"
 	}
 	verdict := "ok"
-	if !c.Meets {
+	switch {
+	case c.MissShown:
 		verdict = "MISS"
+	case !c.Meets:
+		verdict = "over [e]"
 	}
 	if c.FloorWithinNoise {
 		return "n/a " + verdict + " [a]"
@@ -183,9 +217,17 @@ func (r *report) print(w io.Writer) {
 	}
 	if o.aa {
 		fmt.Fprintf(w, "A/A:      the tandem column is a SECOND FLOOR PROXY, not tandem-proxy: the ratios show the benchmark's own bias and noise\n")
+		if o.aaExtraWork > 0 {
+			fmt.Fprintf(w, "          that floor BURNS %v OF CPU ON EVERY CALL (--aa-extra-work): the verdict should show the rows where that is over the limit\n", o.aaExtraWork)
+		}
 	}
 	fmt.Fprintf(w, "calls:    %d timed per RPC x mode x target in each run, interleaved in batches of %d per caller; %d warm-up calls per caller first\n",
 		o.iterations, o.batch, o.warmup)
+	if o.gcInBatches {
+		fmt.Fprintf(w, "client:   the benchmark's garbage collector RUNS DURING TIMED BATCHES (--gc-in-batches), on whichever target is timed\n")
+	} else {
+		fmt.Fprintf(w, "client:   the benchmark's own garbage collector runs between batches, never during one\n")
+	}
 	for i, run := range r.runs {
 		fmt.Fprintf(w, "\n== run %d of %d: %.0f s; load %s before, %s after (1/5/15 min averages; other work on the machine)\n", i+1, len(r.runs), run.Seconds, run.LoadBefore, run.LoadAfter)
 		run.print(w)
@@ -269,6 +311,21 @@ func (r *report) printVerdict(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "MISSED in run %s (met in %d of %d)\n", strings.Join(missed, ", "), met, len(r.runs))
 	}
+	within, total := 0, 0
+	for i, run := range r.runs {
+		for _, rw := range run.rows {
+			for _, c := range []*comparison{rw.p50, rw.p99} {
+				total++
+				if c.Meets {
+					within++
+				}
+			}
+		}
+		if over := run.over(); len(over) > 0 {
+			fmt.Fprintf(w, "          run %d over the limit by less than it can resolve [e]: %s\n", i+1, strings.Join(over, ", "))
+		}
+	}
+	fmt.Fprintf(w, "          figures within the limits on their own: %d of %d\n", within, total)
 	if r.Idle != nil {
 		i := r.Idle.Tandem
 		fmt.Fprintf(w, "          at rest: VmRSS %s (<= %d MiB %s), CPU %.3f%% of one core (<= %.0f%% %s)\n",
@@ -318,21 +375,21 @@ func (run latencyRun) print(w io.Writer) {
 				name string
 				c    *comparison
 			}{{"p50", rw.p50}, {"p99", rw.p99}} {
+				shown := ""
+				if !c.c.Meets {
+					shown = fmt.Sprintf("; %s", excessNote(c.c))
+				}
 				switch {
 				case c.c.FloorWithinNoise:
 					verdict := "within it too: ok"
 					if !c.c.Meets {
-						verdict = fmt.Sprintf("%sµs beyond it: MISS", us(c.c.ExcessOverLimit))
+						verdict = fmt.Sprintf("%sµs beyond it%s", us(c.c.ExcessOverLimit), shown)
 					}
 					notes = append(notes, fmt.Sprintf("%s %s %s: floor added %sµs is within noise (±%sµs), so no ratio; tandem added %sµs, %s",
 						rw.rpc, rw.mode, c.name, us(c.c.FloorAdded), us(c.c.Noise), us(c.c.TandemAdded), verdict))
 				case !c.c.Meets:
-					within := ""
-					if c.c.MissWithinNoise {
-						within = ", which is within this figure's noise"
-					}
-					notes = append(notes, fmt.Sprintf("%s %s %s: tandem adds %sµs more than %.1fx the floor allows (noise ±%sµs%s)",
-						rw.rpc, rw.mode, c.name, us(c.c.ExcessOverLimit), c.c.Limit, us(c.c.Noise), within))
+					notes = append(notes, fmt.Sprintf("%s %s %s: tandem adds %sµs more than %.1fx the floor allows%s",
+						rw.rpc, rw.mode, c.name, us(c.c.ExcessOverLimit), c.c.Limit, shown))
 				}
 			}
 		}
@@ -347,6 +404,10 @@ func (run latencyRun) print(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "[b] largest gap, over the three targets, between the percentile of the even and of the odd rounds: the noise of these figures")
+	if len(run.over()) > 0 {
+		fmt.Fprintln(w, "[e] over the limit, but the 90% interval of the excess (tandem added - limit x floor added), from 500 resamplings\n"+
+			"    of the run's rounds, reaches below zero: this run cannot tell it from noise, so it is not a miss it has shown")
+	}
 	if len(run.proxyCPU) > 0 {
 		fmt.Fprintf(w, "\nproxy CPU time over the latency run (utime+stime, same calls for each):")
 		for _, p := range run.proxyCPU {
@@ -417,6 +478,11 @@ type jsonComparison struct {
 	Limit            float64  `json:"limit"`
 	FloorWithinNoise bool     `json:"floorWithinNoise"`
 	Meets            bool     `json:"meets"`
+	// The 90 % interval of tandem added - limit x floor added, and whether
+	// the run has shown a miss (excessInterval).
+	ExcessLowUs  float64 `json:"excessLowMicros"`
+	ExcessHighUs float64 `json:"excessHighMicros"`
+	MissShown    bool    `json:"missShown"`
 }
 
 type jsonRow struct {
@@ -460,6 +526,8 @@ type jsonReport struct {
 	FloorInProcess   bool      `json:"floorInProcess"`
 	FloorFromBench   bool      `json:"floorFromBenchmark"`
 	AA               bool      `json:"aaCheck"`
+	AAExtraWorkUs    float64   `json:"aaExtraWorkMicros,omitempty"`
+	ClientGCInBatch  bool      `json:"clientGCInBatches"`
 	TandemBuild      string    `json:"tandemBuild,omitempty"`
 	Pods             int       `json:"pods"`
 	Containers       int       `json:"containers"`
@@ -485,6 +553,7 @@ func toJSONComparison(c *comparison) *jsonComparison {
 	j := &jsonComparison{
 		FloorAddedUs: toMicros(c.FloorAdded), TandemAddedUs: toMicros(c.TandemAdded), NoiseUs: toMicros(c.Noise),
 		Limit: c.Limit, FloorWithinNoise: c.FloorWithinNoise, Meets: c.Meets,
+		ExcessLowUs: toMicros(c.Excess.Low), ExcessHighUs: toMicros(c.Excess.High), MissShown: c.MissShown,
 	}
 	if !math.IsNaN(c.Ratio) {
 		r := c.Ratio
@@ -508,9 +577,9 @@ func toJSONIdle(c idleCost) *jsonIdle {
 
 func (r *report) writeJSON(path string) error {
 	j := jsonReport{
-		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, FloorInProcess: r.opts.floorInProcess, FloorFromBench: r.opts.floorFromBenchmark, AA: r.opts.aa,
-		TandemBuild: r.proxyBuild,
-		Pods:        r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
+		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, FloorInProcess: r.opts.floorInProcess, FloorFromBench: r.opts.floorFromBenchmark, AA: r.opts.aa, AAExtraWorkUs: toMicros(r.opts.aaExtraWork),
+		ClientGCInBatch: r.opts.gcInBatches, TandemBuild: r.proxyBuild,
+		Pods: r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
 		Iterations: r.opts.iterations, Batch: r.opts.batch, Warmup: r.opts.warmup,
 		TargetP50Ratio: limitP50, TargetP99Ratio: limitP99, TargetRSSMiB: limitRSSMiB, TargetCPUPercent: limitCPUPct,
 	}

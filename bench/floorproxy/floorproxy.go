@@ -25,6 +25,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -84,6 +85,22 @@ type Proxy struct {
 	// anyShape lets one generic stream carry unary, server-, client- and
 	// bidirectional-streaming calls alike.
 	anyShape grpc.StreamDesc
+	// extraWork is CPU time burnt on every call before it is relayed
+	// (SetExtraWork).
+	extraWork time.Duration
+}
+
+// SetExtraWork makes the proxy burn d of CPU on every call before relaying
+// it: a floor made slower by a known amount, so that the CRI benchmark can
+// check that its verdict catches a proxy that costs more than the floor.
+// Call it before Serve.
+func (p *Proxy) SetExtraWork(d time.Duration) { p.extraWork = d }
+
+// burn keeps the CPU busy for d, as a proxy doing more work per call would;
+// sleeping instead would add latency without competing for the CPU.
+func burn(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+	}
 }
 
 // UnaryMethods lists the full names ("/pkg.Service/Method") of the unary
@@ -161,6 +178,9 @@ func (p *Proxy) Serve(ctx context.Context, lis net.Listener) error {
 
 // handle forwards one call of any shape.
 func (p *Proxy) handle(_ any, in grpc.ServerStream) error {
+	if p.extraWork > 0 {
+		burn(p.extraWork)
+	}
 	method, ok := grpc.MethodFromServerStream(in)
 	if !ok {
 		return status.Error(codes.Internal, "floor proxy: no method name on the incoming stream")

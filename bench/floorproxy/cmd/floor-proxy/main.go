@@ -27,6 +27,7 @@ func main() {
 	backend := flag.String("backend", "", "CRI endpoint to relay to (unix:///run/containerd/containerd.sock)")
 	pprofSocket := flag.String("pprof-socket", "", "unix socket serving Go's CPU profile and trace of this process; empty serves none")
 	unary := flag.Bool("unary", true, "relay the CRI's unary methods with one Invoke, as a proxy that knows the CRI can; false leaves a pure frame pump")
+	extraWork := flag.Duration("extra-work", 0, "burn this much CPU on every call before relaying it: a floor made slower by a known amount, for the benchmark's check that its verdict catches a slower proxy (crilatency --aa-extra-work)")
 	klog.InitFlags(nil)
 	flag.Parse()
 
@@ -42,7 +43,8 @@ func main() {
 		logger.Error(err, "Floor proxy")
 		os.Exit(1)
 	}
-	logger.Info("Floor proxy serving", "listen", *listen, "backend", *backend, "unaryFastPath", *unary)
+	p.SetExtraWork(*extraWork)
+	logger.Info("Floor proxy serving", "listen", *listen, "backend", *backend, "unaryFastPath", *unary, "extraWork", *extraWork)
 	if err := floorproxy.ServeUnix(ctx, p, *listen, *pprofSocket); err != nil {
 		logger.Error(err, "Floor proxy")
 		os.Exit(1)
