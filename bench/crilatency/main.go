@@ -67,7 +67,7 @@ func main() {
 	fs.IntVar(&o.pods, "pods", 10, "pods to run")
 	fs.IntVar(&o.containersPerPod, "containers-per-pod", 10, "running containers in each pod")
 	fs.IntVar(&o.iterations, "iterations", 40000, "timed calls per RPC, per mode and per target")
-	fs.IntVar(&o.runs, "runs", 2, "complete latency runs, one after the other on the same containerd and proxies; the latency targets must hold in every one")
+	fs.IntVar(&o.runs, "runs", 2, "complete latency runs, one after the other on the same containerd and proxies; none may show a miss of the latency targets")
 	fs.IntVar(&o.batch, "batch", 25, "calls each caller makes before the next target takes its turn")
 	fs.IntVar(&o.warmup, "warmup", 100, "untimed calls per caller per RPC, mode and target before timing")
 	fs.IntVar(&o.idleSeconds, "idle-seconds", 60, "how long to measure tandem-proxy's idle CPU")

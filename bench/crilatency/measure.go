@@ -78,9 +78,9 @@ type plan struct {
 	// collectBetweenBatches keeps the benchmark's own garbage collector out
 	// of the timed batches: it is switched off while they run and a
 	// collection runs before each batch instead. Left to itself it ran
-	// every 40-50 calls, its mark phase taking a core's share for 1-2 ms
-	// from whichever target happened to be timed then: noise in the tail
-	// that two identical proxies did not share.
+	// about every 50 calls, its mark phase taking a share of a CPU for about
+	// a millisecond (2 at p90) from whichever target happened to be timed
+	// then: noise in the tail that two identical proxies did not share.
 	collectBetweenBatches bool
 }
 
@@ -143,7 +143,8 @@ func runBatch(ctx context.Context, c runtimeapi.RuntimeServiceClient, r rpc, wor
 }
 
 // clientMemoryLimit bounds the benchmark's heap while its collector is held
-// off: a parallel batch of ListContainers allocates about 20 MB.
+// off, should a batch ever allocate far more than its calls' responses (a
+// parallel batch of ListContainers decodes 200 lists of 100 containers).
 const clientMemoryLimit = 1 << 30
 
 // measure times every RPC × mode on every target. Work is sliced into rounds; in
