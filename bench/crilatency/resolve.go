@@ -11,8 +11,8 @@ import (
 
 // How sure the verdict must be before it calls a target missed. A
 // percentile of one run moves with the few stalls that happen to land in
-// it: at p99 of the parallel rows a run of 20 000 calls holds only 30 to 50
-// rounds with a call in the tail, and two identical proxies (the --aa
+// it: at p99 of the parallel rows a run of 20 000 calls held only 25 to 53
+// of its 100 rounds with a call in the tail, and two identical proxies (the --aa
 // check) put their added p99 up to 1.8 times apart. So each comparison
 // carries the interval its excess over the limit lies in, from a bootstrap
 // over the run's rounds, and only an excess whose whole interval lies above
@@ -31,9 +31,10 @@ const (
 	bootstrapSeed = 0x7a6e64656d
 )
 
-// excessInterval is the 90 % interval of tandem's excess over what the
-// limit allows, (tandem added) - limit x (floor added), at quantile q, for
-// the percentiles of the three series. It resamples whole rounds, the same
+// excessInterval gives, for each quantile of qs and the limit of the same
+// index, the 90 % interval of tandem's excess over what the limit allows,
+// (tandem added) - limit x (floor added), computed from the three series'
+// percentiles. It resamples whole rounds, the same
 // rounds for all three targets: within a round the targets ran one right
 // after the other, so what the machine did then lands on all of them, and
 // the calls of one batch share the stalls that hit it.
