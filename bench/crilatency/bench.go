@@ -16,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/bench/floorproxy"
 	"github.com/tandemkit/tandem/bench/internal/hostinfo"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
@@ -32,7 +33,7 @@ const (
 func dialCRI(endpoint string) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(endpoint,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(floorproxy.CRIMaxMsgSize), grpc.MaxCallSendMsgSize(floorproxy.CRIMaxMsgSize)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", endpoint, err)

@@ -27,9 +27,6 @@ import (
 	"github.com/tandemkit/tandem/e2e/framework"
 )
 
-// maxMsgSize is kubelet's CRI message limit, used on every client and proxy leg.
-const maxMsgSize = 16 << 20
-
 type options struct {
 	flavor           string
 	pods             int

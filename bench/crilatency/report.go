@@ -91,13 +91,32 @@ type latencyRun struct {
 	proxyCPU              []proxyCPU
 }
 
+// namedComparison is one percentile's verdict on a row.
+type namedComparison struct {
+	name string // "p50" or "p99"
+	c    *comparison
+}
+
+// comparisons are the row's verdicts, p50 then p99; none unless all three targets ran.
+func (rw row) comparisons() []namedComparison {
+	if rw.p50 == nil {
+		return nil
+	}
+	return []namedComparison{{"p50", rw.p50}, {"p99", rw.p99}}
+}
+
 // met says whether the run showed no miss of either latency target on any
 // row: a row over the limit by less than the run can resolve is not a miss
 // it has shown (excessInterval says why).
 func (l latencyRun) met() bool {
 	for _, rw := range l.rows {
-		if rw.p50 == nil || rw.p50.MissShown || rw.p99.MissShown {
+		if rw.p50 == nil {
 			return false
+		}
+		for _, c := range rw.comparisons() {
+			if c.c.MissShown {
+				return false
+			}
 		}
 	}
 	return len(l.rows) > 0
@@ -108,11 +127,8 @@ func (l latencyRun) met() bool {
 func (l latencyRun) over() []string {
 	var out []string
 	for _, rw := range l.rows {
-		for _, c := range []struct {
-			name string
-			c    *comparison
-		}{{"p50", rw.p50}, {"p99", rw.p99}} {
-			if c.c != nil && !c.c.Meets && !c.c.MissShown {
+		for _, c := range rw.comparisons() {
+			if !c.c.Meets && !c.c.MissShown {
 				out = append(out, fmt.Sprintf("%s %s %s", rw.rpc, rw.mode, c.name))
 			}
 		}
@@ -314,9 +330,9 @@ func (r *report) printVerdict(w io.Writer) {
 	within, total := 0, 0
 	for i, run := range r.runs {
 		for _, rw := range run.rows {
-			for _, c := range []*comparison{rw.p50, rw.p99} {
+			for _, c := range rw.comparisons() {
 				total++
-				if c.Meets {
+				if c.c.Meets {
 					within++
 				}
 			}
@@ -371,10 +387,7 @@ func (run latencyRun) print(w io.Writer) {
 		_ = tw.Flush()
 		var notes []string
 		for _, rw := range run.rows {
-			for _, c := range []struct {
-				name string
-				c    *comparison
-			}{{"p50", rw.p50}, {"p99", rw.p99}} {
+			for _, c := range rw.comparisons() {
 				shown := ""
 				if !c.c.Meets {
 					shown = fmt.Sprintf("; %s", excessNote(c.c))
