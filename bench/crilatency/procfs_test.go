@@ -161,8 +161,10 @@ func TestReadSwitchesCountsEveryThread(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	thread, process := r.after.thread.since(r.before.thread), r.after.process.since(r.before.process)
-	if thread.Voluntary < 20 {
-		t.Errorf("20 sleeps on thread %d gave it %d voluntary switches, want at least 20", r.tid, thread.Voluntary)
+	// A sleep whose timer ran out while the thread was preempted (a busy machine) wakes without
+	// blocking: the sum still counts every sleep, and most must be voluntary.
+	if thread.Voluntary < 10 || thread.Voluntary+thread.Involuntary < 20 {
+		t.Errorf("20 sleeps on thread %d gave it %d voluntary and %d involuntary switches, want at least 10 voluntary and 20 in all", r.tid, thread.Voluntary, thread.Involuntary)
 	}
 	if process.Voluntary < thread.Voluntary || process.Involuntary < thread.Involuntary {
 		t.Errorf("process counted %+v over the sleeps, less than the sleeping thread's own %+v", process, thread)
