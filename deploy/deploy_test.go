@@ -1254,6 +1254,13 @@ func TestNodeFiles(t *testing.T) {
 			t.Errorf("tandem-proxy.service: ExecStart does not spell out %s", f)
 		}
 	}
+	// One unit serves every node: the proxy finds each node's kubelet settings itself (its running
+	// kubelet, else --kubelet-config).
+	for _, f := range []string{"--cgroup-driver", "--cpu-manager-policy"} {
+		if v, ok := flags[f]; ok {
+			t.Errorf("tandem-proxy.service: ExecStart pins %s=%s for every node; leave it out so that the proxy reads kubelet's", f, v)
+		}
+	}
 	if flags["--kubeconfig"] != "/etc/kubernetes/kubelet.conf" {
 		t.Errorf("tandem-proxy.service: --kubeconfig=%s, want the node's kubelet credentials /etc/kubernetes/kubelet.conf", flags["--kubeconfig"])
 	}

@@ -266,21 +266,20 @@ type settings struct {
 	colocation *atomic.Pointer[slo.Resolved]
 	// nri holds tandem-nri's own settings.
 	nri NRIOptions
-	// kubeletConfig is kubelet's configuration file, read for what --cgroup-driver and
-	// --cpu-manager-policy leave unset.
+	// kubeletConfig is --kubelet-config, kubelet's configuration file when no running kubelet is found.
 	kubeletConfig string
-	// cgroupDriver is kubelet's cgroup driver, cgroupfs or systemd, as resolved at start.
-	cgroupDriver string
-	// cpuManagerPolicy is kubelet's CPU manager policy, none or static, as resolved at start.
-	cpuManagerPolicy string
+	// kubelet is kubelet's cgroup driver (cgroupfs or systemd) and CPU manager policy (none or
+	// static) as resolved at start, with where each came from.
+	kubelet kubeletFound
 	// runQueue switches on the eBPF run-queue latency collector.
 	runQueue bool
 	// heapRelease is how often the agent looks whether to give its free heap back; 0 never.
 	heapRelease time.Duration
 }
 
-// load resolves flags over TANDEM_* variables over the config file over defaults.
-func load(b Binary, args []string, getenv func(string) string) (settings, error) {
+// load resolves flags over TANDEM_* variables over the config file over defaults. procRoot is procfs,
+// where a running kubelet's settings are looked for.
+func load(b Binary, args []string, getenv func(string) string, procRoot string) (settings, error) {
 	def := proxy.DefaultConfig()
 	fs := pflag.NewFlagSet(b.Name, pflag.ContinueOnError)
 	fs.String("config", "", "YAML or JSON config file; its keys are the camelCase forms of these flags (runtimeEndpoint, stateDir, ...)")
@@ -313,9 +312,9 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 	// Kubelet registers the node under its lowercased hostname unless told otherwise.
 	fs.String("node-name", strings.ToLower(hostname), "this node's name as kubelet registers it")
 	fs.Duration("pod-spec-wait", podspec.DefaultConfig().Wait, "how long a lookup waits for a pod the informer has not delivered yet, before one direct GET")
-	fs.String("kubelet-config", defaultKubeletConfig, "kubelet's configuration file, read at start for its cgroupDriver and cpuManagerPolicy unless --cgroup-driver and --cpu-manager-policy say them; a missing file means kubelet's defaults (cgroupfs, none)")
-	fs.String("cgroup-driver", "", "kubelet's cgroup driver, cgroupfs or systemd (default: from --kubelet-config)")
-	fs.String("cpu-manager-policy", "", "kubelet's CPU manager policy, none or static (default: from --kubelet-config); under static, Guaranteed pods are LSR and keep the CPUs kubelet gave them")
+	fs.String("kubelet-config", defaultKubeletConfig, "kubelet's configuration file, read at start for its cgroupDriver and cpuManagerPolicy unless --cgroup-driver and --cpu-manager-policy say them; when set, it is read instead of the running kubelet's files, and otherwise it is read only when not exactly one kubelet runs; a missing file means kubelet's defaults (cgroupfs, none)")
+	fs.String("cgroup-driver", "", "kubelet's cgroup driver, cgroupfs or systemd (default: the running kubelet's, from its --config, --config-dir and flags; else from --kubelet-config)")
+	fs.String("cpu-manager-policy", "", "kubelet's CPU manager policy, none or static (default: the running kubelet's, from its --config, --config-dir and flags; else from --kubelet-config); under static, Guaranteed pods are LSR and keep the CPUs kubelet gave them")
 	fs.Bool("run-queue-latency", false, "measure each container's run-queue latency with eBPF (tandem_container_runqueue_*; needs tracefs and BPF, Linux 5.8+)")
 	fs.Duration("heap-release-interval", heaprelease.DefaultInterval, "how often the agent checks whether it is quiet (allocated less than one heap goal since the last check) and then gives its free heap memory back to the kernel; 0 leaves it to Go's runtime")
 	opts := options()
@@ -399,7 +398,8 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 	st.podSpec.NodeName = v.GetString("nodeName")
 	st.podSpec.Wait = v.GetDuration("podSpecWait")
 	st.kubeletConfig = v.GetString("kubeletConfig")
-	st.cgroupDriver, st.cpuManagerPolicy, err = resolveKubelet(st.kubeletConfig, v.GetString("cgroupDriver"), v.GetString("cpuManagerPolicy"))
+	st.kubelet, err = resolveKubelet(kubeletQuery{procRoot: procRoot, file: st.kubeletConfig, fileSet: fs.Changed("kubelet-config"),
+		cgroupDriver: v.GetString("cgroupDriver"), cpuManagerPolicy: v.GetString("cpuManagerPolicy")})
 	if err != nil {
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
@@ -409,14 +409,14 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 		return settings{}, fmt.Errorf("heap-release-interval %v: want 0 (off) or a positive duration such as 10s", st.heapRelease)
 	}
 	// Under kubelet's static CPU manager its Guaranteed pods hold exclusive CPUs: LSR, with kubelet's CPUs.
-	st.policy.QoS.StaticCPUManager = st.cpuManagerPolicy == cpuManagerStatic
+	st.policy.QoS.StaticCPUManager = st.kubelet.cpuManagerPolicy == cpuManagerStatic
 	if err := st.podSpec.Validate(); err != nil {
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	st.sloConfigMap = v.GetString("sloConfigMap")
 	st.kubeletCgroupRoot = path.Join("/", v.GetString("kubeletCgroupRoot"))
 	st.beParent = path.Join(st.kubeletCgroupRoot, "kubepods/besteffort")
-	if st.cgroupDriver == cgroupDriverSystemd {
+	if st.kubelet.cgroupDriver == cgroupDriverSystemd {
 		// Kubelet's systemd driver names its QoS cgroups as slices (cgroup.Path expands them); its
 		// cgroupRoot is a cgroupfs notion.
 		st.beParent = "kubepods-besteffort.slice"
@@ -440,7 +440,7 @@ func load(b Binary, args []string, getenv func(string) string) (settings, error)
 const defaultNRISocket = "/var/run/nri/nri.sock"
 
 func run(ctx context.Context, b Binary, args []string) error {
-	st, err := load(b, args, os.Getenv)
+	st, err := load(b, args, os.Getenv, "/proc")
 	if err != nil {
 		return err
 	}
@@ -461,8 +461,9 @@ func run(ctx context.Context, b Binary, args []string) error {
 	}
 	logger.Info("Go runtime settings; GOGC and GODEBUG=memprofilerate=N in the environment override them",
 		"gogc", gcTarget, "heapProfileRate", runtime.MemProfileRate)
-	logger.Info("Kubelet settings followed", "cgroupDriver", st.cgroupDriver, "cpuManagerPolicy", st.cpuManagerPolicy, "kubeletConfig", st.kubeletConfig,
-		"guaranteedPodsAreLSR", st.policy.QoS.StaticCPUManager)
+	logger.Info("Kubelet settings followed", "cgroupDriver", st.kubelet.cgroupDriver, "cgroupDriverFrom", st.kubelet.cgroupDriverFrom,
+		"cpuManagerPolicy", st.kubelet.cpuManagerPolicy, "cpuManagerPolicyFrom", st.kubelet.cpuManagerPolicyFrom,
+		"lookup", st.kubelet.lookup, "guaranteedPodsAreLSR", st.policy.QoS.StaticCPUManager)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

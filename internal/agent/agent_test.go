@@ -37,7 +37,7 @@ func TestLoadPrecedence(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := load(proxyBinary, tt.args, func(k string) string { return tt.env[k] })
+			got, err := load(proxyBinary, tt.args, func(k string) string { return tt.env[k] }, t.TempDir())
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("load = %v, want an error naming %q", err, tt.wantErr)
@@ -52,7 +52,7 @@ func TestLoadPrecedence(t *testing.T) {
 			}
 		})
 	}
-	got, err := load(proxyBinary, []string{"--config", file}, func(string) string { return "" })
+	got, err := load(proxyBinary, []string{"--config", file}, func(string) string { return "" }, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestDebugSocketDefault(t *testing.T) {
 		{args: []string{"--state-dir", "/n/a/state", "--debug-socket", "/run/tandem/debug/proxy.sock"}, want: "/run/tandem/debug/proxy.sock"},
 	}
 	for _, tt := range tests {
-		got, err := load(proxyBinary, tt.args, func(string) string { return "" })
+		got, err := load(proxyBinary, tt.args, func(string) string { return "" }, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestLoadNRI(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := load(nriBinary, tt.args, func(k string) string { return tt.env[k] })
+			got, err := load(nriBinary, tt.args, func(k string) string { return tt.env[k] }, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestLoadNRI(t *testing.T) {
 			}
 		})
 	}
-	if _, err := load(proxyBinary, []string{"--nri-socket", "/x.sock"}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "nri-socket") {
+	if _, err := load(proxyBinary, []string{"--nri-socket", "/x.sock"}, func(string) string { return "" }, t.TempDir()); err == nil || !strings.Contains(err.Error(), "nri-socket") {
 		t.Fatalf("tandem-proxy with --nri-socket: err = %v, want an unknown flag", err)
 	}
 }
@@ -184,7 +184,7 @@ nriSocket: /nri.sock
 nriPluginIndex: "10"
 nriRequestTimeout: 1s
 `)
-	got, err := load(proxyBinary, []string{"--config", all}, func(string) string { return "" })
+	got, err := load(proxyBinary, []string{"--config", all}, func(string) string { return "" }, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +221,8 @@ nriRequestTimeout: 1s
 		{"nodeName", got.podSpec.NodeName, "n1"},
 		{"podSpecWait", got.podSpec.Wait, 3 * time.Second},
 		{"kubeletConfig", got.kubeletConfig, "/nonexistent/kubelet.yaml"},
-		{"cgroupDriver", got.cgroupDriver, "systemd"},
-		{"cpuManagerPolicy", got.cpuManagerPolicy, "static"},
+		{"cgroupDriver", got.kubelet.cgroupDriver, "systemd"},
+		{"cpuManagerPolicy", got.kubelet.cpuManagerPolicy, "static"},
 		{"runQueueLatency", got.runQueue, true},
 		{"heapReleaseInterval", got.heapRelease, 30 * time.Second},
 	}
@@ -234,7 +234,7 @@ nriRequestTimeout: 1s
 			t.Errorf("%s = %#v, want %#v", c.key, c.got, c.want)
 		}
 	}
-	nri, err := load(nriBinary, []string{"--config", all}, func(string) string { return "" })
+	nri, err := load(nriBinary, []string{"--config", all}, func(string) string { return "" }, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ nriRequestTimeout: 1s
 		t.Errorf("tandem-nri options = %+v, want %+v", nri.nri, want)
 	}
 	// A list from the environment takes the flag's syntax.
-	env, err := load(proxyBinary, nil, func(k string) string { return map[string]string{"TANDEM_POLICIES": "qos,cpuset"}[k] })
+	env, err := load(proxyBinary, nil, func(k string) string { return map[string]string{"TANDEM_POLICIES": "qos,cpuset"}[k] }, t.TempDir())
 	if err != nil {
 		t.Fatalf("TANDEM_POLICIES=qos,cpuset: %v", err)
 	}
@@ -255,7 +255,7 @@ nriRequestTimeout: 1s
 		{"policies: qos,turbo\n", "turbo"},
 		{"nodeLabels: [a]\n", "nodeLabels"},
 	} {
-		if _, err := load(proxyBinary, []string{"--config", write(bad.content)}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := load(proxyBinary, []string{"--config", write(bad.content)}, func(string) string { return "" }, t.TempDir()); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("config %q: err = %v, want one naming %q", bad.content, err, bad.want)
 		}
 	}

@@ -29,7 +29,7 @@ func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgr
 		return nil
 	}
 	cfg := hostapp.DefaultConfig()
-	cfg.CgroupDriver = st.cgroupDriver
+	cfg.CgroupDriver = st.kubelet.cgroupDriver
 	cfg.KubeletCgroupRoot = st.kubeletCgroupRoot
 	deps := hostapp.Deps{Cgroups: cgroups, BEQuotaCeiling: beQuotaCeiling(st, cgroups, cons), Kick: poolsChanged}
 	if cpus != nil {

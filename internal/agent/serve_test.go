@@ -79,8 +79,9 @@ func privateContainerd(t *testing.T, ctx context.Context) (string, string) {
 }
 
 // startRun runs tandem-proxy's run in front of runtimeEndpoint with its files in dir (CRI socket
-// t.sock, state dir s, hooks.d h), a kubeconfig kubelet has not written yet, and a BE parent that does
-// not exist so that the suppress loop does not touch this host's kubepods; extra comes last, and a flag
+// t.sock, state dir s, hooks.d h), a kubeconfig kubelet has not written yet, and the cgroupfs driver
+// with a BE parent that does not exist so that the suppress loop does not touch this host's kubepods
+// (pinned by flags: a kubelet running on the test machine is not followed); extra comes last, and a flag
 // given again there wins. It returns once the CRI socket exists, with it and a func that stops the
 // proxy and returns what run returned, called at the end of the test too.
 func startRun(t *testing.T, ctx context.Context, dir, runtimeEndpoint string, extra ...string) (string, func() error) {
@@ -90,6 +91,7 @@ func startRun(t *testing.T, ctx context.Context, dir, runtimeEndpoint string, ex
 		"--listen", sock, "--runtime-endpoint", runtimeEndpoint, "--state-dir", filepath.Join(dir, "s"),
 		"--hooks-dir", filepath.Join(dir, "h"), "--kubeconfig", filepath.Join(dir, "kubelet.conf"),
 		"--node-name", "test-node", "--kubelet-cgroup-root", "/tandem-test-absent",
+		"--cgroup-driver", "cgroupfs", "--cpu-manager-policy", "none",
 	}, extra...)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
