@@ -48,7 +48,8 @@ Usage:
   tandemctl [flags] config  every key of the slo-controller-config in force on this node, and what it
                             does here: applied, off, ignored (the kernel lacks it), refused or
                             unsupported (accepted, not acted on)
-  tandemctl node install    install tandem-proxy on this node (see tandemctl node --help)
+  tandemctl node install    install tandem-proxy on this node; node rollback, node uninstall (see
+                            tandemctl node --help)
 
 Flags:
 `

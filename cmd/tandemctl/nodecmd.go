@@ -18,21 +18,44 @@ const nodeUsage = `tandemctl node installs Tandem's node side: the tandem-proxy 
 kubelet's systemd drop-in and the KubeletConfiguration drop-in that points kubelet at the proxy.
 
 Usage:
-  tandemctl node install [flags]     write the files (idempotent), then enable and start them
-  tandemctl node uninstall [flags]   remove them; kubelet goes back to containerd
+  tandemctl node install [flags]     write the files (idempotent), then enable and start them. First
+                                     refuses, writing nothing, if a kubelet flag names another
+                                     runtime endpoint (a flag beats the drop-in). Without
+                                     --kubelet-config-dir the drop-in goes into the --config-dir
+                                     kubelet has; if it has none, install adds one to
+                                     KUBELET_EXTRA_ARGS in kubelet's environment file. An installed
+                                     binary it replaces is kept as tandem-proxy.previous.
+  tandemctl node rollback [flags]    swap the installed tandem-proxy with tandem-proxy.previous and
+                                     restart tandem-proxy alone (a second rollback rolls forward)
+  tandemctl node uninstall [flags]   remove them, and the --config-dir install added; kubelet goes
+                                     back to containerd
 
 Flags:
 `
 
+// nodeCmd runs `tandemctl node ...`; tests give it a fake systemctl and /proc.
+type nodeCmd struct {
+	run node.Runner
+	// procRoot, when set, is where running kubelets are looked for whatever --prefix says.
+	procRoot string
+}
+
 // runNode runs `tandemctl node ...`; args follow "node".
 func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return nodeCmd{run: runCommand}.main(ctx, args, stdout, stderr)
+}
+
+func (c nodeCmd) main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	def := node.DefaultOptions()
 	o := def
 	fs := pflag.NewFlagSet("tandemctl node", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.Prefix, "prefix", def.Prefix, "install below this directory instead of /; the unit's ExecStart names the binary there")
+	fs.StringVar(&o.Prefix, "prefix", def.Prefix, "install below this directory instead of /, and read kubelet's files there (not /proc); the unit's ExecStart names the binary there")
 	fs.StringVar(&o.Binary, "binary", "", "tandem-proxy executable to install (default: tandem-proxy beside tandemctl)")
-	fs.StringVar(&o.KubeletConfigDir, "kubelet-config-dir", def.KubeletConfigDir, "kubelet's --config-dir, where the KubeletConfiguration drop-in goes (below --prefix)")
+	fs.StringVar(&o.KubeletConfigDir, "kubelet-config-dir", "", "kubelet's --config-dir, where the KubeletConfiguration drop-in goes (below --prefix) "+
+		"(default: the --config-dir kubelet's flags give it, else "+node.DefaultKubeletConfigDir+")")
+	fs.StringVar(&o.KubeletEnvFile, "kubelet-env-file", "", "environment file whose KUBELET_EXTRA_ARGS gets --config-dir when kubelet has none (below --prefix) "+
+		"(default: /etc/default/kubelet or /etc/sysconfig/kubelet, the one kubelet.service reads)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", def.Kubeconfig, "tandem-proxy --kubeconfig: the node's kubelet credentials")
 	fs.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", def.RuntimeEndpoint, "tandem-proxy --runtime-endpoint: containerd's socket")
 	fs.StringVar(&o.Listen, "listen", def.Listen, "tandem-proxy --listen: the socket kubelet is pointed at")
@@ -55,22 +78,44 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	} else if err != nil {
 		return fmt.Errorf("%w (see tandemctl node --help)", err)
 	}
-	if fs.NArg() != 1 || (fs.Arg(0) != "install" && fs.Arg(0) != "uninstall") {
-		return errors.New("want install or uninstall (see tandemctl node --help)")
+	if fs.NArg() != 1 || (fs.Arg(0) != "install" && fs.Arg(0) != "uninstall" && fs.Arg(0) != "rollback") {
+		return errors.New("want install, uninstall or rollback (see tandemctl node --help)")
 	}
+	onNode := filepath.Clean(o.Prefix) == "/"
 	if !fs.Changed("start") {
-		*start = filepath.Clean(o.Prefix) == "/" && node.SystemdRunning()
+		*start = onNode && node.SystemdRunning()
+	}
+	// Below another prefix, this machine's kubelet is not the one being installed for.
+	switch {
+	case c.procRoot != "":
+		o.ProcRoot = c.procRoot
+	case !onNode:
+		o.ProcRoot = ""
 	}
 	report := func(cmd string) { fmt.Fprintf(stdout, "ran %s\n", cmd) }
 
-	if fs.Arg(0) == "uninstall" {
+	switch fs.Arg(0) {
+	case "uninstall":
 		changes, err := node.Uninstall(o)
 		printChanges(stdout, changes)
 		if err != nil {
 			return err
 		}
 		if *start {
-			return node.Stop(ctx, runCommand, report)
+			return node.Stop(ctx, c.run, report)
+		}
+		return nil
+	case "rollback":
+		res, err := node.Rollback(o)
+		printChanges(stdout, res.Changes)
+		if err != nil {
+			return err
+		}
+		if *start && res.ProxyChanged {
+			return node.RestartProxy(ctx, c.run, report)
+		}
+		if res.ProxyChanged {
+			fmt.Fprintln(stdout, "not started (--start=false): run systemctl restart tandem-proxy.service")
 		}
 		return nil
 	}
@@ -84,16 +129,14 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	res, err := node.Install(o)
 	printChanges(stdout, res.Changes)
+	for _, w := range res.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
 	if err != nil {
 		return err
 	}
-	if filepath.Clean(o.Prefix) == "/" {
-		for _, w := range node.KubeletConfigDirWarning("/proc", o.KubeletConfigDir) {
-			fmt.Fprintf(stderr, "warning: %s\n", w)
-		}
-	}
 	if *start {
-		return node.Start(ctx, res, runCommand, report)
+		return node.Start(ctx, res, c.run, report)
 	}
 	if res.ProxyChanged || res.KubeletChanged {
 		fmt.Fprintln(stdout, "not started (--start=false): run systemctl daemon-reload, enable --now tandem-proxy.service and restart kubelet.service, or start the unit's ExecStart yourself")

@@ -47,6 +47,7 @@ func testOptions(t *testing.T) Options {
 	}
 	o := DefaultOptions()
 	o.Prefix = t.TempDir()
+	o.ProcRoot = t.TempDir() // no kubelet running
 	o.Binary = bin
 	return o
 }
@@ -167,17 +168,21 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantRemoved := []Change{
+		{want[3].Path, Removed}, {want[2].Path, Removed}, {want[1].Path, Removed}, {want[0].Path, Removed},
+		{filepath.Join(o.Prefix, "usr/local/bin/tandem-proxy.previous"), Absent}, // no upgrade happened
+	}
+	if !slices.Equal(changes, wantRemoved) {
+		t.Errorf("uninstall = %+v, want %+v", changes, wantRemoved)
+	}
 	for _, c := range changes {
-		if c.Action != Removed {
-			t.Errorf("uninstall: %s %s, want removed", c.Action, c.Path)
-		}
 		if _, err := os.Stat(c.Path); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s still there after uninstall: %v", c.Path, err)
 		}
 	}
 	changes, err = Uninstall(o)
-	if err != nil || len(changes) != 4 || changes[0].Action != Absent {
-		t.Errorf("second uninstall = %+v, %v; want four absent files", changes, err)
+	if err != nil || len(changes) != 5 || slices.ContainsFunc(changes, func(c Change) bool { return c.Action != Absent }) {
+		t.Errorf("second uninstall = %+v, %v; want five absent files", changes, err)
 	}
 }
 
@@ -265,28 +270,91 @@ func TestStart(t *testing.T) {
 	}
 }
 
-func TestKubeletConfigDirWarning(t *testing.T) {
+// TestUpgradeRestartsProxyOnly: a new tandem-proxy binary over a running one restarts
+// tandem-proxy.service and never kubelet (pods keep running through it), keeps the old binary
+// for rollback, and a rollback swaps the two back, again restarting the proxy alone.
+func TestUpgradeRestartsProxyOnly(t *testing.T) {
 	t.Parallel()
-	proc := t.TempDir()
-	add := func(pid, comm string, args ...string) {
-		dir := filepath.Join(proc, pid)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+	o := testOptions(t)
+	writeTree(t, o.Prefix, debian())
+	addKubelet(t, o.ProcRoot, "4242", "kubelet", kubeadmKubelet("--config-dir=/etc/kubernetes/kubelet.conf.d")...)
+	if _, err := Install(o); err != nil {
+		t.Fatal(err)
+	}
+	bin, prev := filepath.Join(o.Prefix, BinaryPath), filepath.Join(o.Prefix, PreviousBinaryPath)
+	v1, _ := os.ReadFile(o.Binary)
+	if _, err := os.Stat(prev); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a first install kept a previous binary: %v", err)
+	}
+	if _, err := Rollback(o); !errors.Is(err, ErrNoPreviousBinary) || !strings.Contains(err.Error(), prev) {
+		t.Errorf("Rollback with nothing to go back to = %v, want ErrNoPreviousBinary naming %s", err, prev)
+	}
+
+	v2 := []byte("#!/bin/true\n# v2\n")
+	if err := os.WriteFile(o.Binary, v2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Install(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Change{{prev, Wrote}, {bin, Wrote}}
+	for _, p := range o.Paths()[1:] {
+		want = append(want, Change{p, Unchanged})
+	}
+	if !slices.Equal(res.Changes, want) || !res.ProxyChanged || res.KubeletChanged {
+		t.Fatalf("install of a new binary = %+v\nwant %+v, the proxy alone changed", res, want)
+	}
+	if b, _ := os.ReadFile(prev); !bytes.Equal(b, v1) {
+		t.Errorf("%s holds %q, want the replaced binary %q", prev, b, v1)
+	}
+	wantCmds := []string{"systemctl daemon-reload", "systemctl enable --now tandem-proxy.service", "systemctl restart tandem-proxy.service"}
+	if ran := startCommands(t, func(run Runner) error { return Start(context.Background(), res, run, func(string) {}) }); !slices.Equal(ran, wantCmds) {
+		t.Errorf("upgrade ran %q, want %q (no kubelet restart)", ran, wantCmds)
+	}
+
+	// The same binary again keeps the previous one.
+	if res, err := Install(o); err != nil || res.ProxyChanged || slices.Contains(res.Changes, Change{prev, Wrote}) {
+		t.Errorf("install of the same binary = %+v, %v; want nothing written", res, err)
+	}
+
+	for i, wantBin := range [][]byte{v1, v2} {
+		res, err := Rollback(o)
+		if err != nil {
 			t.Fatal(err)
 		}
-		os.WriteFile(filepath.Join(dir, "comm"), []byte(comm+"\n"), 0o644)
-		os.WriteFile(filepath.Join(dir, "cmdline"), []byte(strings.Join(args, "\x00")+"\x00"), 0o644)
+		if !slices.Equal(res.Changes, []Change{{bin, Wrote}, {prev, Wrote}}) || !res.ProxyChanged || res.KubeletChanged {
+			t.Errorf("rollback %d = %+v", i+1, res)
+		}
+		b, _ := os.ReadFile(bin)
+		p, _ := os.ReadFile(prev)
+		if !bytes.Equal(b, wantBin) || bytes.Equal(p, wantBin) {
+			t.Errorf("after rollback %d the binary holds %q and the previous %q", i+1, b, p)
+		}
+		if st, err := os.Stat(bin); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("rolled back binary: %v, %v", st, err)
+		}
+		if ran := startCommands(t, func(run Runner) error { return RestartProxy(context.Background(), run, func(string) {}) }); !slices.Equal(ran, []string{"systemctl restart tandem-proxy.service"}) {
+			t.Errorf("rollback ran %q", ran)
+		}
 	}
-	add("10", "kubelet", "/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d/")
-	add("11", "kubelet", "/usr/bin/kubelet", "--config-dir", "/etc/kubernetes/kubelet.conf.d")
-	add("12", "containerd", "/usr/bin/containerd", "--config-dir=/elsewhere")
-	if w := KubeletConfigDirWarning(proc, "/etc/kubernetes/kubelet.conf.d"); len(w) != 0 {
-		t.Errorf("kubelets reading the directory warned about: %q", w)
+
+	changes, err := Uninstall(o)
+	if err != nil || !slices.Contains(changes, Change{prev, Removed}) {
+		t.Errorf("Uninstall = %+v, %v; want %s removed", changes, err, prev)
 	}
-	add("13", "kubelet", "/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml")
-	add("14", "kubelet", "/usr/bin/kubelet", "--config-dir=/etc/other")
-	w := KubeletConfigDirWarning(proc, "/etc/kubernetes/kubelet.conf.d")
-	if len(w) != 2 || !strings.Contains(w[0], "pid 13") || !strings.Contains(w[0], "without --config-dir") ||
-		!strings.Contains(w[1], "pid 14") || !strings.Contains(w[1], "--config-dir=/etc/other") {
-		t.Errorf("warnings %q, want one for pid 13 (no flag) and one for pid 14 (another directory)", w)
+}
+
+// startCommands returns the commands f runs through its Runner.
+func startCommands(t *testing.T, f func(Runner) error) []string {
+	t.Helper()
+	var ran []string
+	run := func(_ context.Context, name string, args ...string) ([]byte, error) {
+		ran = append(ran, strings.Join(append([]string{name}, args...), " "))
+		return nil, nil
 	}
+	if err := f(run); err != nil {
+		t.Fatal(err)
+	}
+	return ran
 }

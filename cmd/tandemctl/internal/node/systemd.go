@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 )
 
@@ -19,8 +17,10 @@ func SystemdRunning() bool {
 type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
 
 // Start makes systemd take an install up: reload units, enable and start tandem-proxy (restart
-// it when its binary or unit changed), and restart kubelet when its drop-ins changed, so that
-// it connects to the proxy. Each command is passed to report before it runs.
+// it when its binary or unit changed), and restart kubelet, once and last, when its drop-ins
+// or flags changed, so that it connects to the proxy. A new binary alone restarts the proxy
+// only: kubelet retries the runtime while it is down, and pods keep running. Each command is
+// passed to report before it runs.
 func Start(ctx context.Context, res Result, run Runner, report func(cmd string)) error {
 	cmds := [][]string{{"systemctl", "daemon-reload"}, {"systemctl", "enable", "--now", "tandem-proxy.service"}}
 	if res.ProxyChanged {
@@ -30,6 +30,13 @@ func Start(ctx context.Context, res Result, run Runner, report func(cmd string))
 		cmds = append(cmds, []string{"systemctl", "restart", "kubelet.service"})
 	}
 	return runAll(ctx, cmds, run, report)
+}
+
+// RestartProxy restarts tandem-proxy alone, after Rollback swapped its binary: the unit is
+// unchanged, and kubelet keeps running (its calls fail and are retried while the proxy is
+// down; pods keep running).
+func RestartProxy(ctx context.Context, run Runner, report func(cmd string)) error {
+	return runAll(ctx, [][]string{{"systemctl", "restart", "tandem-proxy.service"}}, run, report)
 }
 
 // Stop undoes Start after Uninstall removed the files: kubelet restarts on containerd first,
@@ -51,46 +58,4 @@ func runAll(ctx context.Context, cmds [][]string, run Runner, report func(string
 		}
 	}
 	return nil
-}
-
-// KubeletConfigDirWarning looks for running kubelets in procRoot (/proc) and returns a warning
-// for each that does not read dir with --config-dir, because such a kubelet never sees the
-// drop-in and keeps talking to containerd directly, bypassing the proxy.
-func KubeletConfigDirWarning(procRoot, dir string) []string {
-	entries, err := os.ReadDir(procRoot)
-	if err != nil {
-		return nil
-	}
-	var warnings []string
-	for _, e := range entries {
-		comm, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "comm"))
-		if err != nil || strings.TrimSpace(string(comm)) != "kubelet" {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		got := ""
-		for i, a := range args {
-			if v, ok := strings.CutPrefix(a, "--config-dir="); ok {
-				got = v
-			} else if a == "--config-dir" && i+1 < len(args) {
-				got = args[i+1]
-			}
-		}
-		if filepath.Clean(got) == filepath.Clean(dir) && got != "" {
-			continue
-		}
-		have := "without --config-dir"
-		if got != "" {
-			have = "with --config-dir=" + got
-		}
-		warnings = append(warnings, fmt.Sprintf("kubelet (pid %s) runs %s, so it will not read %s and keeps using its old runtime endpoint: "+
-			"add --config-dir=%s to kubelet's flags (kubeadm: KUBELET_EXTRA_ARGS in /etc/default/kubelet) or pass --kubelet-config-dir, see docs/install.md",
-			e.Name(), have, filepath.Join(dir, kubeletConfigFile), dir))
-	}
-	slices.Sort(warnings)
-	return warnings
 }
