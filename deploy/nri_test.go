@@ -143,6 +143,14 @@ func TestNRIComponent(t *testing.T) {
 		if _, ok := args["kubeconfig"]; ok {
 			t.Errorf("%s passes --kubeconfig: in a pod the plugin uses its ServiceAccount (in-cluster configuration)", ds.Name)
 		}
+		// The plugin follows the node's running kubelet through /proc: a value here would be the same
+		// on every node, whatever each kubelet says, and --kubelet-config would name a file of the
+		// container and stop the lookup.
+		for _, name := range []string{"cgroup-driver", "cpu-manager-policy", "kubelet-config"} {
+			if v, ok := args[name]; ok {
+				t.Errorf("%s passes --%s=%s: leave it out, so that the plugin reads the running kubelet's settings (docs/nri.md)", ds.Name, name, v)
+			}
+		}
 	})
 
 	t.Run("host paths", func(t *testing.T) {
@@ -166,6 +174,13 @@ func TestNRIComponent(t *testing.T) {
 		// containerd's defaults, where an operator's containerd has them.
 		if args["nri-socket"] != "/var/run/nri/nri.sock" || args["runtime-endpoint"] != "unix:///run/containerd/containerd.sock" {
 			t.Errorf("--nri-socket=%s --runtime-endpoint=%s, want containerd's defaults /var/run/nri/nri.sock and unix:///run/containerd/containerd.sock", args["nri-socket"], args["runtime-endpoint"])
+		}
+		// Kubelet's files are read through /proc/<kubelet's pid>/root; a mount of them would create a
+		// directory where the file is absent, or hold every pod's volume mounts (daemonset.yaml says why).
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil && (v.HostPath.Path == "/var/lib/kubelet" || strings.HasPrefix(v.HostPath.Path, "/var/lib/kubelet/")) {
+				t.Errorf("volume %s mounts the host's %s: the plugin reads kubelet's files through /proc", v.Name, v.HostPath.Path)
+			}
 		}
 		// A socket is replaced when containerd restarts: a mount of the file would keep the old one.
 		for _, v := range spec.Volumes {
@@ -192,7 +207,7 @@ func TestNRIComponent(t *testing.T) {
 			t.Errorf("%s priorityClassName %q, want system-node-critical", ds.Name, spec.PriorityClassName)
 		}
 		if !spec.HostPID || !spec.HostNetwork {
-			t.Errorf("%s hostPID %v hostNetwork %v, want both: the host's pids in cgroup files, and the node's loopback for /metrics", ds.Name, spec.HostPID, spec.HostNetwork)
+			t.Errorf("%s hostPID %v hostNetwork %v, want both: the host's pids in cgroup files and kubelet's in /proc, and the node's loopback for /metrics", ds.Name, spec.HostPID, spec.HostNetwork)
 		}
 		sc := c.SecurityContext
 		if sc == nil || sc.Privileged == nil || !*sc.Privileged || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
