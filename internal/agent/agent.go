@@ -636,7 +636,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 	defer serveHTTP(ctx, dlis, dmux)()
 	// The node loops: measure, suppress and evict; where connected, publish what batch work may reclaim.
 	col, err := collector.New(collectorConfig(st), collector.Deps{ProcRoot: "/proc", CgroupRoot: st.cgroupRoot,
-		Targets: collectorTargets(fe.Store()), Registerer: reg})
+		Targets: collectorTargets(fe.Store(), st.policy.QoS.StaticCPUManager), Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -697,7 +697,7 @@ func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *
 		}
 	}
 	rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
-		Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(fe.Store()),
+		Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(fe.Store(), st.policy.QoS.StaticCPUManager),
 		Settings: func() slo.ColocationSettings { return st.colocation.Load().Colocation }, Registerer: reg,
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/internal/supervise"
@@ -26,8 +27,12 @@ import (
 )
 
 // perContainer maps the store's containers (with their pods) through f, rebuilt only when the store
-// changed: the loops that read it ask every interval, and the store changes far less often.
-func perContainer[T any](st *store.Store, f func(p *store.Pod, c *store.Container, class resqos.Class) T) func() []T {
+// changed: the loops that read it ask every interval, and the store changes far less often. Each
+// container's class is the one the qos policy recorded, or, for the pods that ran before the agent was
+// installed and carry no record, resolved from their labels as the policy would have: otherwise a BE
+// pod of a node converted while running would count as a high-priority one, never evicted and
+// suppressing itself.
+func perContainer[T any](st *store.Store, staticCPUManager bool, f func(p *store.Pod, c *store.Container, class resqos.Class) T) func() []T {
 	var mu sync.Mutex
 	gen, cached := uint64(math.MaxUint64), []T(nil)
 	return func() []T {
@@ -49,20 +54,25 @@ func perContainer[T any](st *store.Store, f func(p *store.Pod, c *store.Containe
 			if p == nil {
 				continue
 			}
-			// The class the qos policy recorded: already resolved, so a plain conversion.
-			class := resqos.Class(c.Annotations[qos.AnnotationClass])
-			if class == "" {
-				class = resqos.Class(p.Annotations[qos.AnnotationClass])
-			}
-			cached = append(cached, f(p, c, class))
+			cached = append(cached, f(p, c, classOfStored(p, c, staticCPUManager)))
 		}
 		return cached
 	}
 }
 
+// classOfStored is the class of a stored container (nil: of the pod), as perContainer says.
+func classOfStored(p *store.Pod, c *store.Container, staticCPUManager bool) resqos.Class {
+	pod := &hooks.PodInfo{ID: p.ID, Name: p.Name, Namespace: p.Namespace, UID: p.UID, Labels: p.Labels, Annotations: p.Annotations, CgroupParent: p.CgroupParent}
+	var ctr *hooks.ContainerInfo
+	if c != nil {
+		ctr = &hooks.ContainerInfo{Annotations: c.Annotations}
+	}
+	return qos.ClassFor(pod, ctr, staticCPUManager)
+}
+
 // collectorTargets lists the store's containers for the collector.
-func collectorTargets(st *store.Store) func() []collector.Target {
-	return perContainer(st, func(p *store.Pod, c *store.Container, class resqos.Class) collector.Target {
+func collectorTargets(st *store.Store, staticCPUManager bool) func() []collector.Target {
+	return perContainer(st, staticCPUManager, func(p *store.Pod, c *store.Container, class resqos.Class) collector.Target {
 		return collector.Target{Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID,
 			Container: c.Name, ContainerID: c.ID, QoS: class, CgroupParent: p.CgroupParent}
 	})
@@ -71,12 +81,12 @@ func collectorTargets(st *store.Store) func() []collector.Target {
 // podRequests sums, per pod, the requests of its live containers as the runtime got them: CPU from the
 // shares, memory from the limit (the runtime never sees the memory request, so this errs towards less
 // batch capacity).
-func podRequests(st *store.Store) func() []reporter.PodRequest {
+func podRequests(st *store.Store, staticCPUManager bool) func() []reporter.PodRequest {
 	return func() []reporter.PodRequest {
 		snap := st.Snapshot()
 		byPod := map[string]*reporter.PodRequest{}
 		for _, p := range snap.Pods {
-			byPod[p.ID] = &reporter.PodRequest{UID: p.UID, QoS: resqos.Class(p.Annotations[qos.AnnotationClass])}
+			byPod[p.ID] = &reporter.PodRequest{UID: p.UID, QoS: classOfStored(p, nil, staticCPUManager)}
 		}
 		for _, c := range snap.Containers {
 			pr, ok := byPod[c.PodSandboxID]

@@ -43,7 +43,7 @@ func startQuotaBurst(ctx context.Context, loops *supervise.Group, st settings, c
 		logger.Info("CFS quota burst off: no cgroup hierarchy", "cgroupRoot", st.cgroupRoot)
 		return nil
 	}
-	deps := quotaburst.Deps{Latest: col.Latest, Containers: burstContainers(fe.Store()), Cgroups: cgroups, Registerer: reg}
+	deps := quotaburst.Deps{Latest: col.Latest, Containers: burstContainers(fe.Store(), st.policy.QoS.StaticCPUManager), Cgroups: cgroups, Registerer: reg}
 	if cpus != nil {
 		deps.SharePoolMilli = func() int64 { return int64(cpus.Pools().LS.Size()) * 1000 }
 	}
@@ -72,8 +72,8 @@ func startQuotaBurst(ctx context.Context, loops *supervise.Group, st settings, c
 }
 
 // burstContainers lists the store's containers for the quota burst loop.
-func burstContainers(st *store.Store) func() []quotaburst.Container {
-	return perContainer(st, func(p *store.Pod, c *store.Container, class resqos.Class) quotaburst.Container {
+func burstContainers(st *store.Store, staticCPUManager bool) func() []quotaburst.Container {
+	return perContainer(st, staticCPUManager, func(p *store.Pod, c *store.Container, class resqos.Class) quotaburst.Container {
 		bc := quotaburst.Container{ID: c.ID, Name: c.Name, PodID: p.ID, Namespace: p.Namespace, Pod: p.Name, Class: class,
 			PodCgroupParent: p.CgroupParent, Running: c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()}
 		if c.Resources != nil {

@@ -43,7 +43,7 @@ func TestBurstContainers(t *testing.T) {
 	st.PutContainer(&store.Container{ID: "c2", PodSandboxID: "p1", Name: "side", State: "CONTAINER_CREATED",
 		Annotations: map[string]string{qos.AnnotationClass: "BE"}})
 	st.PutContainer(&store.Container{ID: "orphan", PodSandboxID: "gone", Name: "x", State: "CONTAINER_RUNNING"})
-	list := burstContainers(st)
+	list := burstContainers(st, false)
 	want := []quotaburst.Container{
 		{ID: "c1", Name: "app", PodID: "p1", Namespace: "ns", Pod: "web", Class: resqos.LS, PodCgroupParent: "/kubepods/burstable/pod1", Quota: 20000, Period: 100000, Running: true},
 		{ID: "c2", Name: "side", PodID: "p1", Namespace: "ns", Pod: "web", Class: resqos.BE, PodCgroupParent: "/kubepods/burstable/pod1"},

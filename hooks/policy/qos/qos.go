@@ -62,6 +62,12 @@ func (q *QoS) Name() string { return Name }
 // carry no record; their class is resolved from the dialects again (without the static CPU manager
 // setting, which only the qos hook knows), or "" when their labels are invalid.
 func Class(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) resqos.Class {
+	return ClassFor(pod, ctr, false)
+}
+
+// ClassFor is Class for a reader that knows whether kubelet runs the static CPU manager, as the node
+// agent does: a Guaranteed pod that ran before Tandem is LSR there, as the qos hook would have made it.
+func ClassFor(pod *hooks.PodInfo, ctr *hooks.ContainerInfo, staticCPUManager bool) resqos.Class {
 	if ctr != nil {
 		if c, err := resqos.Parse(ctr.Annotations[AnnotationClass]); err == nil {
 			return c
@@ -70,7 +76,7 @@ func Class(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) resqos.Class {
 	if c, err := resqos.Parse(pod.Annotations[AnnotationClass]); err == nil {
 		return c
 	}
-	r, err := resqos.Resolve(resqos.Input{Labels: pod.Labels, Annotations: pod.Annotations, CgroupParent: pod.CgroupParent})
+	r, err := resqos.Resolve(resqos.Input{Labels: pod.Labels, Annotations: pod.Annotations, CgroupParent: pod.CgroupParent, StaticCPUManager: staticCPUManager})
 	if err != nil {
 		return ""
 	}
