@@ -75,7 +75,8 @@ CLUSTER_E2E_DIR    = /tmp/tandem-cluster-e2e
 .PHONY: cluster-up cluster-down e2e-cluster cluster-unit
 
 ## cluster-up: start the tier-2 cluster in $(TANDEM_CLUSTER_DIR), print its kubeconfig (root);
-## TANDEM_CLUSTER_MODE=nri runs Tandem as the NRI DaemonSet, TANDEM_CLUSTER_CONTAINERD=2 containerd 2
+## TANDEM_CLUSTER_MODE=nri runs Tandem as the NRI DaemonSet, TANDEM_CLUSTER_CONTAINERD=2 containerd 2,
+## TANDEM_CLUSTER_VM=debian (or 2) adds the VM node
 cluster-up:
 	$(CLUSTER_GO) run ./cmd/cluster up --dir $(TANDEM_CLUSTER_DIR)
 
@@ -90,17 +91,25 @@ cluster-unit:
 
 # The runs of tier 2: each containerd flavor with tandem-proxy, then, where containerd 2 is among the
 # flavors, "nri": containerd 2 with Tandem as the NRI DaemonSet of deploy/nri (TANDEM_CLUSTER_MODE=nri).
-CLUSTER_RUNS ?= $(TANDEM_E2E_FLAVORS) $(if $(filter 2,$(TANDEM_E2E_FLAVORS)),nri)
+# Then the VM node (qemu, Debian 13, cgroup v2, systemd, kubeadm join) beside one host node: "vm" with
+# Debian's containerd and tandem-proxy installed on the running node, "vm-nri" with containerd 2 and
+# the tandem-nri DaemonSet (TANDEM_CLUSTER_VM; docs/e2e-cluster.md).
+CLUSTER_RUNS ?= $(TANDEM_E2E_FLAVORS) $(if $(filter 2,$(TANDEM_E2E_FLAVORS)),nri) vm $(if $(filter 2,$(TANDEM_E2E_FLAVORS)),vm-nri)
 
 ## e2e-cluster: tier 2, a two-node cluster with Tandem installed as docs/install.md says and issue 12's tests, per
-## flavor, and on containerd 2 once more with Tandem as an NRI plugin (root)
+## flavor, and on containerd 2 once more with Tandem as an NRI plugin; then a VM node beside a host node (root)
 e2e-cluster: cluster-unit
-	@# The one-time Kubernetes build (minutes) runs here, outside the tests' -timeout.
-	$(CLUSTER_GO) run ./cmd/cluster build
+	@# The one-time Kubernetes build (minutes) and VM disk (debootstrap) run here, outside the tests' -timeout.
+	$(CLUSTER_GO) run ./cmd/cluster build $(if $(filter vm%,$(CLUSTER_RUNS)),--vm-image)
 	@for f in $(CLUSTER_RUNS); do \
-	  if [ $$f = nri ]; then ctrd=2 mode=nri; else ctrd=$$f mode=; fi; \
-	  echo "== e2e-cluster: containerd $$ctrd$${mode:+, Tandem as an NRI plugin}"; \
-	  ( export TANDEM_CLUSTER_CONTAINERD=$$ctrd TANDEM_CLUSTER_MODE=$$mode; $(CLUSTER_GO) test -tags e2e -count=1 -timeout 30m -v . ); rc=$$?; \
+	  ctrd=$$f mode= vm= run=.; \
+	  case $$f in \
+	    nri) ctrd=2 mode=nri ;; \
+	    vm) ctrd=1.6 vm=debian run='^(TestVMNode|TestKubeadmSchedulerConfig)$$' ;; \
+	    vm-nri) ctrd=1.6 vm=2 run='^TestVMNodeNRI$$' ;; \
+	  esac; \
+	  echo "== e2e-cluster: containerd $$ctrd$${mode:+, Tandem as an NRI plugin}$${vm:+, a VM node with containerd $$vm}"; \
+	  ( export TANDEM_CLUSTER_CONTAINERD=$$ctrd TANDEM_CLUSTER_MODE=$$mode TANDEM_CLUSTER_VM=$$vm; $(CLUSTER_GO) test -tags e2e -count=1 -timeout 40m -run "$$run" -v . ); rc=$$?; \
 	  ( $(CLUSTER_GO) run ./cmd/cluster down --dir $(CLUSTER_E2E_DIR) ) || rc=1; \
 	  [ $$rc -eq 0 ] || exit $$rc; \
 	done

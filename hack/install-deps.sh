@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what Tandem's build, tests and demo need on Debian 12: containerd and runc for the e2e tier,
-# busybox-static for the test image, the CNI plugins for pod networking, etcd for the tier-2 cluster. Idempotent.
+# busybox-static for the test image, the CNI plugins for pod networking, etcd for the tier-2 cluster, qemu
+# and debootstrap for its VM node. Idempotent.
 set -euo pipefail
 
-pkgs=(containerd runc busybox-static containernetworking-plugins iproute2 etcd-server make git ca-certificates)
+# qemu-system-x86, qemu-utils, debootstrap and openssh-client: the tier-2 VM node (e2e/cluster/vm.go).
+pkgs=(containerd runc busybox-static containernetworking-plugins iproute2 etcd-server make git ca-certificates
+  qemu-system-x86 qemu-utils debootstrap openssh-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

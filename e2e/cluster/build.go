@@ -25,10 +25,12 @@ const (
 	KubeScheduler         = "kube-scheduler"
 	Kubelet               = "kubelet"
 	Kubectl               = "kubectl"
+	// Kubeadm joins the VM node to the cluster as `kubeadm join` joins a node users run.
+	Kubeadm = "kubeadm"
 )
 
 func kubernetesCommands() []string {
-	return []string{KubeAPIServer, KubeControllerManager, KubeScheduler, Kubelet, Kubectl}
+	return []string{KubeAPIServer, KubeControllerManager, KubeScheduler, Kubelet, Kubectl, Kubeadm}
 }
 
 // KubernetesBinDir is where the Kubernetes commands of KubernetesVersion are

@@ -86,6 +86,11 @@ type Options struct {
 	// Tandemctl is the tandemctl that installs tandem-proxy on each node;
 	// empty builds ./cmd/tandemctl of this checkout.
 	Tandemctl string
+	// VM adds the VM node (vm.go), a virtual machine with its own kernel joined by kubeadm, whose
+	// containerd is VMContainerdDebian (Debian's own) or framework.Flavor2; empty: no VM node.
+	VM string
+	// HostNodes is how many host nodes run beside it: 2 (the default) or 1 (NodeA alone).
+	HostNodes int
 	// NRI runs Tandem as deploy/nri's DaemonSet, an NRI plugin of each
 	// node's containerd, instead of tandem-proxy between kubelet and
 	// containerd (nri.go). It needs Flavor2, the default then; Policies,
@@ -151,6 +156,10 @@ type Cluster struct {
 	// NRIMetricsPort is the port of the tandem-nri pods' /metrics, /healthz
 	// and /readyz (NRI mode).
 	NRIMetricsPort int `json:"nriMetricsPort,omitempty"`
+	// VM is the VM node, when Options.VM asked for one.
+	VM *VMNode `json:"vm,omitempty"`
+	// HostNet is what the cluster changed on this machine's network settings.
+	HostNet hostNetState `json:"hostNet"`
 }
 
 // stateFile is the name of the saved Cluster below Dir.
@@ -194,6 +203,15 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	logger.V(1).Info("Kubernetes binaries ready", "dir", bins, "elapsed", time.Since(start).Round(time.Millisecond))
+	var vmImage VMImage
+	if opts.VM != "" {
+		if opts.VM != VMContainerdDebian && opts.VM != framework.Flavor2 {
+			return nil, fmt.Errorf("VM containerd %q: want %q or %q", opts.VM, VMContainerdDebian, framework.Flavor2)
+		}
+		if vmImage, err = EnsureVMImage(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(opts.Dir, 0o711); err != nil {
 		return nil, fmt.Errorf("create cluster dir: %w", err)
 	}
@@ -221,7 +239,7 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			err = errors.Join(err, c.Down(context.WithoutCancel(ctx)))
 		}
 	}()
-	if err := c.start(ctx, opts); err != nil {
+	if err := c.start(ctx, opts, vmImage); err != nil {
 		return nil, err
 	}
 	if err := c.save(); err != nil {
@@ -321,7 +339,15 @@ func randomHex(n int) (string, error) {
 // after tandemctl has installed tandem-proxy. It starts nothing.
 func newCluster(opts Options, bins string) (*Cluster, error) {
 	dir := opts.Dir
-	ports, err := freePorts(3 + 2*2)
+	hostNodes := []string{NodeA, NodeB}
+	switch opts.HostNodes {
+	case 0, 2:
+	case 1:
+		hostNodes = hostNodes[:1]
+	default:
+		return nil, fmt.Errorf("%d host nodes: want 1 or 2", opts.HostNodes)
+	}
+	ports, err := freePorts(3 + 2*len(hostNodes))
 	if err != nil {
 		return nil, err
 	}
@@ -342,6 +368,10 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 	if err == nil {
 		extraIPs = append(extraIPs, net.ParseIP(ip))
 	}
+	if opts.VM != "" {
+		// The VM reaches the API server at this machine's end of their link.
+		extraIPs = append(extraIPs, net.ParseIP(vmHostAddr))
+	}
 	c := &Cluster{
 		HostIP:     ip,
 		Dir:        dir,
@@ -352,7 +382,7 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 		Kubectl:    filepath.Join(bins, Kubectl),
 		Daemons:    map[string]*daemon{},
 	}
-	for i, name := range []string{NodeA, NodeB} {
+	for i, name := range hostNodes {
 		nd := filepath.Join(dir, name)
 		c.Nodes = append(c.Nodes, &Node{
 			Name: name,
@@ -425,7 +455,7 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 	// get /healthz, /livez, /readyz and /version only). Without a host
 	// address: loopback alone, as before.
 	bind := "127.0.0.1"
-	if c.HostIP != "" {
+	if c.HostIP != "" || opts.VM != "" {
 		bind = "0.0.0.0"
 	}
 	c.add(KubeAPIServer, filepath.Join(bins, KubeAPIServer),
@@ -442,6 +472,8 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 		// its own Node and pods.
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
+		// kubeadm's: a joining node's kubelet authenticates with a bootstrap token (vm.go).
+		"--enable-bootstrap-token-auth=true",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+p.SAPub,
 		"--service-account-signing-key-file="+p.ServiceAccountKey,
@@ -472,6 +504,12 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file="+p.ServiceAccountKey,
 		"--root-ca-file="+p.CACert,
+		// As kubeadm runs it: the cluster CA signs the client certificates of kubelets that join
+		// by TLS bootstrap, bootstrapsigner signs cluster-info for kubeadm join's discovery.
+		"--cluster-signing-cert-file="+p.CACert,
+		"--cluster-signing-key-file="+p.CAKey,
+		"--cluster-signing-duration="+ClientCertLifetime.String(),
+		"--controllers=*,bootstrapsigner,tokencleaner",
 		"--leader-elect=false",
 		"--secure-port=0",
 		// Two kubelets on one machine: a node is lost fast when a test
@@ -520,7 +558,7 @@ func (c *Cluster) NodeNames() []string {
 // start starts etcd, the control plane and each node (containerd,
 // tandem-proxy as installed by tandemctl, kubelet), then installs deploy/'s
 // cluster side.
-func (c *Cluster) start(ctx context.Context, opts Options) error {
+func (c *Cluster) start(ctx context.Context, opts Options, vmImage VMImage) error {
 	if c.NRI {
 		if err := c.shareDir(); err != nil {
 			return err
@@ -531,6 +569,12 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	// The VM boots (about a minute, emulated) while the host nodes start.
+	if opts.VM != "" {
+		if err := c.startVM(ctx, vmImage, opts.VM); err != nil {
+			return fmt.Errorf("VM node: %w", err)
+		}
+	}
 	bins := filepath.Dir(c.Kubectl)
 	for _, n := range c.Nodes {
 		if err := c.startNode(ctx, n, bins, opts); err != nil {
@@ -539,6 +583,11 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 	if err := c.WaitNodesReady(ctx, 3*time.Minute); err != nil {
 		return err
+	}
+	if c.VM != nil {
+		if err := c.joinVM(ctx); err != nil {
+			return fmt.Errorf("VM node: %w", err)
+		}
 	}
 	return c.installClusterSide(ctx)
 }

@@ -92,6 +92,10 @@ func (c *Cluster) Down(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop containerd of %s: %w", n.Name, err))
 		}
 	}
+	// The VM goes first: its kubelet would otherwise report to an API server that is stopping.
+	if err := c.stopVM(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	order := c.daemonOrder()
 	for i := len(order) - 1; i >= 0; i-- {
 		if err := c.Daemons[order[i]].stop(ctx, syscall.SIGTERM, 20*time.Second); err != nil {
@@ -141,6 +145,9 @@ func (c *Cluster) daemonOrder() []string {
 			}
 		}
 	}
+	if c.Daemons[QEMU] != nil {
+		out = append(out, QEMU)
+	}
 	return out
 }
 
@@ -186,6 +193,18 @@ func (c *Cluster) Leftovers() ([]string, error) {
 			}
 			for _, v := range n.Veths() {
 				left = append(left, "network device "+v+" (on "+br+")")
+			}
+		}
+	}
+	if c.VM != nil {
+		for _, h := range hier {
+			if fileExists(filepath.Join(h, vmHostCgroup)) {
+				left = append(left, "cgroup "+filepath.Join(h, vmHostCgroup))
+			}
+		}
+		for _, dev := range []string{vmTap, vmBridge} {
+			if _, err := os.Stat("/sys/class/net/" + dev); err == nil {
+				left = append(left, "network device "+dev)
 			}
 		}
 	}

@@ -76,7 +76,13 @@ func runMain(m *testing.M) int {
 		// Every default policy, API access through each node's kubelet
 		// credentials, as `tandemctl node install` sets tandem-proxy up;
 		// TANDEM_CLUSTER_POLICIES overrides the policies ("none": none).
-		c, err = cluster.Up(upCtx, cluster.Options{Dir: testDir, Flavor: flavor, NRI: nri, Policies: os.Getenv("TANDEM_CLUSTER_POLICIES"), ProxyBinary: os.Getenv("TANDEM_PROXY_BINARY")})
+		// TANDEM_CLUSTER_VM=debian or 2: the VM node beside one host node (docs/e2e-cluster.md).
+		vm := os.Getenv("TANDEM_CLUSTER_VM")
+		hostNodes := 0
+		if vm != "" {
+			hostNodes = 1
+		}
+		c, err = cluster.Up(upCtx, cluster.Options{Dir: testDir, Flavor: flavor, NRI: nri, Policies: os.Getenv("TANDEM_CLUSTER_POLICIES"), ProxyBinary: os.Getenv("TANDEM_PROXY_BINARY"), VM: vm, HostNodes: hostNodes})
 		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e/cluster: cluster up:", err)
@@ -85,6 +91,9 @@ func runMain(m *testing.M) int {
 		mode := "tandem-proxy"
 		if c.NRI {
 			mode = "NRI mode"
+		}
+		if c.VM != nil {
+			mode += ", VM node " + c.VM.Name + " with containerd " + c.VM.Flavor
 		}
 		fmt.Printf("e2e/cluster: cluster up in %s (containerd %s, %s) in %s; kubeconfig %s\n",
 			c.Dir, c.Flavor, mode, time.Since(start).Round(100*time.Millisecond), c.Kubeconfig)
@@ -148,6 +157,18 @@ func saveArtifacts(c *cluster.Cluster) {
 			if src != "" {
 				copyTo(src, filepath.Join(dst, n.Name))
 			}
+		}
+	}
+	if c.VM != nil {
+		// The VM's own journal: kubelet, containerd and Tandem's agent as systemd ran them.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := c.VM.Run(ctx, "journalctl --no-pager -o short-precise -u kubelet -u containerd -u tandem-proxy")
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e/cluster: the VM's journal:", err)
+		}
+		if err := os.MkdirAll(filepath.Join(dst, c.VM.Name), 0o755); err == nil {
+			_ = os.WriteFile(filepath.Join(dst, c.VM.Name, "journal.log"), []byte(out), 0o644)
 		}
 	}
 	fmt.Printf("e2e/cluster: logs of the failed run are in %s\n", dst)

@@ -2,16 +2,17 @@
 // on this machine, each node's kubelet talking to its own containerd
 // through its own tandem-proxy, installed by `tandemctl node install`; or,
 // with --nri, to containerd directly, with Tandem as the NRI DaemonSet of
-// deploy/nri.
+// deploy/nri; with --vm, a VM node (qemu, Debian 13, cgroup v2, systemd) joins
+// by kubeadm beside the host nodes.
 //
-//	cluster build                 build (or find cached) the Kubernetes binaries
-//	cluster up   [--dir] [--containerd 1.6|2] [--nri] [--policies LIST|none]
+//	cluster build [--vm-image]    build (or find cached) the Kubernetes binaries, and the VM node's disk
+//	cluster up   [--dir] [--containerd 1.6|2] [--nri] [--policies LIST|none] [--vm debian|2] [--host-nodes 1|2]
 //	cluster down [--dir]
 //	cluster status [--dir]
 //
 // The directory defaults to $TANDEM_CLUSTER_DIR, else /tmp/tandem-cluster;
 // --containerd to $TANDEM_CLUSTER_CONTAINERD, --nri to
-// TANDEM_CLUSTER_MODE=nri, as for the tests.
+// TANDEM_CLUSTER_MODE=nri, --vm to $TANDEM_CLUSTER_VM, as for the tests.
 package main
 
 import (
@@ -38,7 +39,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: cluster build | up [--dir DIR] [--containerd 1.6|2] [--nri] [--policies LIST|none] | down [--dir DIR] | status [--dir DIR]")
+	return errors.New("usage: cluster build [--vm-image] | up [--dir DIR] [--containerd 1.6|2] [--nri] [--policies LIST|none] [--vm debian|2] [--host-nodes 1|2] | down [--dir DIR] | status [--dir DIR]")
 }
 
 func run(args []string) error {
@@ -55,6 +56,9 @@ func run(args []string) error {
 	nri := fs.Bool("nri", os.Getenv("TANDEM_CLUSTER_MODE") == "nri", "run Tandem as deploy/nri's DaemonSet, an NRI plugin of each node's containerd (containerd 2), instead of tandem-proxy in front of it")
 	policies := fs.String("policies", "", "override tandem-proxy's built-in policies, comma-separated; \"none\" for none; empty runs the installed unit as it is (every default policy)")
 	proxyBin := fs.String("proxy-binary", "", "tandem-proxy binary to run (default: build ./cmd/tandem-proxy)")
+	vm := fs.String("vm", os.Getenv("TANDEM_CLUSTER_VM"), "add the VM node (qemu, Debian 13, cgroup v2, systemd, joined by kubeadm) with this containerd: debian (Debian 13's 1.7) or 2 (v2.4.2); empty: none")
+	vmImage := fs.Bool("vm-image", false, "build: also build (or find cached) the VM node's disk")
+	hostNodes := fs.Int("host-nodes", 2, "host nodes beside the control plane: 2, or 1 (node-a alone)")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -76,9 +80,17 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Printf("Kubernetes %s binaries in %s (%s)\n", cluster.KubernetesVersion, bin, time.Since(t).Round(time.Second))
+		if *vmImage {
+			t := time.Now()
+			im, err := cluster.EnsureVMImage(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("VM node disk in %s (%s)\n", im.Dir, time.Since(t).Round(time.Second))
+		}
 		return nil
 	case "up":
-		c, err := cluster.Up(ctx, cluster.Options{Dir: *dir, Flavor: *flavor, NRI: *nri, Policies: *policies, ProxyBinary: *proxyBin})
+		c, err := cluster.Up(ctx, cluster.Options{Dir: *dir, Flavor: *flavor, NRI: *nri, Policies: *policies, ProxyBinary: *proxyBin, VM: *vm, HostNodes: *hostNodes})
 		if err != nil {
 			return err
 		}
@@ -87,6 +99,9 @@ func run(args []string) error {
 			path = "kubelet -> containerd " + c.Flavor + " -> NRI plugin tandem-nri (DaemonSet " + cluster.NRINamespace + "/" + cluster.NRIDaemonSet + ")"
 		}
 		fmt.Printf("\nCluster up in %s: nodes %s, %s on each.\n", c.Dir, strings.Join(c.NodeNames(), ", "), path)
+		if c.VM != nil {
+			fmt.Printf("  VM node %s (containerd %s): ssh -i %s root@%s; console %s\n", c.VM.Name, c.VM.Flavor, c.VM.Key, c.VM.Addr, c.VM.Console)
+		}
 		for _, p := range c.Problems {
 			fmt.Printf("  NOT AS DOCUMENTED: %s\n", p)
 		}
