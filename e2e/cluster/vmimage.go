@@ -253,8 +253,8 @@ func vmFiles() map[string]vmFile {
 		"usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf": f(kubeadmDropIn),
 		// The packages install it with KUBELET_EXTRA_ARGS empty; this node's operator has set a flag
 		// there, which installing Tandem must keep.
-		"etc/default/kubelet": f("KUBELET_EXTRA_ARGS=--max-pods=60\n"),
-		"etc/ssh/sshd_config.d/10-tandem-e2e.conf":                 f("UseDNS no\nPermitRootLogin prohibit-password\n"),
+		"etc/default/kubelet":                      f("KUBELET_EXTRA_ARGS=--max-pods=60\n"),
+		"etc/ssh/sshd_config.d/10-tandem-e2e.conf": f("UseDNS no\nPermitRootLogin prohibit-password\n"),
 		// The serial console logs in as root: what went wrong can be read from the console log.
 		"etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf": f("[Service]\nExecStart=\nExecStart=-/sbin/agetty --autologin root --keep-baud 115200 %I $TERM\n"),
 		"etc/systemd/journald.conf.d/10-tandem-e2e.conf":                 f("[Journal]\nStorage=volatile\nRuntimeMaxUse=64M\n"),
