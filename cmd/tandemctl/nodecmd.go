@@ -38,11 +38,13 @@ type nodeCmd struct {
 	run node.Runner
 	// procRoot, when set, is where running kubelets are looked for whatever --prefix says.
 	procRoot string
+	// patcher returns the client uninstall takes the agent's publications off the Node with.
+	patcher func(kubeconfig string) (node.NodePatcher, error)
 }
 
 // runNode runs `tandemctl node ...`; args follow "node".
 func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return nodeCmd{run: runCommand}.main(ctx, args, stdout, stderr)
+	return nodeCmd{run: runCommand, patcher: node.KubeNodePatcher}.main(ctx, args, stdout, stderr)
 }
 
 func (c nodeCmd) main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -101,9 +103,30 @@ func (c nodeCmd) main(ctx context.Context, args []string, stdout, stderr io.Writ
 		if err != nil {
 			return err
 		}
-		if *start {
-			return node.Stop(ctx, c.run, report)
+		if !*start {
+			return nil
 		}
+		if err := node.Stop(ctx, c.run, report); err != nil {
+			return err
+		}
+		// With the agent stopped, what it published on the Node goes too. A failure leaves the node
+		// uninstalled: it is said, with what to run instead.
+		if c.patcher == nil {
+			return nil
+		}
+		name, err := node.NodeName(o.NodeName)
+		if err == nil {
+			var p node.NodePatcher
+			if p, err = c.patcher(o.Kubeconfig); err == nil {
+				err = node.Withdraw(ctx, p, name)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "warning: batch capacity and the tandem.io/node-metric annotation stay on the Node: %v; "+
+				"take them off from a machine with cluster access (docs/install.md, Uninstall)\n", err)
+			return nil
+		}
+		fmt.Fprintf(stdout, "withdrew kubernetes.io/batch-cpu, kubernetes.io/batch-memory and tandem.io/node-metric from Node %s\n", name)
 		return nil
 	case "rollback":
 		res, err := node.Rollback(o)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/tandemkit/tandem/cmd/tandemctl/internal/node"
 )
 
@@ -220,5 +222,53 @@ func TestNodeInstallRefusesBypass(t *testing.T) {
 	// Uninstall still works.
 	if _, _, _, err := n.run(t, "uninstall"); err != nil {
 		t.Errorf("uninstall = %v", err)
+	}
+}
+
+// recordingPatcher records the Nodes patched, or fails.
+type recordingPatcher struct {
+	nodes []string
+	err   error
+}
+
+func (r *recordingPatcher) PatchNode(_ context.Context, name string, _ types.PatchType, _ []byte, _ ...string) error {
+	r.nodes = append(r.nodes, name)
+	return r.err
+}
+
+// TestUninstallWithdraws: after the proxy stopped, uninstall takes the agent's publications off the
+// node's own Node with the --kubeconfig credentials; when the API refuses, the node is uninstalled
+// all the same and a warning says what stays.
+func TestUninstallWithdraws(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		err      error
+		wantOut  string
+		wantWarn string
+	}{
+		{name: "withdrawn", wantOut: "withdrew kubernetes.io/batch-cpu, kubernetes.io/batch-memory and tandem.io/node-metric from Node node-1\n"},
+		{name: "API refuses", err: errors.New("forbidden"), wantWarn: "warning: batch capacity and the tandem.io/node-metric annotation stay on the Node"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newFakeNode(t, kubeadmNode)
+			if _, _, _, err := n.run(t, "install"); err != nil {
+				t.Fatal(err)
+			}
+			rec := &recordingPatcher{err: tt.err}
+			var gotConfig string
+			c := nodeCmd{procRoot: n.proc, run: func(context.Context, string, ...string) ([]byte, error) { return nil, nil },
+				patcher: func(kubeconfig string) (node.NodePatcher, error) { gotConfig = kubeconfig; return rec, nil }}
+			var out, errOut bytes.Buffer
+			err := c.main(context.Background(), []string{"uninstall", "--prefix", n.prefix, "--start", "--node-name", "node-1"}, &out, &errOut)
+			if err != nil {
+				t.Fatalf("uninstall: %v", err)
+			}
+			if gotConfig != node.DefaultKubeletConf || len(rec.nodes) == 0 || slices.ContainsFunc(rec.nodes, func(n string) bool { return n != "node-1" }) {
+				t.Errorf("patched %q with %s, want node-1 with %s", rec.nodes, gotConfig, node.DefaultKubeletConf)
+			}
+			if !strings.Contains(out.String(), tt.wantOut) || !strings.Contains(errOut.String(), tt.wantWarn) {
+				t.Errorf("printed %q, warned %q; want %q and %q", out.String(), errOut.String(), tt.wantOut, tt.wantWarn)
+			}
+		})
 	}
 }

@@ -26,7 +26,8 @@ import (
 // with a threshold the node is always above, with two BE pods on node-a, one
 // of them covered by a PodDisruptionBudget that allows no disruption. node-a's
 // tandem-proxy must evict the other through the Eviction API (its Event shows
-// in `kubectl get events`) and leave the protected one running.
+// in `kubectl get events`), be refused for the protected one (its counter and log say so) and leave it
+// running.
 func TestEvictThroughAPI(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
 	cs := client(t)
@@ -116,6 +117,31 @@ func TestEvictThroughAPI(t *testing.T) {
 		t.Errorf("kubectl get events shows no %s event for %s: %s", evict.EventReason, free, out)
 	} else {
 		t.Logf("kubectl get events:\n%s", out)
+	}
+
+	// The Eviction API refused the protected pod, and the agent says so: a counter and a log line
+	// naming the pod and its PodDisruptionBudget.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return strings.Contains(agentMetrics(ctx, t, cluster.NodeA), `tandem_eviction_refusals_total{reason="memory"}`), nil
+	})
+	if err != nil {
+		t.Errorf("the agent on %s counts no refused eviction (tandem_eviction_refusals_total{reason=\"memory\"}) within 30s", cluster.NodeA)
+	}
+	// tandem-proxy's log file, or the plugin's container logs (a pattern) in NRI mode.
+	var logs []byte
+	files, _ := filepath.Glob(suite.c.AgentLogs(cluster.NodeA))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		logs = append(logs, b...)
+	}
+	refused := false
+	for _, l := range strings.Split(string(logs), "\n") {
+		if strings.Contains(l, "BE pod eviction refused") && strings.Contains(l, protected) && strings.Contains(l, "disruption budget") {
+			refused = true
+		}
+	}
+	if !refused {
+		t.Errorf("the agent's log (%s) does not say the Eviction API refused %s for its PodDisruptionBudget", suite.c.AgentLogs(cluster.NodeA), protected)
 	}
 
 	// The protected pod stays: several evict rounds pass in this window.

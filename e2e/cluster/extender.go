@@ -1,17 +1,23 @@
 package cluster
 
 import (
+	"bytes"
+	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	schedulerv1 "k8s.io/kube-scheduler/config/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
@@ -154,4 +160,41 @@ func (c *Cluster) schedulerConfig() string { return filepath.Join(c.Dir, "kube-s
 // extenderTLS returns the cluster's files of the extender's TLS.
 func (c *Cluster) extenderTLS() extenderTLS {
 	return newExtenderTLS(filepath.Join(c.Dir, "pki", "extender"))
+}
+
+// ExtenderScores asks the extender, as kube-scheduler does (its client certificate, the prioritize
+// verb, node names only: nodeCacheCapable), to score the named nodes for pod, and returns each node's
+// score, 0-10.
+func (c *Cluster) ExtenderScores(ctx context.Context, pod *corev1.Pod, nodes ...string) (map[string]int64, error) {
+	client, err := extenderClient(c.schedulerConfig())
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nodes})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ExtenderURL+"/prioritize", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("prioritize: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("prioritize answered %d: %s", resp.StatusCode, b)
+	}
+	var list extenderv1.HostPriorityList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, fmt.Errorf("decode prioritize's answer: %w", err)
+	}
+	out := map[string]int64{}
+	for _, p := range list {
+		out[p.Host] = p.Score
+	}
+	return out, nil
 }

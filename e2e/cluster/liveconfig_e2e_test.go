@@ -134,8 +134,9 @@ func besteffortQuota(t *testing.T, nodeName string) string {
 // would and checks each consequence from the API server and the cgroup
 // files, with no proxy restarted: colocation off takes batch capacity off
 // every Node within 10 s, and a batch pod then stays Pending; colocation on
-// again, the reporter publishes and the pod lands on a node whose published
-// capacity holds it, with batch cgroups from its spec; suppression on clamps
+// again, with node-b reclaiming less (nodeConfigs), a batch pod sized between
+// what the two nodes publish lands on node-a, the one whose capacity holds it,
+// with batch cgroups from its spec; suppression on clamps
 // BE within 5 s, off lifts the clamp; a typo is refused with an Event naming
 // the key while the node keeps working.
 func TestLiveConfig(t *testing.T) {
@@ -203,6 +204,7 @@ func TestLiveConfig(t *testing.T) {
 
 	pod := batchPod("tandem-batch-e2e", podBatchCPU)
 	t.Cleanup(func() { deletePod(context.WithoutCancel(ctx), t, cs, pod.Name) })
+	var podBatch int64 // what the placed batch pod asks
 	t.Run("a batch pod stays Pending without batch capacity, then lands where it fits", func(t *testing.T) {
 		if _, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -224,21 +226,50 @@ func TestLiveConfig(t *testing.T) {
 		if err != nil || p.Spec.NodeName != "" {
 			t.Fatalf("batch pod without batch capacity anywhere: node %q, conditions %+v (%v); want Pending, Unschedulable", p.Spec.NodeName, p.Status.Conditions, err)
 		}
-		editSLO(ctx, t, cs, "colocation-config", func(v map[string]any) { v["enable"] = true })
+		deletePod(ctx, t, cs, pod.Name)
+		// Both nodes measure this one machine and publish about the same. So that the placement shows
+		// the extender and kube-scheduler following what each node publishes, node-b reclaims less (a
+		// nodeConfigs entry, as an operator gives a class of nodes its own threshold), and the pod asks
+		// for more than node-b publishes and less than node-a does.
+		editSLO(ctx, t, cs, "colocation-config", func(v map[string]any) {
+			v["enable"] = true
+			v["nodeConfigs"] = []any{map[string]any{"name": "node-b-less",
+				"nodeSelector":               map[string]any{"matchLabels": map[string]any{corev1.LabelHostname: cluster.NodeB}},
+				"cpuReclaimThresholdPercent": 45}}
+		})
 		start := time.Now()
+		var a, b int64
+		err = wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var okA, okB bool
+			na, errA := cs.CoreV1().Nodes().Get(ctx, cluster.NodeA, metav1.GetOptions{})
+			nb, errB := cs.CoreV1().Nodes().Get(ctx, cluster.NodeB, metav1.GetOptions{})
+			if errA != nil || errB != nil {
+				return false, nil
+			}
+			a, okA = batchCPU(na)
+			b, okB = batchCPU(nb)
+			return okA && okB && a >= b+200, nil
+		})
+		if err != nil {
+			t.Fatalf("with node-b reclaiming 45%% of its CPU and node-a all of it, they publish batch-cpu %d and %d within 4 minutes; want node-a 200 above node-b", a, b)
+		}
+		podBatch = b + (a-b)/2
+		// Above one CPU where node-a has room, so that the pod's quota is above the clamp of the
+		// suppression subtests (a CPU at least): cgroup v1 refuses a child above its parent.
+		if a >= 1250 {
+			podBatch = max(podBatch, 1100)
+		}
+		sized := batchPod(pod.Name, podBatch)
+		t.Logf("node-a publishes batch-cpu %d, node-b %d: the batch pod asks %d", a, b, podBatch)
 		p = runPastAdmissionRace(ctx, t, cs, metav1.NamespaceDefault, pod.Name, 4*time.Minute, func() error {
-			_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{})
+			_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, sized, metav1.CreateOptions{})
 			return err
 		})
 		t.Logf("batch pod placed on %s and Running %s after colocation was enabled again", p.Spec.NodeName, time.Since(start).Round(100*time.Millisecond))
-		n, err := cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+		if p.Spec.NodeName != cluster.NodeA {
+			t.Errorf("batch pod asking batch-cpu %d placed on %s; only %s published enough (%d; %s %d)", podBatch, p.Spec.NodeName, cluster.NodeA, a, cluster.NodeB, b)
 		}
-		if v, ok := batchCPU(n); !ok || v < podBatchCPU {
-			t.Errorf("batch pod placed on %s, which publishes batch-cpu %d (present %v), less than the %d it asks", n.Name, v, ok, podBatchCPU)
-		}
-		checkBatchCgroups(t, p, podBatchCPU)
+		checkBatchCgroups(t, p, podBatch)
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -282,6 +313,47 @@ func TestLiveConfig(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: kubepods/besteffort cpu.cfs_quota_us is %s 10s after suppression was disabled, want -1", beNode, besteffortQuota(t, beNode))
 		}
+	})
+
+	t.Run("SIGTERM of tandem-proxy lifts a clamp in force", func(t *testing.T) {
+		if suite.c.NRI {
+			t.Skip("tandem-proxy only: kubelet restarts the plugin's container at once, and a new plugin lifts a clamp it finds at start")
+		}
+		editSLO(ctx, t, cs, "resource-threshold-config", func(v map[string]any) {
+			v["clusterStrategy"] = map[string]any{"enable": true, "cpuSuppressThresholdPercent": 1, "cpuSuppressPolicy": "cfsQuota", "memoryEvictThresholdPercent": 99}
+		})
+		var clamp string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			clamp = besteffortQuota(t, beNode)
+			return clamp != "-1", nil
+		})
+		if err != nil {
+			t.Fatalf("%s: kubepods/besteffort not clamped 5s after suppression was enabled", beNode)
+		}
+		own := fmt.Sprint(podBatch * 100)
+		clamped := readCgroup(t, p, "cpu", "cpu.cfs_quota_us")
+		t.Logf("%s: kubepods/besteffort clamped to %s; the batch pod (its own quota %s) has %s", beNode, clamp, own, clamped)
+		if err := suite.c.StopDaemon(ctx, proxyDaemon(beNode)); err != nil {
+			t.Fatal(err)
+		}
+		// Before the proxy starts again, so that it starts with suppression off.
+		editSLO(ctx, t, cs, "resource-threshold-config", func(v map[string]any) {
+			v["clusterStrategy"].(map[string]any)["enable"] = false
+		})
+		parent, child := besteffortQuota(t, beNode), readCgroup(t, p, "cpu", "cpu.cfs_quota_us")
+		if err := suite.c.StartDaemon(ctx, proxyDaemon(beNode)); err != nil {
+			t.Fatal(err)
+		}
+		if parent != "-1" {
+			t.Errorf("%s: kubepods/besteffort cpu.cfs_quota_us is %s once tandem-proxy stopped, want -1: the clamp outlived it", beNode, parent)
+		}
+		if child != own {
+			t.Errorf("%s: the batch pod's cpu.cfs_quota_us is %s once tandem-proxy stopped, want its own %s (batch-cpu %d)", beNode, child, own, podBatch)
+		}
+		if podBatch <= 1000 {
+			t.Logf("the batch pod's quota (batch-cpu %d) was below the clamp: %s published too little to place one above it", podBatch, beNode)
+		}
+		kubeletCallsSucceed(ctx, t, beNode)
 	})
 
 	t.Run("a typo is refused with an Event and the nodes keep working", func(t *testing.T) {

@@ -160,12 +160,6 @@ func TestVMNode(t *testing.T) {
 	// The batch pods were evicted: what is left must survive the uninstall.
 	delete(running, "vm-be")
 	delete(running, "vm-before-be")
-	t.Run("tandem-proxy follows kubelet's client certificate rotation", func(t *testing.T) {
-		if started.IsZero() {
-			t.Skip("tandem-proxy's last start was not recorded")
-		}
-		checkCertRotation(ctx, t, cs, started, startCert)
-	})
 	// The exclusive CPUs go back to the shared pool, so that a CPU hog there has the whole VM.
 	for _, name := range []string{"vm-lse", "vm-lsr"} {
 		deletePodIn(ctx, t, cs, metav1.NamespaceDefault, name)
@@ -173,6 +167,14 @@ func TestVMNode(t *testing.T) {
 	}
 	t.Run("prioritize across kernels: a CPU hog on the VM sends the next pods to the host", func(t *testing.T) {
 		checkPrioritizeAcrossKernels(ctx, t, cs)
+	})
+	// Last before the uninstall, so that the tests since tandem-proxy's last start fill most of the
+	// certificate's lifetime.
+	t.Run("tandem-proxy follows kubelet's client certificate rotation", func(t *testing.T) {
+		if started.IsZero() {
+			t.Skip("tandem-proxy's last start was not recorded")
+		}
+		checkCertRotation(ctx, t, cs, started, startCert)
 	})
 	t.Run("uninstall as docs/install.md says", func(t *testing.T) { checkVMUninstall(ctx, t, cs, running) })
 }
@@ -593,10 +595,12 @@ func withSuppression(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 }
 
 // checkVMClampLiftedOnStop clamps kubepods-besteffort.slice with cfsQuota suppression, with a batch
-// pod running below it, then stops tandem-proxy as systemd does (SIGTERM): the slice's cpu.max is
-// back to max when it has stopped. It starts it again and returns when, and kubelet's client
+// pod below the clamp and one above it, then stops tandem-proxy as systemd does (SIGTERM): the slice's
+// cpu.max is back to max when it has stopped, and each pod's own is as it was. It starts it again and returns when, and kubelet's client
 // certificate then.
 func checkVMClampLiftedOnStop(ctx context.Context, t *testing.T, cs kubernetes.Interface, be *corev1.Pod) (time.Time, vmCert) {
+	// A batch pod above the clamp (one CPU): cgroup v2, unlike v1, lets its quota stay above its parent's.
+	big := createVMPods(ctx, t, t, cs, batchVMPod("vm-be-big", metav1.NamespaceSystem, 1500))["vm-be-big"]
 	restore := withSuppression(ctx, t, cs, "cfsQuota")
 	defer restore()
 	waitVM(ctx, t, 30*time.Second, "cfsQuota suppression clamps "+beSlice, func(ctx context.Context) (bool, string) {
@@ -604,6 +608,9 @@ func checkVMClampLiftedOnStop(ctx context.Context, t *testing.T, cs kubernetes.I
 		return v == "100000 100000", "cpu.max " + v + ", want 100000 100000: one CPU, the floor"
 	})
 	ctrMax := vmRead(ctx, t, vmCgroup(ctx, t, be), "cpu.max")["cpu.max"]
+	if got := vmRead(ctx, t, vmCgroup(ctx, t, big), "cpu.max")["cpu.max"]; got != "150000 100000" {
+		t.Errorf("the batch pod above the clamp has cpu.max %q under it, want its own 150000 100000 (batch-cpu 1500)", got)
+	}
 	vmRun(ctx, t, "systemctl stop tandem-proxy")
 	after := vmRead(ctx, t, beSlice, "cpu.max")["cpu.max"]
 	if after != "max 100000" {
@@ -611,6 +618,9 @@ func checkVMClampLiftedOnStop(ctx context.Context, t *testing.T, cs kubernetes.I
 	}
 	if got := vmRead(ctx, t, vmCgroup(ctx, t, be), "cpu.max")["cpu.max"]; got != ctrMax {
 		t.Errorf("batch pod's cpu.max went from %q to %q when tandem-proxy stopped", ctrMax, got)
+	}
+	if got := vmRead(ctx, t, vmCgroup(ctx, t, big), "cpu.max")["cpu.max"]; got != "150000 100000" {
+		t.Errorf("the batch pod above the clamp has cpu.max %q once tandem-proxy stopped, want 150000 100000", got)
 	}
 	vmRun(ctx, t, "systemctl start tandem-proxy")
 	started := time.Now()
@@ -772,6 +782,10 @@ func checkVMUninstall(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	states := vmPodStates(ctx, t, cs, pods)
 	out := vmRun(ctx, t, "cd "+vmDir+" && "+cmds[0])
 	t.Logf("%s:\n%s", cmds[0], out)
+	if !strings.Contains(out, "withdrew kubernetes.io/batch-cpu, kubernetes.io/batch-memory and tandem.io/node-metric from Node "+cluster.NodeVM) {
+		t.Errorf("the uninstall did not say it took the agent's publications off Node %s", cluster.NodeVM)
+	}
+	checkWithdrawn(ctx, t, cs)
 	after := vmRun(ctx, t, "systemctl is-active tandem-proxy || true; cat /etc/default/kubelet; ls /usr/local/bin/tandem-proxy* /etc/systemd/system/tandem-proxy.service /etc/kubernetes/kubelet.conf.d/*.conf 2>/dev/null || true")
 	lines := strings.Split(after, "\n")
 	if lines[0] != "inactive" {
@@ -827,23 +841,31 @@ func placedPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name 
 }
 
 // checkPrioritizeAcrossKernels is issue 12's test that two nodes on one kernel could not run: the
-// extender ranks nodes by the usage each node's agent measures on its own kernel. With the VM at
-// rest, a pod goes to the VM (most of its CPUs are free); with a pod spinning on every CPU of the
-// VM, which its own kernel sees busy while this machine runs on (qemu has one of its two CPUs at
-// most), the next goes to the host node.
+// extender ranks nodes by the usage each node's agent measures on its own kernel. With the VM at rest
+// the extender ranks it above node-a (most of its CPUs are free); with a pod spinning on every CPU of
+// the VM, which its own kernel sees busy while this machine runs on (qemu has one of its two CPUs at
+// most), it ranks node-a above it, and the next pod goes to node-a. The extender's scores are asked
+// as kube-scheduler asks them; kube-scheduler adds its own plugins' scores (requests, balance), which
+// may outweigh a one-point lead at rest but not the hog's.
 func checkPrioritizeAcrossKernels(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
-	describe := func() string {
+	probe := vmPod("prio", metav1.NamespaceDefault, "", cpuMem("10m", "16Mi"), nil)
+	probe.Spec.NodeSelector = nil
+	ranked := func(what string) map[string]int64 {
+		scores, err := suite.c.ExtenderScores(ctx, probe, cluster.NodeA, cluster.NodeVM)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var out []string
 		for _, n := range []string{cluster.NodeA, cluster.NodeVM} {
 			used, alloc, at := nodeUsage(ctx, t, cs, n)
-			out = append(out, fmt.Sprintf("%s uses %dm of %dm (published %s)", n, used, alloc, at.Format(time.TimeOnly)))
+			out = append(out, fmt.Sprintf("%s uses %dm of %dm (published %s), scored %d", n, used, alloc, at.Format(time.TimeOnly), scores[n]))
 		}
-		return strings.Join(out, ", ")
+		t.Logf("%s: %s", what, strings.Join(out, "; "))
+		return scores
 	}
-	if got := placedPod(ctx, t, cs, "prio-at-rest"); got != cluster.NodeVM {
-		t.Fatalf("with both nodes at rest the pod went to %s, want %s, whose CPUs are mostly free: %s", got, cluster.NodeVM, describe())
+	if s := ranked("at rest"); s[cluster.NodeVM] <= s[cluster.NodeA] {
+		t.Fatalf("at rest the extender does not rank %s, whose CPUs are mostly free, above %s: %v", cluster.NodeVM, cluster.NodeA, s)
 	}
-	t.Logf("at rest: %s", describe())
 	hog := vmPod("vm-hog", metav1.NamespaceDefault, "LS", cpuMem("100m", "16Mi"), nil)
 	hog.Spec.Containers[0].Command = []string{"/bin/sh", "-c", "for i in 1 2 3 4; do (while :; do :; done) & done; wait"}
 	createVMPods(ctx, t, t, cs, hog)
@@ -852,49 +874,16 @@ func checkPrioritizeAcrossKernels(ctx context.Context, t *testing.T, cs kubernet
 		return used > alloc*3/4, nil
 	})
 	if err != nil {
-		t.Fatalf("the VM's agent did not publish the hog's usage within 4 minutes: %s", describe())
+		ranked("no hog seen")
+		t.Fatalf("the VM's agent did not publish the hog's usage within 4 minutes")
+	}
+	if s := ranked("with the hog"); s[cluster.NodeA] <= s[cluster.NodeVM] {
+		t.Errorf("with a CPU hog on %s the extender does not rank %s above it: %v", cluster.NodeVM, cluster.NodeA, s)
 	}
 	if got := placedPod(ctx, t, cs, "prio-hog"); got != cluster.NodeA {
-		t.Errorf("with a CPU hog on %s the pod went to %s, want %s: %s", cluster.NodeVM, got, cluster.NodeA, describe())
+		t.Errorf("with a CPU hog on %s the pod went to %s, want %s", cluster.NodeVM, got, cluster.NodeA)
 	}
-	t.Logf("with the hog: %s", describe())
 	deletePodIn(ctx, t, cs, metav1.NamespaceDefault, "vm-hog")
-}
-
-// waitKubeletRestarted waits until the node reports Ready from the kubelet that runs now: after a
-// restart, kubelet reports NotReady ("PLEG is not healthy: pleg has yet to be successful") until its
-// first relist of the runtime, as on every kubelet restart, so the Node's status from before the
-// restart says nothing.
-func waitKubeletRestarted(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
-	t.Helper()
-	v := strings.TrimSpace(vmRun(ctx, t, `date +%s -d "$(systemctl show -p ActiveEnterTimestamp --value kubelet)"`))
-	sec, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		t.Fatalf("kubelet's start time %q: %v", v, err)
-	}
-	started := time.Unix(sec, 0)
-	var notReady []string
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, cluster.NodeVM, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type != corev1.NodeReady || !c.LastHeartbeatTime.After(started) {
-				continue
-			}
-			if c.Status != corev1.ConditionTrue {
-				notReady = append(notReady, c.LastHeartbeatTime.Format(time.TimeOnly)+" "+c.Message)
-				return false, nil
-			}
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("%s not Ready within 2 minutes of kubelet's restart at %s (NotReady reports: %q)", cluster.NodeVM, started.Format(time.TimeOnly), notReady)
-	}
-	t.Logf("kubelet restarted at %s; the node reported NotReady %d times before Ready again", started.Format(time.TimeOnly), len(notReady))
 }
 
 // burstAndMemoryQoS is an operator's cpu-burst-config and resource-qos-config with everything on:
@@ -950,4 +939,40 @@ func checkVMBurstAndMemoryQoS(ctx context.Context, t *testing.T, cs kubernetes.I
 		return v == "20000 100000", "cpu.max " + v
 	})
 	deletePodIn(ctx, t, cs, metav1.NamespaceDefault, "vm-burst")
+}
+
+// waitKubeletRestarted waits until the node reports Ready from the kubelet that runs now: after a
+// restart, kubelet reports NotReady ("PLEG is not healthy: pleg has yet to be successful") until its
+// first relist of the runtime, as on every kubelet restart, so the Node's status from before the
+// restart says nothing.
+func waitKubeletRestarted(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	v := strings.TrimSpace(vmRun(ctx, t, `date +%s -d "$(systemctl show -p ActiveEnterTimestamp --value kubelet)"`))
+	sec, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("kubelet's start time %q: %v", v, err)
+	}
+	started := time.Unix(sec, 0)
+	var notReady []string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, cluster.NodeVM, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type != corev1.NodeReady || !c.LastHeartbeatTime.After(started) {
+				continue
+			}
+			if c.Status != corev1.ConditionTrue {
+				notReady = append(notReady, c.LastHeartbeatTime.Format(time.TimeOnly)+" "+c.Message)
+				return false, nil
+			}
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%s not Ready within 2 minutes of kubelet's restart at %s (NotReady reports: %q)", cluster.NodeVM, started.Format(time.TimeOnly), notReady)
+	}
+	t.Logf("kubelet restarted at %s; the node reported NotReady %d times before Ready again", started.Format(time.TimeOnly), len(notReady))
 }

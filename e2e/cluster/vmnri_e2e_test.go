@@ -18,6 +18,7 @@ import (
 
 	"github.com/tandemkit/tandem/e2e/cluster"
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/metrics/nodemetric"
 )
 
 // nriNodeLabel is the label docs/install.md's "Nodes of both kinds" gives the nodes that run
@@ -279,25 +280,25 @@ func uninstallVMNRI(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 	var cmds []string
 	in := false
 	for _, cmd := range docCommands(t, "The NRI path") {
-		// The first three commands after "**Uninstall.**": the block that keeps the rest.
+		// The commands from "**Uninstall.**" on: the plugin's objects, then what it published on the Nodes.
 		if strings.HasPrefix(cmd, "kubectl -n koordinator-system delete daemonset,serviceaccount tandem-nri") {
 			in = true
 		}
-		if in && len(cmds) < 3 {
+		if in {
 			cmds = append(cmds, cmd)
 		}
 	}
-	if len(cmds) != 3 {
-		t.Fatalf("docs/install.md's NRI path has no uninstall block of three commands: %q", cmds)
+	if len(cmds) != 5 {
+		t.Fatalf("docs/install.md's NRI path has no uninstall of five commands: %q", cmds)
 	}
 	for _, cmd := range cmds {
-		args := strings.Fields(strings.TrimPrefix(cmd, "kubectl "))
-		out, err := suite.c.RunKubectl(ctx, args...)
+		out, err := runDocShell(ctx, cmd)
 		t.Logf("%s: %v\n%s", cmd, err, out)
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+	checkWithdrawn(ctx, t, cs)
 	waitVM(ctx, t, 2*time.Minute, "the plugin gone from the node", func(ctx context.Context) (bool, string) {
 		out := strings.TrimSpace(vmRun(ctx, t, "pgrep -x tandem-nri || true"))
 		return out == "", "tandem-nri pid " + out
@@ -305,4 +306,37 @@ func uninstallVMNRI(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 	nodeStaysReady(ctx, t, cs, cluster.NodeVM, 10*time.Second)
 	sameVMPodStates(t, "the uninstall", states, vmPodStates(ctx, t, cs, pods))
 	createVMPods(ctx, t, t, cs, vmPod("vm-after-uninstall", metav1.NamespaceDefault, "", nil, nil))
+}
+
+// runDocShell runs a shell command of the docs as an operator's admin machine would: kubectl on the
+// PATH, the cluster's admin kubeconfig in KUBECONFIG.
+func runDocShell(ctx context.Context, cmd string) ([]byte, error) {
+	c := exec.CommandContext(ctx, "bash", "-c", cmd)
+	c.Env = append(os.Environ(), "KUBECONFIG="+suite.c.Kubeconfig, "PATH="+filepath.Dir(suite.c.Kubectl)+":"+os.Getenv("PATH"))
+	return c.CombinedOutput()
+}
+
+// checkWithdrawn checks that the VM's Node carries no batch resources and no node-metric annotation
+// once Tandem is gone from it.
+func checkWithdrawn(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	n, err := cs.CoreV1().Nodes().Get(ctx, cluster.NodeVM, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, r := range []corev1.ResourceName{nodemetric.ResourceBatchCPU, nodemetric.ResourceBatchMemory} {
+		if _, ok := n.Status.Capacity[r]; ok {
+			left = append(left, "capacity "+string(r))
+		}
+		if _, ok := n.Status.Allocatable[r]; ok {
+			left = append(left, "allocatable "+string(r))
+		}
+	}
+	if _, ok := n.Annotations[nodemetric.AnnotationKey]; ok {
+		left = append(left, "annotation "+nodemetric.AnnotationKey)
+	}
+	if len(left) > 0 {
+		t.Errorf("after the uninstall %s still carries %s: kube-scheduler and tandem-extender would act on what no agent serves", cluster.NodeVM, strings.Join(left, ", "))
+	}
 }
