@@ -49,14 +49,17 @@ const vmDir = "/root/tandem"
 //  5. An LSE pod arrives: the running pods move off its CPU.
 //  6. Seed 000's cpusets, and the batch pod's cpu.weight, cpu.max, cpu.idle and threads, read from the
 //     v2 files; the batch pod runs in kube-system, where no webhook annotates it.
-//  7. Suppression of kubepods-besteffort.slice, by cpuset and by cfsQuota, engaged and undone; SIGTERM of
-//     tandem-proxy with a clamp in force lifts it.
-//  8. Eviction through the Eviction API, a PodDisruptionBudget refusing one.
-//  9. SIGKILL of tandem-proxy: the same cpusets after.
-//  10. Upgrade and rollback of tandem-proxy under running pods, as the docs say: no pod restarts, no
+//  7. CPU burst, the quota burst loop and memory QoS from the v2 files.
+//  8. SIGKILL of tandem-proxy: the same cpusets after.
+//  9. Upgrade and rollback of tandem-proxy under running pods, as the docs say: no pod restarts, no
 //     cpuset changes, kubelet not restarted.
-//  11. kubelet's client certificate rotates; tandem-proxy, acting with kubelet.conf, keeps publishing.
-//  12. tandemctl node uninstall gives the node back: kubelet on containerd, the pods still running.
+//  10. SIGTERM of tandem-proxy with a clamp of kubepods-besteffort.slice in force lifts it; then
+//     suppression by cpuset and by cfsQuota, engaged and undone.
+//  11. Eviction through the Eviction API, a PodDisruptionBudget refusing one.
+//  12. Prioritize across kernels: a CPU hog on the VM sends the next pod to the host node.
+//  13. kubelet's client certificate rotates; tandem-proxy, acting with kubelet.conf, keeps writing.
+//  14. tandemctl node uninstall gives the node back: kubelet on containerd, the pods still running,
+//     the Node without what the agent published.
 func TestVMNode(t *testing.T) {
 	vm := requireVM(t)
 	ctx := testContext(t, 45*time.Minute)
