@@ -76,6 +76,9 @@ type VMNode struct {
 	ShareMount string `json:"shareMount"`
 	// Console is the VM's serial console, written by qemu.
 	Console string `json:"console"`
+	// Disk is the VM's disk, an overlay of BaseDisk, the cached image.
+	Disk     string `json:"disk"`
+	BaseDisk string `json:"baseDisk"`
 	// Flavor is the VM's containerd: VMContainerdDebian or framework.Flavor2.
 	Flavor string `json:"flavor"`
 	CPUs   int    `json:"cpus"`
@@ -111,13 +114,18 @@ func (c *Cluster) startVM(ctx context.Context, im VMImage, flavor string) error 
 	if err := c.linkVM(ctx); err != nil {
 		return err
 	}
-	disk := filepath.Join(v.Dir, "disk.qcow2")
-	if err := run(ctx, "", "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", im.Disk, disk); err != nil {
-		return fmt.Errorf("make the VM's disk overlay: %w", err)
+	v.Disk, v.BaseDisk = filepath.Join(v.Dir, "disk.qcow2"), im.Disk
+	if err := v.newOverlay(ctx); err != nil {
+		return err
 	}
+	disk := v.Disk
 	c.add(QEMU, qemuBinary,
 		"-name", NodeVM,
-		"-accel", "tcg,thread=multi",
+		// One host thread runs every vCPU in turn. Multi-threaded TCG let a vCPU run code another
+		// vCPU was patching (the kernel's int3-based text patching at boot): a kernel panic in
+		// hrtimer_start_range_ns in one boot of several here. With qemu held to one CPU of this
+		// machine anyway (vmHostCPUs), one thread costs no speed.
+		"-accel", "tcg,thread=single",
 		"-cpu", "max",
 		"-smp", fmt.Sprint(vmCPUs),
 		"-m", fmt.Sprint(vmMemoryMiB),
@@ -206,6 +214,36 @@ func fileExists(p string) bool {
 func readTrim(p string) string {
 	b, _ := os.ReadFile(p)
 	return strings.TrimSpace(string(b))
+}
+
+// newOverlay makes the VM's disk afresh: a qcow2 overlay of the cached disk, which stays as built.
+func (v *VMNode) newOverlay(ctx context.Context) error {
+	if err := os.Remove(v.Disk); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the VM's disk overlay: %w", err)
+	}
+	if err := run(ctx, "", "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", v.BaseDisk, v.Disk); err != nil {
+		return fmt.Errorf("make the VM's disk overlay: %w", err)
+	}
+	return nil
+}
+
+// rebootVM powers the VM off and boots it again from a fresh overlay, keeping the first boot's
+// console as <console>.1.
+func (c *Cluster) rebootVM(ctx context.Context) error {
+	if err := c.Daemons[QEMU].stop(ctx, syscall.SIGKILL, 10*time.Second); err != nil {
+		return err
+	}
+	c.VM.closeSSH()
+	if err := os.Rename(c.VM.Console, c.VM.Console+".1"); err != nil {
+		return fmt.Errorf("keep the VM's first console: %w", err)
+	}
+	if err := c.VM.newOverlay(ctx); err != nil {
+		return err
+	}
+	if err := c.startDaemon(ctx, QEMU); err != nil {
+		return err
+	}
+	return confineVM(c.PID(QEMU))
 }
 
 // linkVM makes the bridge and tap device the VM's network card attaches to, routes the VM's pod
@@ -302,15 +340,25 @@ func firstLine(s string) string {
 	return s
 }
 
-// waitSSH waits until the VM has booted far enough to take a login.
+// errVMPanicked is a VM whose kernel panicked while it booted.
+var errVMPanicked = errors.New("the VM's kernel panicked")
+
+// waitSSH waits until the VM has booted far enough to take a login, or its console shows a kernel
+// panic.
 func (v *VMNode) waitSSH(ctx context.Context, timeout time.Duration) error {
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		if b, _ := os.ReadFile(v.Console); bytes.Contains(b, []byte("Kernel panic")) {
+			return false, fmt.Errorf("%w: see its console in %s", errVMPanicked, v.Console)
+		}
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		_, last = v.Run(cctx, "systemctl is-system-running --wait >/dev/null; true")
 		return last == nil, nil
 	})
+	if errors.Is(err, errVMPanicked) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("VM %s did not take an ssh login within %s (last: %v): see its console in %s", v.Name, timeout, last, v.Console)
 	}
@@ -325,7 +373,16 @@ func (c *Cluster) joinVM(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	v := c.VM
 	t := time.Now()
-	if err := v.waitSSH(ctx, 5*time.Minute); err != nil {
+	err := v.waitSSH(ctx, 5*time.Minute)
+	if errors.Is(err, errVMPanicked) {
+		// An emulator's fault, not the node's: boot once more, from a fresh overlay.
+		logger.Info("The VM's kernel panicked while booting; booting it again", "console", v.Console+".1")
+		if err := c.rebootVM(ctx); err != nil {
+			return err
+		}
+		err = v.waitSSH(ctx, 5*time.Minute)
+	}
+	if err != nil {
 		return err
 	}
 	logger.Info("VM booted", "node", v.Name, "elapsed", time.Since(t).Round(time.Millisecond))
