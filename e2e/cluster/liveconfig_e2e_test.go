@@ -261,6 +261,9 @@ func TestLiveConfig(t *testing.T) {
 		}
 		sized := batchPod(pod.Name, podBatch)
 		t.Logf("node-a publishes batch-cpu %d, node-b %d: the batch pod asks %d", a, b, podBatch)
+		if _, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, sized, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		p = runPastAdmissionRace(ctx, t, cs, metav1.NamespaceDefault, pod.Name, 4*time.Minute, func() error {
 			_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, sized, metav1.CreateOptions{})
 			return err

@@ -450,10 +450,14 @@ func TestSeed000(t *testing.T) {
 		checkSeedCPUSets(ctx, t, pods)
 	})
 
-	t.Run("BE gets batch cgroups from its spec", func(t *testing.T) {
-		// No Koordinator annotation carries the batch resources: the
-		// proxy reads them from the pod spec. batch-cpu 100 (milli-cores)
-		// gives shares 100*1024/1000 and a quota of a tenth of a period.
+	t.Run("BE gets batch cgroups from the webhook's annotation", func(t *testing.T) {
+		// tandem-webhook, which `kubectl apply -k deploy/` installs, annotates every batch pod with
+		// Koordinator's extended-resource-spec, and the agent reads that. (A batch pod no webhook
+		// sees, whose resources the agent reads from its spec, runs on the VM node: TestVMNode.)
+		// batch-cpu 100 (milli-cores) gives shares 100*1024/1000 and a quota of a tenth of a period.
+		if _, ok := pods["nginx-be"].Annotations["node.koordinator.sh/extended-resource-spec"]; !ok {
+			t.Errorf("pod %s has no node.koordinator.sh/extended-resource-spec annotation: tandem-webhook did not see it", pods["nginx-be"].Name)
+		}
 		checkBatchCgroups(t, pods["nginx-be"], 100)
 	})
 

@@ -106,20 +106,25 @@ func TestVMNode(t *testing.T) {
 	waitBatchCPU(ctx, t, cs, cluster.NodeVM, 3*time.Minute)
 
 	all := vmAllCPUs(ctx, t)
-	var lse *corev1.Pod
+	var lse, batchPod *corev1.Pod
 	t.Run("running pods leave the CPU an LSE pod gets", func(t *testing.T) {
-		lse = createVMPods(ctx, t, top, cs, vmPod("vm-lse", metav1.NamespaceDefault, "LSE", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")))["vm-lse"]
-		got := vmCPUSet(ctx, t, lse)
-		if got.Size() != 1 {
-			t.Fatalf("LSE pod: cpuset %s, want one CPU of its own", got)
+		// The batch pod of seed 000 comes now, while no other pod placed since the node's last report
+		// adds to the usage the extender expects there: later it would wait a report.
+		got := createVMPods(ctx, t, top, cs,
+			batchVMPod("vm-be", metav1.NamespaceSystem, 100),
+			vmPod("vm-lse", metav1.NamespaceDefault, "LSE", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")))
+		lse, batchPod = got["vm-lse"], got["vm-be"]
+		set := vmCPUSet(ctx, t, lse)
+		if set.Size() != 1 {
+			t.Fatalf("LSE pod: cpuset %s, want one CPU of its own", set)
 		}
-		rest := all.Difference(got)
+		rest := all.Difference(set)
 		waitVM(ctx, t, 30*time.Second, "the pods that ran before Tandem move to the CPUs LSE left", func(ctx context.Context) (bool, string) {
 			ls, be := vmCPUSet(ctx, t, before["vm-before-ls"]), vmCPUSet(ctx, t, before["vm-before-be"])
-			return ls.Equals(rest) && be.Equals(rest), fmt.Sprintf("LS %s, BE %s; want %s (LSE has %s)", ls, be, rest, got)
+			return ls.Equals(rest) && be.Equals(rest), fmt.Sprintf("LS %s, BE %s; want %s (LSE has %s)", ls, be, rest, set)
 		})
 	})
-	if t.Failed() || lse == nil {
+	if t.Failed() || lse == nil || batchPod == nil {
 		t.FailNow()
 	}
 
@@ -127,14 +132,11 @@ func TestVMNode(t *testing.T) {
 	t.Run("seed 000 on cgroup v2", func(t *testing.T) {
 		// The batch pod in kube-system: the profile webhook sees no pod there, so the agent reads
 		// its batch resources from the spec.
-		// The batch pod first: the extender adds the usage it expects of pods placed since the node's
-		// last report to the node's, and the others' limits would leave the batch pod waiting a report.
 		seed = createVMPods(ctx, t, top, cs,
-			batchVMPod("vm-be", metav1.NamespaceSystem, 100),
 			vmPod("vm-lsr", metav1.NamespaceDefault, "LSR", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")),
 			vmPod("vm-ls", metav1.NamespaceDefault, "LS", cpuMem("500m", "64Mi"), cpuMem("1", "64Mi")),
 		)
-		seed["vm-lse"] = lse
+		seed["vm-lse"], seed["vm-be"] = lse, batchPod
 		checkVMSeedCPUSets(ctx, t, seed, before["vm-before-ls"])
 		checkVMBatchCgroups(ctx, t, seed["vm-be"], 100)
 	})
