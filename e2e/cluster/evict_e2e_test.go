@@ -12,10 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tandemkit/tandem/e2e/cluster"
@@ -53,19 +51,7 @@ func TestEvictThroughAPI(t *testing.T) {
 	})
 
 	const protected, free = "tandem-evict-protected", "tandem-evict-free"
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: protected, Namespace: metav1.NamespaceDefault},
-		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: ptrIntStr(intstr.FromInt32(1)),
-			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": protected}},
-		},
-	}
-	if _, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Delete(context.WithoutCancel(ctx), protected, metav1.DeleteOptions{})
-	})
+	createPDB(ctx, t, cs, protected)
 	for _, name := range []string{protected, free} {
 		p := sleepPod(name)
 		p.Labels["koordinator.sh/qosClass"] = "BE"
@@ -78,15 +64,7 @@ func TestEvictThroughAPI(t *testing.T) {
 	}
 	freePod := waitPodRunning(ctx, t, cs, free, 2*time.Minute)
 	waitPodRunning(ctx, t, cs, protected, 2*time.Minute)
-	// The PDB controller must have counted the protected pod first, or the
-	// Eviction API would refuse for another reason.
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Get(ctx, protected, metav1.GetOptions{})
-		return err == nil && p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy == 1, nil
-	})
-	if err != nil {
-		t.Fatalf("PodDisruptionBudget %s never counted its pod: %v", protected, err)
-	}
+	waitPDBCounts(ctx, t, cs, protected)
 
 	editSLO(ctx, t, cs, "resource-threshold-config", func(v map[string]any) {
 		cs, _ := v["clusterStrategy"].(map[string]any)
@@ -99,7 +77,7 @@ func TestEvictThroughAPI(t *testing.T) {
 		cs["memoryEvictLowerPercent"] = 0
 	})
 	start := time.Now()
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, free, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || (err == nil && (p.UID != freePod.UID || p.DeletionTimestamp != nil)), nil
 	})
@@ -154,5 +132,3 @@ func TestEvictThroughAPI(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 }
-
-func ptrIntStr(v intstr.IntOrString) *intstr.IntOrString { return &v }

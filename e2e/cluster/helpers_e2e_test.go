@@ -17,8 +17,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	internalapi "k8s.io/cri-api/pkg/apis"
@@ -342,4 +344,37 @@ func machineCPUs(t *testing.T) cpuset.CPUSet {
 		t.Fatal(err)
 	}
 	return set
+}
+
+// createPDB creates a PodDisruptionBudget allowing no disruption of the pods labelled app=name in the
+// default namespace, deleted when the test ends.
+func createPDB(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &one,
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+		},
+	}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+	})
+}
+
+// waitPDBCounts waits until the PodDisruptionBudget name has counted its pod healthy: before that,
+// the Eviction API would refuse for another reason than the budget.
+func waitPDBCounts(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("PodDisruptionBudget %s never counted its pod: %v", name, err)
+	}
 }

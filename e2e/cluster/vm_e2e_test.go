@@ -250,3 +250,54 @@ func docCommands(t *testing.T, heading string) []string {
 	}
 	return cmds
 }
+
+// checkVMPools runs what both VM tests check once the agent runs on the VM node and publishes batch
+// capacity: an LSE pod arrives and the pods that ran before the agent (before, "vm-before-ls" and
+// "vm-before-be") move off its CPU; then seed 000's other pods, and their cpusets and the batch pod's
+// cgroups on v2. It returns seed 000's pods and every running pod by name, and the BE pool (every CPU
+// but LSE's); it ends the test when a step failed, since the rest builds on them.
+func checkVMPools(ctx context.Context, t *testing.T, cs kubernetes.Interface, before map[string]*corev1.Pod) (seed, running map[string]*corev1.Pod, bePool cpuset.CPUSet) {
+	t.Helper()
+	top := t
+	all := vmAllCPUs(ctx, t)
+	var lse, batchPod *corev1.Pod
+	t.Run("running pods leave the CPU an LSE pod gets", func(t *testing.T) {
+		// Seed 000's batch pod comes now, while no other pod placed since the node's last report adds
+		// to the usage the extender expects there: later it would wait for a report.
+		got := createVMPods(ctx, t, top, cs,
+			batchVMPod("vm-be", metav1.NamespaceSystem, 100),
+			vmPod("vm-lse", metav1.NamespaceDefault, "LSE", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")))
+		lse, batchPod = got["vm-lse"], got["vm-be"]
+		set := vmCPUSet(ctx, t, lse)
+		if set.Size() != 1 {
+			t.Fatalf("LSE pod: cpuset %s, want one CPU of its own", set)
+		}
+		bePool = all.Difference(set)
+		waitVM(ctx, t, 30*time.Second, "the pods that ran before the agent move to the CPUs LSE left", func(ctx context.Context) (bool, string) {
+			ls, be := vmCPUSet(ctx, t, before["vm-before-ls"]), vmCPUSet(ctx, t, before["vm-before-be"])
+			return ls.Equals(bePool) && be.Equals(bePool), fmt.Sprintf("LS %s, BE %s; want %s (LSE has %s)", ls, be, bePool, set)
+		})
+	})
+	if t.Failed() || lse == nil || batchPod == nil {
+		t.FailNow()
+	}
+	t.Run("seed 000 on cgroup v2", func(t *testing.T) {
+		// The batch pod runs in kube-system: the profile webhook sees no pod there, so the agent reads
+		// its batch resources from the spec.
+		seed = createVMPods(ctx, t, top, cs,
+			vmPod("vm-lsr", metav1.NamespaceDefault, "LSR", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")),
+			vmPod("vm-ls", metav1.NamespaceDefault, "LS", cpuMem("500m", "64Mi"), cpuMem("1", "64Mi")),
+		)
+		seed["vm-lse"], seed["vm-be"] = lse, batchPod
+		checkVMSeedCPUSets(ctx, t, seed, before["vm-before-ls"])
+		checkVMBatchCgroups(ctx, t, seed["vm-be"], 100)
+	})
+	if seed == nil {
+		t.FailNow()
+	}
+	running = map[string]*corev1.Pod{"vm-before-ls": before["vm-before-ls"], "vm-before-be": before["vm-before-be"]}
+	for k, v := range seed {
+		running[k] = v
+	}
+	return seed, running, bePool
+}

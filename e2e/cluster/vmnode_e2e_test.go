@@ -17,9 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/cpuset"
@@ -105,48 +103,7 @@ func TestVMNode(t *testing.T) {
 	// The node publishes batch capacity at its first report, as step 7 of the docs checks.
 	waitBatchCPU(ctx, t, cs, cluster.NodeVM, 3*time.Minute)
 
-	all := vmAllCPUs(ctx, t)
-	var lse, batchPod *corev1.Pod
-	t.Run("running pods leave the CPU an LSE pod gets", func(t *testing.T) {
-		// The batch pod of seed 000 comes now, while no other pod placed since the node's last report
-		// adds to the usage the extender expects there: later it would wait a report.
-		got := createVMPods(ctx, t, top, cs,
-			batchVMPod("vm-be", metav1.NamespaceSystem, 100),
-			vmPod("vm-lse", metav1.NamespaceDefault, "LSE", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")))
-		lse, batchPod = got["vm-lse"], got["vm-be"]
-		set := vmCPUSet(ctx, t, lse)
-		if set.Size() != 1 {
-			t.Fatalf("LSE pod: cpuset %s, want one CPU of its own", set)
-		}
-		rest := all.Difference(set)
-		waitVM(ctx, t, 30*time.Second, "the pods that ran before Tandem move to the CPUs LSE left", func(ctx context.Context) (bool, string) {
-			ls, be := vmCPUSet(ctx, t, before["vm-before-ls"]), vmCPUSet(ctx, t, before["vm-before-be"])
-			return ls.Equals(rest) && be.Equals(rest), fmt.Sprintf("LS %s, BE %s; want %s (LSE has %s)", ls, be, rest, set)
-		})
-	})
-	if t.Failed() || lse == nil || batchPod == nil {
-		t.FailNow()
-	}
-
-	var seed map[string]*corev1.Pod
-	t.Run("seed 000 on cgroup v2", func(t *testing.T) {
-		// The batch pod in kube-system: the profile webhook sees no pod there, so the agent reads
-		// its batch resources from the spec.
-		seed = createVMPods(ctx, t, top, cs,
-			vmPod("vm-lsr", metav1.NamespaceDefault, "LSR", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")),
-			vmPod("vm-ls", metav1.NamespaceDefault, "LS", cpuMem("500m", "64Mi"), cpuMem("1", "64Mi")),
-		)
-		seed["vm-lse"], seed["vm-be"] = lse, batchPod
-		checkVMSeedCPUSets(ctx, t, seed, before["vm-before-ls"])
-		checkVMBatchCgroups(ctx, t, seed["vm-be"], 100)
-	})
-	if seed == nil {
-		t.FailNow()
-	}
-	running := map[string]*corev1.Pod{"vm-before-ls": before["vm-before-ls"], "vm-before-be": before["vm-before-be"]}
-	for k, v := range seed {
-		running[k] = v
-	}
+	seed, running, bePool := checkVMPools(ctx, t, cs, before)
 
 	t.Run("CPU burst, the quota burst loop and memory QoS on cgroup v2", func(t *testing.T) { checkVMBurstAndMemoryQoS(ctx, t, cs) })
 	t.Run("SIGKILL of tandem-proxy keeps every cpuset", func(t *testing.T) { checkVMAgentKill(ctx, t, cs, running, proxyAgent) })
@@ -159,7 +116,7 @@ func TestVMNode(t *testing.T) {
 		started, startCert = checkVMClampLiftedOnStop(ctx, t, cs, seed["vm-be"])
 	})
 	t.Run("suppression of kubepods-besteffort.slice engaged and undone", func(t *testing.T) {
-		checkVMSuppression(ctx, t, cs, []*corev1.Pod{seed["vm-be"], before["vm-before-be"]}, all.Difference(vmCPUSet(ctx, t, lse)))
+		checkVMSuppression(ctx, t, cs, []*corev1.Pod{seed["vm-be"], before["vm-before-be"]}, bePool)
 	})
 	t.Run("eviction through the Eviction API", func(t *testing.T) { checkVMEviction(ctx, t, cs, proxyAgent) })
 	// The batch pods were evicted: what is left must survive the uninstall.
@@ -684,27 +641,9 @@ func checkVMSuppression(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 // which keeps running.
 func checkVMEviction(ctx context.Context, t *testing.T, cs kubernetes.Interface, agent vmAgent) {
 	const protected = "vm-evict-protected"
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: protected, Namespace: metav1.NamespaceDefault},
-		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: ptrIntStr(intstr.FromInt32(1)),
-			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": protected}},
-		},
-	}
-	if _, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Delete(context.WithoutCancel(ctx), protected, metav1.DeleteOptions{})
-	})
+	createPDB(ctx, t, cs, protected)
 	createVMPods(ctx, t, t, cs, vmPod(protected, metav1.NamespaceDefault, "BE", nil, nil))
-	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Get(ctx, protected, metav1.GetOptions{})
-		return err == nil && p.Status.ObservedGeneration == p.Generation && p.Status.CurrentHealthy == 1, nil
-	})
-	if err != nil {
-		t.Fatalf("PodDisruptionBudget %s never counted its pod: %v", protected, err)
-	}
+	waitPDBCounts(ctx, t, cs, protected)
 	refusedBefore := vmMetric(ctx, t, `tandem_eviction_refusals_total{reason="memory"}`)
 	orig := maps.Clone(sloData(ctx, t, cs))
 	defer restoreSLO(context.WithoutCancel(ctx), t, cs, orig)

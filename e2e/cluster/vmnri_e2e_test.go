@@ -65,48 +65,10 @@ func TestVMNodeNRI(t *testing.T) {
 	}
 	waitBatchCPU(ctx, t, cs, cluster.NodeVM, 3*time.Minute)
 
-	all := vmAllCPUs(ctx, t)
-	var lse, batchPod *corev1.Pod
-	t.Run("running pods leave the CPU an LSE pod gets", func(t *testing.T) {
-		// The batch pod of seed 000 comes now, while no other pod placed since the node's last report
-		// adds to the usage the extender expects there: later it would wait a report.
-		got := createVMPods(ctx, t, top, cs,
-			batchVMPod("vm-be", metav1.NamespaceSystem, 100),
-			vmPod("vm-lse", metav1.NamespaceDefault, "LSE", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")))
-		lse, batchPod = got["vm-lse"], got["vm-be"]
-		set := vmCPUSet(ctx, t, lse)
-		if set.Size() != 1 {
-			t.Fatalf("LSE pod: cpuset %s, want one CPU of its own", set)
-		}
-		rest := all.Difference(set)
-		waitVM(ctx, t, 30*time.Second, "the pods that ran before the plugin move to the CPUs LSE left", func(ctx context.Context) (bool, string) {
-			ls, be := vmCPUSet(ctx, t, before["vm-before-ls"]), vmCPUSet(ctx, t, before["vm-before-be"])
-			return ls.Equals(rest) && be.Equals(rest), fmt.Sprintf("LS %s, BE %s; want %s (LSE has %s)", ls, be, rest, set)
-		})
-	})
-	if t.Failed() || lse == nil || batchPod == nil {
-		t.FailNow()
-	}
-	var seed map[string]*corev1.Pod
-	t.Run("seed 000 on cgroup v2", func(t *testing.T) {
-		seed = createVMPods(ctx, t, top, cs,
-			vmPod("vm-lsr", metav1.NamespaceDefault, "LSR", cpuMem("1", "64Mi"), cpuMem("1", "64Mi")),
-			vmPod("vm-ls", metav1.NamespaceDefault, "LS", cpuMem("500m", "64Mi"), cpuMem("1", "64Mi")),
-		)
-		seed["vm-lse"], seed["vm-be"] = lse, batchPod
-		checkVMSeedCPUSets(ctx, t, seed, before["vm-before-ls"])
-		checkVMBatchCgroups(ctx, t, seed["vm-be"], 100)
-	})
-	if seed == nil {
-		t.FailNow()
-	}
-	running := map[string]*corev1.Pod{"vm-before-ls": before["vm-before-ls"], "vm-before-be": before["vm-before-be"]}
-	for k, v := range seed {
-		running[k] = v
-	}
+	seed, running, bePool := checkVMPools(ctx, t, cs, before)
 	t.Run("CPU burst, the quota burst loop and memory QoS on cgroup v2", func(t *testing.T) { checkVMBurstAndMemoryQoS(ctx, t, cs) })
 	t.Run("suppression of kubepods-besteffort.slice engaged and undone", func(t *testing.T) {
-		checkVMSuppression(ctx, t, cs, []*corev1.Pod{seed["vm-be"], before["vm-before-be"]}, all.Difference(vmCPUSet(ctx, t, lse)))
+		checkVMSuppression(ctx, t, cs, []*corev1.Pod{seed["vm-be"], before["vm-before-be"]}, bePool)
 	})
 	t.Run("SIGKILL of tandem-nri keeps every cpuset", func(t *testing.T) { checkVMAgentKill(ctx, t, cs, running, nriAgent) })
 	t.Run("eviction through the Eviction API", func(t *testing.T) { checkVMEviction(ctx, t, cs, nriAgent) })
