@@ -100,15 +100,13 @@ func vmRecipeID() string {
 func VMImageDir() string { return filepath.Join(framework.CacheDir(), "vm-"+vmRecipeID()) }
 
 // EnsureVMImage returns the VM node's disk, building it the first time (debootstrap from Debian's
-// mirror, about three minutes) after the Kubernetes binaries it carries. A second caller waits.
+// mirror, two to four minutes) with the Kubernetes binaries it carries, which it builds meanwhile
+// if they are not cached yet: debootstrap waits on the mirror and dpkg, the build on the CPUs. A
+// second caller waits.
 func EnsureVMImage(ctx context.Context) (VMImage, error) {
 	im := vmImageIn(VMImageDir())
 	if im.complete() {
 		return im, nil
-	}
-	bins, err := EnsureKubernetes(ctx)
-	if err != nil {
-		return VMImage{}, err
 	}
 	if err := os.MkdirAll(filepath.Dir(im.Dir), 0o755); err != nil {
 		return VMImage{}, fmt.Errorf("create cache dir: %w", err)
@@ -130,7 +128,7 @@ func EnsureVMImage(ctx context.Context) (VMImage, error) {
 	if err := os.RemoveAll(tmp); err != nil {
 		return VMImage{}, fmt.Errorf("clear %s: %w", tmp, err)
 	}
-	if err := buildVMImage(ctx, vmImageIn(tmp), bins); err != nil {
+	if err := buildVMImage(ctx, vmImageIn(tmp), EnsureKubernetes); err != nil {
 		os.RemoveAll(tmp)
 		return VMImage{}, err
 	}
@@ -143,7 +141,7 @@ func EnsureVMImage(ctx context.Context) (VMImage, error) {
 	return im, nil
 }
 
-func buildVMImage(ctx context.Context, im VMImage, k8sBins string) error {
+func buildVMImage(ctx context.Context, im VMImage, kubernetes func(context.Context) (string, error)) error {
 	for _, tool := range []string{"debootstrap", "mkfs.ext4", "ssh-keygen"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is missing: install the packages of hack/install-deps.sh (debootstrap, e2fsprogs, openssh-client): %w", tool, err)
@@ -154,9 +152,24 @@ func buildVMImage(ctx context.Context, im VMImage, k8sBins string) error {
 		return fmt.Errorf("create %s: %w", root, err)
 	}
 	defer os.RemoveAll(root)
-	if err := run(ctx, "", "debootstrap", "--variant=minbase", "--include="+strings.Join(vmPackages(), ","), vmSuite, root, vmMirror); err != nil {
-		return fmt.Errorf("debootstrap Debian %s from %s: %w", vmSuite, vmMirror, err)
+	type built struct {
+		dir string
+		err error
 	}
+	k8s := make(chan built, 1)
+	go func() {
+		dir, err := kubernetes(ctx)
+		k8s <- built{dir, err}
+	}()
+	bootstrapErr := run(ctx, "", "debootstrap", "--variant=minbase", "--include="+strings.Join(vmPackages(), ","), vmSuite, root, vmMirror)
+	b := <-k8s
+	if bootstrapErr != nil {
+		return fmt.Errorf("debootstrap Debian %s from %s: %w", vmSuite, vmMirror, bootstrapErr)
+	}
+	if b.err != nil {
+		return b.err
+	}
+	k8sBins := b.dir
 	for path, f := range vmFiles() {
 		p := filepath.Join(root, path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -75,19 +75,19 @@ func run(args []string) error {
 	switch args[0] {
 	case "build":
 		t := time.Now()
-		bin, err := cluster.EnsureKubernetes(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("Kubernetes %s binaries in %s (%s)\n", cluster.KubernetesVersion, bin, time.Since(t).Round(time.Second))
 		if *vmImage {
-			t := time.Now()
+			// The disk's debootstrap runs beside the Kubernetes build it waits for.
 			im, err := cluster.EnsureVMImage(ctx)
 			if err != nil {
 				return err
 			}
 			fmt.Printf("VM node disk in %s (%s)\n", im.Dir, time.Since(t).Round(time.Second))
 		}
+		bin, err := cluster.EnsureKubernetes(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("Kubernetes %s binaries in %s (%s)\n", cluster.KubernetesVersion, bin, time.Since(t).Round(time.Second))
 		return nil
 	case "up":
 		c, err := cluster.Up(ctx, cluster.Options{Dir: *dir, Flavor: *flavor, NRI: *nri, Policies: *policies, ProxyBinary: *proxyBin, VM: *vm, HostNodes: *hostNodes})
