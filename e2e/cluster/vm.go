@@ -51,9 +51,10 @@ const (
 	qemuBinary = "/usr/bin/qemu-system-x86_64"
 	// vmHostCgroup is the cgroup qemu runs in on this machine, and vmHostCPUs the CPU time it may
 	// take there, in thousandths of a CPU: a VM host gives a VM a share of its CPUs, and this
-	// machine's two are shared with the control plane and the host node. Without the cap, a busy VM
-	// (it emulates four CPUs) takes both, and the host node measures the VM's work as its own
-	// system usage: a CPU hog in the VM would make both nodes look full.
+	// machine's two are shared with the control plane and the host node, which measures the VM's
+	// work as its own system usage. One TCG thread runs the vCPUs; the cap holds qemu's other
+	// threads (disk, network, 9p) to the same CPU, so that a CPU hog in the VM leaves the host node
+	// one CPU and the two nodes' usage tells them apart.
 	vmHostCgroup = "tandem-vm"
 	vmHostCPUs   = 1000
 	// QEMU is the name of the VM's qemu process among the cluster's daemons.
