@@ -68,9 +68,8 @@ func (c *Cluster) installProxy(ctx context.Context, n *Node, opts Options) (args
 		"--hooks-dir", filepath.Join(n.Dir, "hooks.d"),
 		"--start=false",
 	}
-	if err := os.MkdirAll(n.KubeletConfigDir, 0o755); err != nil {
-		return nil, "", fmt.Errorf("create kubelet config dir: %w", err)
-	}
+	// kubelet's --config-dir is not made here: tandemctl makes it, before kubelet is pointed at it
+	// (kubelet does not start with a --config-dir that does not exist).
 	logger := klog.FromContext(ctx)
 	out, runErr := exec.CommandContext(ctx, opts.Tandemctl, cmdArgs...).CombinedOutput()
 	logger.V(1).Info("tandemctl node install", "node", n.Name, "args", cmdArgs, "output", string(out))
