@@ -47,12 +47,12 @@ const vmDir = "/root/tandem"
 //  5. An LSE pod arrives: the running pods move off its CPU.
 //  6. Seed 000's cpusets, and the batch pod's cpu.weight, cpu.max, cpu.idle and threads, read from the
 //     v2 files; the batch pod runs in kube-system, where no webhook annotates it.
-//  7. CPU burst, the quota burst loop and memory QoS from the v2 files.
-//  8. SIGKILL of tandem-proxy: the same cpusets after.
-//  9. Upgrade and rollback of tandem-proxy under running pods, as the docs say: no pod restarts, no
+//  7. SIGKILL of tandem-proxy: the same cpusets after.
+//  8. Upgrade and rollback of tandem-proxy under running pods, as the docs say: no pod restarts, no
 //     cpuset changes, kubelet not restarted.
-//  10. SIGTERM of tandem-proxy with a clamp of kubepods-besteffort.slice in force lifts it; then
-//     suppression by cpuset and by cfsQuota, engaged and undone.
+//  9. SIGTERM of tandem-proxy with a clamp of kubepods-besteffort.slice in force lifts it.
+//  10. CPU burst, the quota burst loop and memory QoS from the v2 files; suppression by cpuset and
+//     by cfsQuota, engaged and undone.
 //  11. Eviction through the Eviction API, a PodDisruptionBudget refusing one.
 //  12. Prioritize across kernels: a CPU hog on the VM sends the next pod to the host node.
 //  13. kubelet's client certificate rotates; tandem-proxy, acting with kubelet.conf, keeps writing.
@@ -105,16 +105,17 @@ func TestVMNode(t *testing.T) {
 
 	seed, running, bePool := checkVMPools(ctx, t, cs, before)
 
-	t.Run("CPU burst, the quota burst loop and memory QoS on cgroup v2", func(t *testing.T) { checkVMBurstAndMemoryQoS(ctx, t, cs) })
 	t.Run("SIGKILL of tandem-proxy keeps every cpuset", func(t *testing.T) { checkVMAgentKill(ctx, t, cs, running, proxyAgent) })
 	t.Run("upgrade and rollback as docs/install.md says", func(t *testing.T) { checkVMUpgrade(ctx, t, cs, running) })
 	// The last restart of tandem-proxy in this test: from here on it runs with the client certificate
-	// kubelet had then, which expires within ClientCertLifetime.
+	// kubelet had then, which expires within ClientCertLifetime. The restarts come first, so that the
+	// tests after them fill most of that lifetime rather than a wait.
 	var started time.Time
 	var startCert vmCert
 	t.Run("SIGTERM of tandem-proxy lifts a clamp in force", func(t *testing.T) {
 		started, startCert = checkVMClampLiftedOnStop(ctx, t, cs, seed["vm-be"])
 	})
+	t.Run("CPU burst, the quota burst loop and memory QoS on cgroup v2", func(t *testing.T) { checkVMBurstAndMemoryQoS(ctx, t, cs) })
 	t.Run("suppression of kubepods-besteffort.slice engaged and undone", func(t *testing.T) {
 		checkVMSuppression(ctx, t, cs, []*corev1.Pod{seed["vm-be"], before["vm-before-be"]}, bePool)
 	})
