@@ -206,8 +206,8 @@ func sloConfig(setting string, threshold int) string {
 	if policy != "" {
 		s += fmt.Sprintf("resource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": %d, \"cpuSuppressPolicy\": %q}}'\n", threshold, policy)
 	}
-	if setting == settingNoYield {
-		s += "resource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": false}}}}'\n"
+	if setting == settingYield {
+		s += "resource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": true}}}}'\n"
 	}
 	return s
 }

@@ -11,8 +11,8 @@
 //	solo            the LS pods alone (the baseline of every ratio, measured in the same round)
 //	plain           BE pods created on containerd directly, as kubelet makes BestEffort pods without Tandem
 //	tandem          through tandem-proxy with its default policies
-//	tandem-noyield  the same with beClass.cpuQOS.yieldThreads off: BE threads keep the kernel's default
-//	                scheduling, so the BE thread scheduling loop (metrics/yield) is measured against it
+//	tandem-yield    the same with beClass.cpuQOS.yieldThreads on (off by default): BE threads on the
+//	                BE thread scheduling loop's (metrics/yield) SCHED_BATCH, measured against the default
 //	tandem-cpuset   through tandem-proxy, cpuset suppression at -suppress-threshold percent
 //	tandem-cfsquota through tandem-proxy, cfsQuota suppression at -suppress-threshold percent
 //
@@ -55,12 +55,12 @@ import (
 const (
 	settingPlain    = "plain"
 	settingTandem   = "tandem"
-	settingNoYield  = "tandem-noyield"
+	settingYield    = "tandem-yield"
 	settingCPUSet   = "tandem-cpuset"
 	settingCFSQuota = "tandem-cfsquota"
 )
 
-var allSettings = []string{settingSolo, settingPlain, settingTandem, settingNoYield, settingCPUSet, settingCFSQuota}
+var allSettings = []string{settingSolo, settingPlain, settingTandem, settingYield, settingCPUSet, settingCFSQuota}
 
 type options struct {
 	flavor            string

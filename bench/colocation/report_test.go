@@ -139,7 +139,7 @@ func TestSLOConfig(t *testing.T) {
 		setting, want string
 	}{
 		{settingTandem, "colocation-config: '{\"enable\": true}'\n"},
-		{settingNoYield, "colocation-config: '{\"enable\": true}'\nresource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": false}}}}'\n"},
+		{settingYield, "colocation-config: '{\"enable\": true}'\nresource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": true}}}}'\n"},
 		{settingCPUSet, "colocation-config: '{\"enable\": true}'\nresource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": 65, \"cpuSuppressPolicy\": \"cpuset\"}}'\n"},
 		{settingCFSQuota, "colocation-config: '{\"enable\": true}'\nresource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": 65, \"cpuSuppressPolicy\": \"cfsQuota\"}}'\n"},
 	} {

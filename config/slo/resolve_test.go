@@ -60,7 +60,7 @@ func TestSeed004ForNode(t *testing.T) {
 		{"qos.lsrClass.cpuQOS.groupIdentity", func(r Resolved) any { return r.ResourceQOS.LSR.CPUQOS.GroupIdentity }, int64(2), int64(2)},
 		{"qos.lsClass.cpuQOS.groupIdentity", func(r Resolved) any { return r.ResourceQOS.LS.CPUQOS.GroupIdentity }, int64(2), int64(2)},
 		{"qos.beClass.cpuQOS.groupIdentity", func(r Resolved) any { return r.ResourceQOS.BE.CPUQOS.GroupIdentity }, int64(-1), int64(-1)},
-		{"qos.beClass.cpuQOS.yieldThreads (Tandem's default)", func(r Resolved) any { return r.ResourceQOS.BE.CPUQOS.YieldThreads }, true, true},
+		{"qos.beClass.cpuQOS.yieldThreads (off by default: docs/colocation.md)", func(r Resolved) any { return r.ResourceQOS.BE.CPUQOS.YieldThreads }, false, false},
 		{"qos.lsClass.cpuQOS.yieldThreads", func(r Resolved) any { return r.ResourceQOS.LS.CPUQOS.YieldThreads }, false, false},
 		{"qos.lsrClass.memoryQOS.wmarkRatio", func(r Resolved) any { return r.ResourceQOS.LSR.MemoryQOS.WmarkRatio }, int64(95), int64(95)},
 		{"qos.lsClass.memoryQOS.wmarkRatio", func(r Resolved) any { return r.ResourceQOS.LS.MemoryQOS.WmarkRatio }, int64(95), int64(95)},

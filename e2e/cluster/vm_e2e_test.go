@@ -291,6 +291,7 @@ func checkVMPools(ctx context.Context, t *testing.T, cs kubernetes.Interface, be
 		seed["vm-lse"], seed["vm-be"] = lse, batchPod
 		checkVMSeedCPUSets(ctx, t, seed, before["vm-before-ls"])
 		checkVMBatchCgroups(ctx, t, seed["vm-be"], 100)
+		checkVMBEThreads(ctx, t, cs, seed["vm-be"])
 	})
 	if seed == nil {
 		t.FailNow()

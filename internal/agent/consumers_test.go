@@ -155,8 +155,8 @@ func TestConsumersFollowSLO(t *testing.T) {
 	}
 }
 
-// TestYieldFollowsSLO: beClass.cpuQOS.yieldThreads, on by default, switches BE threads between
-// the BE scheduling (metrics/yield) and SCHED_OTHER at run time.
+// TestYieldFollowsSLO: beClass.cpuQOS.yieldThreads, off by default, switches BE threads between
+// SCHED_OTHER and the BE scheduling (metrics/yield) at run time.
 func TestYieldFollowsSLO(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -201,12 +201,12 @@ func TestYieldFollowsSLO(t *testing.T) {
 			t.Fatalf("BE thread runs under %s, want %s", last, want)
 		}
 	}
-	waitFor(base.Want.Policy)
-	cons.apply(ctx, source.Update{Origin: "test", Resolved: resolve(t, map[string]string{
-		slo.ResourceQOSConfigKey: `{"clusterStrategy": {"beClass": {"cpuQOS": {"yieldThreads": false}}}}`})})
 	waitFor(sched.Other)
-	cons.apply(ctx, source.Update{Origin: "test", Resolved: defaults})
+	cons.apply(ctx, source.Update{Origin: "test", Resolved: resolve(t, map[string]string{
+		slo.ResourceQOSConfigKey: `{"clusterStrategy": {"beClass": {"cpuQOS": {"yieldThreads": true}}}}`})})
 	waitFor(base.Want.Policy)
+	cons.apply(ctx, source.Update{Origin: "test", Resolved: defaults})
+	waitFor(sched.Other)
 }
 
 // TestFirstAppliedAfterStore: whoever waits for the first configuration (the reporter) reads it, not the

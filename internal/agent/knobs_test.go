@@ -71,6 +71,7 @@ func TestBaseKnobs(t *testing.T) {
 		{"group identity on Anolis", on, anolis, "resource-qos-config", "lsClass.cpuQOS.groupIdentity", knob.Applied, "2"},
 		{"group identity of a disabled class", base, anolis, "resource-qos-config", "lsClass.cpuQOS.groupIdentity", knob.Off, "2"},
 		{"cpuQOS of the system class", on, anolis, "resource-qos-config", "systemClass.cpuQOS.enable", knob.Unsupported, "false"},
+		{"yield off by default", base, mainline, "resource-qos-config", "beClass.cpuQOS.yieldThreads", knob.Off, "false"},
 		{"yield where the kernel has slices", on, mainline, "resource-qos-config", "beClass.cpuQOS.yieldThreads", knob.Applied, "true"},
 		{"yield where it has not", on, anolis, "resource-qos-config", "beClass.cpuQOS.yieldThreads", knob.Ignored, "true"},
 		{"resctrl without the filesystem", on, mainline, "resource-qos-config", "beClass.resctrlQOS.mbaPercent", knob.Ignored, "100"},
