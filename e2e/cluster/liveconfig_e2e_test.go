@@ -261,13 +261,14 @@ func TestLiveConfig(t *testing.T) {
 		}
 		sized := batchPod(pod.Name, podBatch)
 		t.Logf("node-a publishes batch-cpu %d, node-b %d: the batch pod asks %d", a, b, podBatch)
-		if _, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, sized, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		p = runPastAdmissionRace(ctx, t, cs, metav1.NamespaceDefault, pod.Name, 4*time.Minute, func() error {
+		create := func() error {
 			_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, sized, metav1.CreateOptions{})
 			return err
-		})
+		}
+		if err := create(); err != nil {
+			t.Fatal(err)
+		}
+		p = runPastAdmissionRace(ctx, t, cs, metav1.NamespaceDefault, pod.Name, 4*time.Minute, create)
 		t.Logf("batch pod placed on %s and Running %s after colocation was enabled again", p.Spec.NodeName, time.Since(start).Round(100*time.Millisecond))
 		if p.Spec.NodeName != cluster.NodeA {
 			t.Errorf("batch pod asking batch-cpu %d placed on %s; only %s published enough (%d; %s %d)", podBatch, p.Spec.NodeName, cluster.NodeA, a, cluster.NodeB, b)

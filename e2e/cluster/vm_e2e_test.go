@@ -5,6 +5,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -297,8 +298,6 @@ func checkVMPools(ctx context.Context, t *testing.T, cs kubernetes.Interface, be
 		t.FailNow()
 	}
 	running = map[string]*corev1.Pod{"vm-before-ls": before["vm-before-ls"], "vm-before-be": before["vm-before-be"]}
-	for k, v := range seed {
-		running[k] = v
-	}
+	maps.Copy(running, seed)
 	return seed, running, bePool
 }
