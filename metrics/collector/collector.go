@@ -56,12 +56,24 @@ type ContainerUsage struct {
 	ThrottledPeriods, Periods int64 // CFS counters (cumulative)
 }
 
+// Steal is the CPU time a virtual machine's host ran something else while the guest wanted its CPUs
+// (the steal column of /proc/stat): on a VM whose host is busy or caps it, what fills the guest's CPUs
+// is partly taken back, and the services pay for it in stalls (docs/colocation.md).
+type Steal struct {
+	// CPUMilli is the node's steal over the interval, in milli-cores.
+	CPUMilli int64
+	// PerCPU is each CPU's steal over the interval, in milli of that CPU, by CPU number.
+	PerCPU map[int]int64
+}
+
 // Snapshot is one sample of the node and its containers.
 type Snapshot struct {
-	Time       time.Time
-	Capacity   Usage            // node CPUs × 1000, MemTotal
-	Node       Usage            // from /proc/stat and /proc/meminfo
-	System     Usage            // node − every container's usage, floored at 0 (what is not pods)
+	Time     time.Time
+	Capacity Usage // node CPUs × 1000, MemTotal
+	Node     Usage // from /proc/stat and /proc/meminfo
+	System   Usage // node − every container's usage, floored at 0 (what is not pods)
+	// Steal is the CPU the hypervisor took back from this node over the interval; not in Node.
+	Steal      Steal
 	Containers []ContainerUsage // per container, sorted by namespace, pod, container
 }
 

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ type exporter struct {
 	ctrCycles, ctrInstructions, ctrCPI                                       *prometheus.Desc
 	ctrRunQueue                                                              *prometheus.Desc
 	lastSample                                                               *prometheus.Desc
+	nodeSteal, cpuSteal                                                      *prometheus.Desc
 }
 
 func newExporter(c *Collector) *exporter {
@@ -64,6 +66,10 @@ func newExporter(c *Collector) *exporter {
 		ctrCPI:          d("tandem_container_cpu_cycles_per_instruction", "Cycles per instruction over the last CPI interval.", containerLabels, nil),
 		ctrRunQueue: d("tandem_container_runqueue_latency_seconds",
 			"Time the container's runnable threads waited for a CPU, from the scheduler tracepoints.", containerLabels, nil),
+		nodeSteal: d("tandem_node_cpu_steal_cores",
+			"CPU the hypervisor took back from the node over the last usage interval (steal in /proc/stat); not in tandem_node_cpu_usage_cores.", nodeLabels, nil),
+		cpuSteal: d("tandem_node_cpu_steal_ratio",
+			"Share of one CPU's time over the last usage interval that the hypervisor took back.", append(append([]string{}, nodeLabels...), "cpu"), nil),
 		lastSample: d("tandem_collector_last_sample_timestamp_seconds", "When the usage source last sampled; stale means the collector is stuck.", nodeLabels, nil),
 	}
 }
@@ -73,7 +79,7 @@ func (e *exporter) Describe(ch chan<- *prometheus.Desc) {
 		e.nodeCPU, e.nodeCPUCapacity, e.nodeMem, e.nodeMemCapacity, e.systemCPU, e.systemMem,
 		e.ctrCPU, e.ctrMem, e.ctrThrottled, e.ctrPeriods, e.podCPU, e.podMem, e.hostAppCPU, e.hostAppMem,
 		e.nodePressureSome, e.nodePressureFull, e.podPressureSome, e.podPressureFull,
-		e.ctrCycles, e.ctrInstructions, e.ctrCPI, e.ctrRunQueue, e.lastSample,
+		e.ctrCycles, e.ctrInstructions, e.ctrCPI, e.ctrRunQueue, e.lastSample, e.nodeSteal, e.cpuSteal,
 	} {
 		ch <- d
 	}
@@ -113,6 +119,10 @@ func (e *exporter) Collect(ch chan<- prometheus.Metric) {
 		gauge(e.systemCPU, float64(s.System.CPUMilli)/1000, node)
 		gauge(e.systemMem, float64(s.System.MemoryBytes), node)
 		gauge(e.lastSample, float64(s.Time.UnixNano())/1e9, node)
+		gauge(e.nodeSteal, float64(s.Steal.CPUMilli)/1000, node)
+		for n, m := range s.Steal.PerCPU {
+			gauge(e.cpuSteal, float64(m)/1000, node, strconv.Itoa(n))
+		}
 		type podKey struct {
 			ns, pod string
 			qos     qos.Class

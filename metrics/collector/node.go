@@ -9,17 +9,27 @@ import (
 	"strings"
 )
 
-// cpuTimes is the aggregate "cpu" line of /proc/stat, in clock ticks.
+// cpuTimes is one cpu line of /proc/stat, in clock ticks.
 type cpuTimes struct {
 	total, idle uint64
-	cpus        int // "cpuN" lines: the CPUs online now
+	// steal is the time the hypervisor ran something else while this guest's CPU wanted to run: the
+	// CPU the host took back. It is inside total and outside idle.
+	steal uint64
+	cpus  int // on the aggregate line: the "cpuN" lines, the CPUs online now
 }
 
-// parseProcStat reads the aggregate cpu line and counts the per-CPU lines. Idle counts idle and
-// iowait, as top and the kubelet's summary do; guest time is already inside user and nice, so it is
-// left out of the total to avoid counting it twice.
-func parseProcStat(b []byte) (cpuTimes, error) {
-	var t cpuTimes
+// procStat is what the collector reads from /proc/stat: the aggregate cpu line, and each CPU's own
+// line by its number, for steal per CPU (a host that takes one CPU back hurts what runs there).
+type procStat struct {
+	all    cpuTimes
+	perCPU map[int]cpuTimes
+}
+
+// parseProcStat reads the aggregate cpu line and the per-CPU lines. Idle counts idle and iowait, as top
+// and the kubelet's summary do; guest time is already inside user and nice, so it is left out of the
+// total to avoid counting it twice.
+func parseProcStat(b []byte) (procStat, error) {
+	st := procStat{perCPU: map[int]cpuTimes{}}
 	found := false
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
@@ -30,55 +40,112 @@ func parseProcStat(b []byte) (cpuTimes, error) {
 		}
 		fields := strings.Fields(line)
 		if fields[0] != "cpu" {
-			if _, err := strconv.Atoi(strings.TrimPrefix(fields[0], "cpu")); err == nil {
-				t.cpus++
+			n, err := strconv.Atoi(strings.TrimPrefix(fields[0], "cpu"))
+			if err != nil {
+				continue
+			}
+			st.all.cpus++
+			// A per-CPU line that does not parse costs its steal figure, not the sample.
+			if t, err := parseCPULine(fields); err == nil {
+				st.perCPU[n] = t
 			}
 			continue
 		}
-		if len(fields) < 5 {
-			return cpuTimes{}, fmt.Errorf("proc stat: cpu line has %d fields, want at least 4 counters", len(fields)-1)
+		t, err := parseCPULine(fields)
+		if err != nil {
+			return procStat{}, err
 		}
-		for i, f := range fields[1:] {
-			if i >= 8 { // guest, guest_nice
-				break
-			}
-			v, err := strconv.ParseUint(f, 10, 64)
-			if err != nil {
-				return cpuTimes{}, fmt.Errorf("proc stat: cpu field %d: %w", i+1, err)
-			}
-			t.total += v
-			if i == 3 || i == 4 { // idle, iowait
-				t.idle += v
-			}
-		}
+		st.all.total, st.all.idle, st.all.steal = t.total, t.idle, t.steal
 		found = true
 	}
 	if err := sc.Err(); err != nil {
-		return cpuTimes{}, fmt.Errorf("proc stat: %w", err)
+		return procStat{}, fmt.Errorf("proc stat: %w", err)
 	}
 	if !found {
-		return cpuTimes{}, errors.New("proc stat: no aggregate cpu line")
+		return procStat{}, errors.New("proc stat: no aggregate cpu line")
 	}
-	if t.cpus == 0 {
-		return cpuTimes{}, errors.New("proc stat: no per-CPU lines")
+	if st.all.cpus == 0 {
+		return procStat{}, errors.New("proc stat: no per-CPU lines")
+	}
+	return st, nil
+}
+
+// parseCPULine sums one cpu line's counters.
+func parseCPULine(fields []string) (cpuTimes, error) {
+	var t cpuTimes
+	if len(fields) < 5 {
+		return cpuTimes{}, fmt.Errorf("proc stat: %s line has %d fields, want at least 4 counters", fields[0], len(fields)-1)
+	}
+	for i, f := range fields[1:] {
+		if i >= 8 { // guest, guest_nice
+			break
+		}
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("proc stat: %s field %d: %w", fields[0], i+1, err)
+		}
+		t.total += v
+		switch i {
+		case 3, 4: // idle, iowait
+			t.idle += v
+		case 7:
+			t.steal = v
+		}
 	}
 	return t, nil
 }
 
-// busyMilli is the node's average CPU use between two /proc/stat samples, in milli-cores.
-func busyMilli(prev, cur cpuTimes) int64 {
+// delta is what happened between two readings of one line: total and idle ticks, and steal; a counter
+// that went backwards (CPU hot-unplug) counts as no time.
+func delta(prev, cur cpuTimes) (total, idle, steal uint64) {
 	if cur.total <= prev.total {
+		return 0, 0, 0
+	}
+	total = cur.total - prev.total
+	if cur.idle > prev.idle {
+		idle = cur.idle - prev.idle
+	}
+	if cur.steal > prev.steal {
+		steal = cur.steal - prev.steal
+	}
+	idle = min(idle, total)
+	steal = min(steal, total-idle)
+	return total, idle, steal
+}
+
+// busyMilli is what the guest itself ran between two /proc/stat samples, in milli-cores: time neither
+// idle nor stolen. Steal is the host running something else, not load of this node's: counting it as
+// busy would read as system use and move the suppress and reclaim formulas by what the host did.
+func busyMilli(prev, cur cpuTimes) int64 {
+	total, idle, steal := delta(prev, cur)
+	if total == 0 {
 		return 0
 	}
-	dTotal := cur.total - prev.total
-	dIdle := uint64(0)
-	if cur.idle > prev.idle {
-		dIdle = cur.idle - prev.idle
+	return int64((total - idle - steal) * uint64(cur.cpus) * 1000 / total)
+}
+
+// stealMilli is the CPU the host took back between two samples, in milli-cores of the node.
+func stealMilli(prev, cur cpuTimes) int64 {
+	total, _, steal := delta(prev, cur)
+	if total == 0 {
+		return 0
 	}
-	if dIdle > dTotal {
-		dIdle = dTotal
+	return int64(steal * uint64(max(cur.cpus, 1)) * 1000 / total)
+}
+
+// perCPUSteal is each CPU's steal between two samples, in milli of that CPU (1000: the host ran
+// something else the whole time), indexed by CPU number; CPUs missing from either sample are absent.
+func perCPUSteal(prev, cur procStat) map[int]int64 {
+	out := make(map[int]int64, len(cur.perCPU))
+	for n, c := range cur.perCPU {
+		p, ok := prev.perCPU[n]
+		if !ok {
+			continue
+		}
+		c.cpus = 1
+		out[n] = stealMilli(p, c)
 	}
-	return int64((dTotal - dIdle) * uint64(cur.cpus) * 1000 / dTotal)
+	return out
 }
 
 // memInfo is what /proc/meminfo says, in bytes.

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,18 +15,33 @@ func TestParseProcStat(t *testing.T) {
 		name    string
 		in      string
 		want    cpuTimes
+		perCPU  map[int]cpuTimes
 		wantErr bool
 	}{
 		{
 			name: "kernel 6 layout, guest time not counted twice",
 			in:   "cpu  100 10 50 800 40 0 5 0 30 0\ncpu0 50 5 25 400 20 0 3 0 15 0\ncpu1 50 5 25 400 20 0 2 0 15 0\nintr 5\n",
 			// user+nice+system+idle+iowait+irq+softirq+steal = 1005; idle+iowait = 840
-			want: cpuTimes{total: 1005, idle: 840, cpus: 2},
+			want:   cpuTimes{total: 1005, idle: 840, cpus: 2},
+			perCPU: map[int]cpuTimes{0: {total: 503, idle: 420}, 1: {total: 502, idle: 420}},
 		},
 		{
-			name: "old kernel with four counters",
-			in:   "cpu 10 0 10 80\ncpu0 10 0 10 80\n",
-			want: cpuTimes{total: 100, idle: 80, cpus: 1},
+			name:   "steal counted per CPU",
+			in:     "cpu  100 0 0 800 0 0 0 100 0 0\ncpu0 50 0 0 400 0 0 0 90 0 0\ncpu1 50 0 0 400 0 0 0 10 0 0\n",
+			want:   cpuTimes{total: 1000, idle: 800, steal: 100, cpus: 2},
+			perCPU: map[int]cpuTimes{0: {total: 540, idle: 400, steal: 90}, 1: {total: 460, idle: 400, steal: 10}},
+		},
+		{
+			name:   "old kernel with four counters",
+			in:     "cpu 10 0 10 80\ncpu0 10 0 10 80\n",
+			want:   cpuTimes{total: 100, idle: 80, cpus: 1},
+			perCPU: map[int]cpuTimes{0: {total: 100, idle: 80}},
+		},
+		{
+			name:   "an offline CPU's gap in the numbers",
+			in:     "cpu 10 0 10 80\ncpu0 5 0 5 40\ncpu3 5 0 5 40\n",
+			want:   cpuTimes{total: 100, idle: 80, cpus: 2},
+			perCPU: map[int]cpuTimes{0: {total: 50, idle: 40}, 3: {total: 50, idle: 40}},
 		},
 		{name: "no aggregate line", in: "cpu0 1 2 3 4\n", wantErr: true},
 		{name: "no per-CPU lines", in: "cpu 1 2 3 4\n", wantErr: true},
@@ -39,8 +55,75 @@ func TestParseProcStat(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
 			}
-			if got != tt.want {
-				t.Errorf("got %+v, want %+v", got, tt.want)
+			if got.all != tt.want {
+				t.Errorf("got %+v, want %+v", got.all, tt.want)
+			}
+			if !tt.wantErr && !maps.Equal(got.perCPU, tt.perCPU) {
+				t.Errorf("per CPU %+v, want %+v", got.perCPU, tt.perCPU)
+			}
+		})
+	}
+}
+
+func TestSteal(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		prev, cur   string
+		busy, steal int64
+		perCPU      map[int]int64
+	}{
+		{
+			name:   "no steal: busy is what is not idle",
+			prev:   "cpu 0 0 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0\n",
+			cur:    "cpu 100 0 0 100 0 0 0 0\ncpu0 50 0 0 50 0 0 0 0\ncpu1 50 0 0 50 0 0 0 0\n",
+			busy:   1000,
+			perCPU: map[int]int64{0: 0, 1: 0},
+		},
+		{
+			// Both CPUs wanted to run the whole time; the host took a fifth of one of them.
+			name:   "steal is not busy, and lands on the CPU it hit",
+			prev:   "cpu 0 0 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0\n",
+			cur:    "cpu 180 0 0 0 0 0 0 20\ncpu0 80 0 0 0 0 0 0 20\ncpu1 100 0 0 0 0 0 0 0\n",
+			busy:   1800,
+			steal:  200,
+			perCPU: map[int]int64{0: 200, 1: 0},
+		},
+		{
+			name:   "a counter going backwards reads as no steal",
+			prev:   "cpu 0 0 0 0 0 0 0 50\ncpu0 0 0 0 0 0 0 0 50\n",
+			cur:    "cpu 100 0 0 0 0 0 0 10\ncpu0 100 0 0 0 0 0 0 10\n",
+			busy:   1000,
+			perCPU: map[int]int64{0: 0},
+		},
+		{
+			name:   "a CPU that came online has no steal figure yet",
+			prev:   "cpu 0 0 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0\n",
+			cur:    "cpu 100 0 0 90 0 0 0 10\ncpu0 50 0 0 40 0 0 0 10\ncpu1 50 0 0 50 0 0 0 0\n",
+			busy:   1000, // 100 of 200 ticks, on 2 CPUs
+			steal:  100,  // 10 of 200 ticks
+			perCPU: map[int]int64{0: 100},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			prev, err := parseProcStat([]byte(tt.prev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur, err := parseProcStat([]byte(tt.cur))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := busyMilli(prev.all, cur.all); got != tt.busy {
+				t.Errorf("busy = %dm, want %dm", got, tt.busy)
+			}
+			if got := stealMilli(prev.all, cur.all); got != tt.steal {
+				t.Errorf("steal = %dm, want %dm", got, tt.steal)
+			}
+			if got := perCPUSteal(prev, cur); !maps.Equal(got, tt.perCPU) {
+				t.Errorf("per-CPU steal = %v, want %v", got, tt.perCPU)
 			}
 		})
 	}
@@ -99,15 +182,19 @@ func TestParseMeminfo(t *testing.T) {
 func FuzzParseProcStat(f *testing.F) {
 	f.Add([]byte("cpu  100 10 50 800 40 0 5 0 30 0\ncpu0 50 5 25 400 20 0 3 0 15 0\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		t1, err := parseProcStat(b)
+		st, err := parseProcStat(b)
 		if err != nil {
 			return
 		}
+		t1 := st.all
 		if t1.idle > t1.total || t1.cpus < 1 {
 			t.Fatalf("inconsistent %+v", t1)
 		}
 		if m := busyMilli(cpuTimes{cpus: t1.cpus}, t1); m < 0 || m > int64(t1.cpus)*1000 {
 			t.Fatalf("busy %d outside [0, %d]", m, t1.cpus*1000)
+		}
+		if m := stealMilli(cpuTimes{cpus: t1.cpus}, t1); m < 0 || m > int64(t1.cpus)*1000 {
+			t.Fatalf("steal %d outside [0, %d]", m, t1.cpus*1000)
 		}
 	})
 }

@@ -105,7 +105,7 @@ type usageSource struct {
 
 	mu         sync.Mutex // sample runs in one goroutine; the mutex guards against a racing test
 	reader     cgroupReader
-	prevCPU    cpuTimes
+	prevCPU    procStat
 	havePrev   bool
 	containers map[string]*containerState
 	now        func() time.Time
@@ -148,10 +148,10 @@ func (u *usageSource) close() {
 	clear(u.containers)
 }
 
-func (u *usageSource) readCPU() (cpuTimes, error) {
+func (u *usageSource) readCPU() (procStat, error) {
 	b, err := os.ReadFile(filepath.Join(u.proc, "stat"))
 	if err != nil {
-		return cpuTimes{}, fmt.Errorf("read node CPU times: %w", err)
+		return procStat{}, fmt.Errorf("read node CPU times: %w", err)
 	}
 	return parseProcStat(b)
 }
@@ -183,11 +183,12 @@ func (u *usageSource) sample(ctx context.Context, targets []Target) *Snapshot {
 	}
 	snap := &Snapshot{
 		Time:     now,
-		Capacity: Usage{CPUMilli: int64(cpu.cpus) * 1000, MemoryBytes: mem.total},
+		Capacity: Usage{CPUMilli: int64(cpu.all.cpus) * 1000, MemoryBytes: mem.total},
 		Node:     Usage{MemoryBytes: mem.used()},
 	}
 	if u.havePrev {
-		snap.Node.CPUMilli = busyMilli(u.prevCPU, cpu)
+		snap.Node.CPUMilli = busyMilli(u.prevCPU.all, cpu.all)
+		snap.Steal = Steal{CPUMilli: stealMilli(u.prevCPU.all, cpu.all), PerCPU: perCPUSteal(u.prevCPU, cpu)}
 	}
 	u.prevCPU, u.havePrev = cpu, true
 
