@@ -123,13 +123,10 @@ func TestRealHostUsage(t *testing.T) {
 }
 
 func TestRealHostRunQueueProbe(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("loading BPF programs needs root")
-	}
-	tracefs := FindTracefs(fileExists)
+	tracefs := tracefsForTest(t)
 	off, err := readSchedOffsets(tracefs)
 	if err != nil {
-		t.Skipf("tracefs not mounted here: %v", err)
+		t.Fatal(err)
 	}
 	p, err := loadRunQueueProbe(tracefs, off)
 	if errors.Is(err, unix.EPERM) {
@@ -200,6 +197,101 @@ func TestRealHostRunQueueProbe(t *testing.T) {
 		}
 	}
 	t.Errorf("no run-queue wait recorded for our spinning threads: %s", seen.String())
+}
+
+// TestRealHostRunQueueSource runs the run-queue source as the agent does, on a cgroup of its own with
+// three spinning processes pinned on one CPU: at any moment at least two of them wait, so the cgroup
+// must gain 2 to 3 s of run-queue wait per second (3 if something else takes the CPU, never more
+// than its three threads can wait), in waits of a scheduler slice rather than microseconds.
+func TestRealHostRunQueueSource(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	tracefs := tracefsForTest(t)
+	const root = "/sys/fs/cgroup"
+	reader, err := detectReader(root)
+	if err != nil {
+		t.Skipf("no cgroup hierarchy here: %v", err)
+	}
+	parent := fmt.Sprintf("/tandem-runqueue-test-%d", os.Getpid())
+	rel := filepath.Join(parent, "ctr")
+	dirs := []string{filepath.Join(root, rel)}
+	if reader.version() == 1 {
+		dirs = []string{filepath.Join(root, "cpu", rel), filepath.Join(root, "cpuacct", rel)}
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatalf("create test cgroup: %v", err)
+		}
+	}
+	cmd := exec.Command("sh", "-c", `read go; while :; do :; done & while :; do :; done & while :; do :; done`)
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		_ = cmd.Wait()
+		for _, d := range dirs {
+			// The killed processes leave the cgroup a moment after Wait returns.
+			for i := 0; i < 50 && os.Remove(d) != nil; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			_ = os.Remove(filepath.Dir(d))
+		}
+	})
+	var ours, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &ours); err != nil {
+		t.Fatal(err)
+	}
+	for c := range 1024 {
+		if ours.IsSet(c) {
+			one.Zero()
+			one.Set(c)
+		}
+	}
+	if err := unix.SchedSetaffinity(cmd.Process.Pid, &one); err != nil {
+		t.Fatalf("pin the test process: %v", err)
+	}
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatalf("move the test process into %s: %v", d, err)
+		}
+	}
+	// The spinners fork from here, inside the cgroup and on the one CPU.
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+
+	src := newRunQueueSource(tracefs, "/proc", root)
+	if err := src.detect(ctx); err != nil {
+		t.Fatalf("the run-queue source does not start on this machine: %v", err)
+	}
+	defer src.close()
+	tg := Target{Namespace: "test", Pod: "p", Container: "spin", ContainerID: "ctr", CgroupParent: parent}
+	hist := func() rqHist {
+		src.sample(ctx, []Target{tg})
+		got := *src.latest.Load()
+		if len(got) != 1 {
+			t.Fatalf("the source sees %d containers, want the test cgroup", len(got))
+		}
+		return got[0].hist
+	}
+	time.Sleep(500 * time.Millisecond)
+	h0, t0 := hist(), time.Now()
+	time.Sleep(2 * time.Second)
+	h1, t1 := hist(), time.Now()
+	waits, sum := h1.count()-h0.count(), time.Duration(h1.sumNanos-h0.sumNanos)
+	rate := sum.Seconds() / t1.Sub(t0).Seconds()
+	t.Logf("3 spinners on one CPU: %d waits, %v in all (mean %v) over %v: %.2f s of wait per second", waits, sum, sum/time.Duration(max(waits, 1)), t1.Sub(t0).Round(time.Millisecond), rate)
+	if rate < 1.5 || rate > 3.05 {
+		t.Errorf("the cgroup waited %.2f s per second; three spinners on one CPU wait 2 to 3", rate)
+	}
+	if waits == 0 || sum/time.Duration(waits) < 100*time.Microsecond {
+		t.Errorf("%d waits of %v in all: spinners sharing a CPU wait a scheduler slice at a time", waits, sum)
+	}
 }
 
 func TestRealHostPerf(t *testing.T) {

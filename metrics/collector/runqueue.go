@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -145,7 +146,7 @@ func readSchedOffsets(tracefs string) (schedOffsets, error) {
 	read := func(event string) ([]byte, error) {
 		b, err := os.ReadFile(filepath.Join(tracefs, "events", "sched", event, "format"))
 		if err != nil {
-			return nil, fmt.Errorf("read sched:%s tracepoint format (is tracefs mounted? mount -t tracefs nodev %s): %w", event, tracefs, err)
+			return nil, fmt.Errorf("read sched:%s tracepoint format (is tracefs mounted? mount -t tracefs nodev %s, then restart the agent): %w", event, tracefs, err)
 		}
 		return b, nil
 	}
@@ -195,6 +196,10 @@ type runQueueSource struct {
 	reader cgroupReader
 	files  fileReader
 	hists  map[string]*rqContainer
+	// listed is which container's cgroup listed each thread at the last sample: a thread that exits
+	// before the next one leaves its last waits in the map and its cgroup's list, and only this says
+	// whose they were.
+	listed map[uint32]string
 	latest atomic.Pointer[[]rqContainer]
 }
 
@@ -270,7 +275,9 @@ func (r *runQueueSource) sample(ctx context.Context, targets []Target) {
 			r.hists[t.ContainerID] = &rqContainer{Target: t}
 		}
 	}
-	for id, h := range aggregateRunQueue(entries, owner) {
+	prev := r.listed
+	r.listed = owner
+	for id, h := range aggregateRunQueue(entries, threadOwners(owner, prev, live)) {
 		if c := r.hists[id]; c != nil {
 			c.hist.add(h)
 		}
@@ -284,6 +291,28 @@ func (r *runQueueSource) sample(ctx context.Context, targets []Target) {
 		out = append(out, *c)
 	}
 	r.latest.Store(&out)
+}
+
+// threadOwners says whose waits each drained thread's are: the container whose cgroup lists it now,
+// or, for a thread that has exited since the last sample (a worker pool replacing its threads, a
+// process that ended), the container that listed it then, while that container lives. A thread born
+// and gone between two samples was never listed and is not counted. now is not modified.
+func threadOwners(now, prev map[uint32]string, live map[string]bool) map[uint32]string {
+	var out map[uint32]string
+	for tid, id := range prev {
+		if _, ok := now[tid]; ok || !live[id] {
+			continue
+		}
+		if out == nil {
+			out = make(map[uint32]string, len(now)+len(prev))
+			maps.Copy(out, now)
+		}
+		out[tid] = id
+	}
+	if out == nil {
+		return now
+	}
+	return out
 }
 
 // parseTID parses a decimal thread id without allocating.

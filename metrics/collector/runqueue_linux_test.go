@@ -77,10 +77,7 @@ func TestAttachTracepoint(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("BPF programs need root")
 	}
-	tracefs := FindTracefs(fileExists)
-	if !fileExists(tracefs + "/events/sched/sched_switch/id") {
-		t.Skip("tracefs is not mounted here")
-	}
+	tracefs := tracefsForTest(t)
 	m, err := bpf.NewMap(bpf.MapSpec{Name: "tandem_rq_test", Type: bpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 4})
 	if errors.Is(err, unix.EPERM) {
 		t.Skipf("BPF not allowed here: %v", err)
@@ -143,4 +140,31 @@ func TestAttachTracepoint(t *testing.T) {
 	if after := binary.NativeEndian.Uint64(v); after != before {
 		t.Errorf("after Close the program still ran: %d → %d", before, after)
 	}
+}
+
+// tracefsForTest returns where tracefs has the sched tracepoints, as the agent finds it. Where neither
+// usual place has them, it mounts tracefs on /sys/kernel/tracing for the test and unmounts it when the
+// test ends, so the programs are tested wherever the kernel could run them; it skips only where the
+// mount itself is refused (no tracefs in this kernel, no right to mount).
+func tracefsForTest(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting tracefs and loading BPF programs need root")
+	}
+	if tracefs := FindTracefs(fileExists); fileExists(tracefs + "/events/sched/sched_switch/id") {
+		return tracefs
+	}
+	const tracefs = "/sys/kernel/tracing"
+	if err := unix.Mount("nodev", tracefs, "tracefs", 0, ""); err != nil {
+		t.Skipf("tracefs is not mounted and cannot be: mount -t tracefs nodev %s: %v", tracefs, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(tracefs, 0); err != nil {
+			t.Errorf("unmount the tracefs this test mounted (umount %s by hand): %v", tracefs, err)
+		}
+	})
+	if !fileExists(tracefs + "/events/sched/sched_switch/id") {
+		t.Fatalf("tracefs mounted on %s has no sched:sched_switch tracepoint", tracefs)
+	}
+	return tracefs
 }

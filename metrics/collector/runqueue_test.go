@@ -2,6 +2,7 @@ package collector
 
 import (
 	"errors"
+	"maps"
 	"path/filepath"
 	"testing"
 
@@ -160,6 +161,8 @@ func TestRunQueueSourceMapsThreadsToContainers(t *testing.T) {
 	}
 	tg := Target{Namespace: "ns", Pod: "a", Container: "c", ContainerID: "aaa", CgroupParent: "/kubepods/poda"}
 	src.sample(ctx, []Target{tg})
+	// Thread 101 exits before the second drain: its last waits are still the container's.
+	writeFiles(t, filepath.Join(cg, "cpu", rel), map[string]string{"tasks": "100\n"})
 	src.sample(ctx, []Target{tg})
 	got := *src.latest.Load()
 	if len(got) != 1 {
@@ -172,6 +175,68 @@ func TestRunQueueSourceMapsThreadsToContainers(t *testing.T) {
 	src.close()
 	if !probe.closed {
 		t.Error("probe left attached after close")
+	}
+}
+
+func TestThreadOwners(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		now, prev map[uint32]string
+		live      map[string]bool
+		want      map[uint32]string
+	}{
+		{
+			name: "listed now",
+			now:  map[uint32]string{10: "a", 20: "b"},
+			live: map[string]bool{"a": true, "b": true},
+			want: map[uint32]string{10: "a", 20: "b"},
+		},
+		{
+			name: "exited since the last sample: the container that listed it",
+			now:  map[uint32]string{10: "a"},
+			prev: map[uint32]string{10: "a", 11: "a"},
+			live: map[string]bool{"a": true},
+			want: map[uint32]string{10: "a", 11: "a"},
+		},
+		{
+			name: "moved to another container: where it is now",
+			now:  map[uint32]string{10: "b"},
+			prev: map[uint32]string{10: "a"},
+			live: map[string]bool{"a": true, "b": true},
+			want: map[uint32]string{10: "b"},
+		},
+		{
+			name: "its container is gone too: dropped",
+			now:  map[uint32]string{20: "b"},
+			prev: map[uint32]string{10: "a", 20: "b"},
+			live: map[string]bool{"b": true},
+			want: map[uint32]string{20: "b"},
+		},
+		{
+			name: "no container lists anything now",
+			now:  map[uint32]string{},
+			prev: map[uint32]string{10: "a"},
+			live: map[string]bool{"a": true},
+			want: map[uint32]string{10: "a"},
+		},
+		{
+			name: "first sample",
+			now:  map[uint32]string{10: "a"},
+			live: map[string]bool{"a": true},
+			want: map[uint32]string{10: "a"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := maps.Clone(tt.now)
+			if got := threadOwners(tt.now, tt.prev, tt.live); !maps.Equal(got, tt.want) {
+				t.Errorf("threadOwners = %v, want %v", got, tt.want)
+			}
+			if !maps.Equal(now, tt.now) {
+				t.Errorf("threadOwners changed now to %v", tt.now)
+			}
+		})
 	}
 }
 
