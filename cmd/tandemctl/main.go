@@ -48,6 +48,8 @@ Usage:
   tandemctl [flags] config  every key of the slo-controller-config in force on this node, and what it
                             does here: applied, off, ignored (the kernel lacks it), refused or
                             unsupported (accepted, not acted on)
+  tandemctl [flags] headroom  the steal headroom: whether BE is held below what the host of this
+                            virtual machine gives, the steal per CPU, and the reason of the last hold
   tandemctl node install    install tandem-proxy on this node; node rollback, node uninstall (see
                             tandemctl node --help)
 
@@ -81,7 +83,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("want one command, pods, pools or config (see tandemctl --help)")
+		return errors.New("want one command, pods, pools, config or headroom (see tandemctl --help)")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -119,11 +121,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		return report.WriteConfig(stdout, d, format)
+	case "headroom":
+		s, err := client.Headroom(ctx)
+		if err != nil {
+			return err
+		}
+		return report.WriteHeadroom(stdout, s, format)
 	case "help":
 		usage()
 		return nil
 	}
-	return fmt.Errorf("unknown command %q: want pods, pools or config (see tandemctl --help)", fs.Arg(0))
+	return fmt.Errorf("unknown command %q: want pods, pools, config or headroom (see tandemctl --help)", fs.Arg(0))
 }
 
 // defaultDebugSocket is where tandem-proxy serves its debug endpoints when installed as

@@ -132,6 +132,10 @@ func proxyHandler(t *testing.T, storeFile, poolsFile string) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(read("config.json"))
 	})
+	mux.HandleFunc("/debug/headroom", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(read("headroom.json"))
+	})
 	return mux
 }
 
@@ -195,6 +199,7 @@ func TestRunGolden(t *testing.T) {
 		{name: "config wide", store: "store-cgroupfs.json", args: []string{"config", "-o", "wide"}, golden: "config-wide.golden"},
 		{name: "config not in force", store: "store-cgroupfs.json", args: []string{"config", "--state", "ignored,refused,unsupported"}, golden: "config-not-in-force.golden"},
 		{name: "config json", store: "store-cgroupfs.json", args: []string{"config", "-o", "json", "--state", "refused"}, golden: "config-refused.json.golden"},
+		{name: "headroom holding BE on a VM", store: "store-cgroupfs.json", args: []string{"headroom"}, golden: "headroom.golden"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -287,7 +292,7 @@ func TestRunErrors(t *testing.T) {
 			},
 			wantErr: "answered 500 Internal Server Error to /debug/store: store locked",
 		},
-		{name: "no command", args: func(*testing.T) []string { return nil }, wantErr: "want one command, pods, pools or config"},
+		{name: "no command", args: func(*testing.T) []string { return nil }, wantErr: "want one command, pods, pools, config or headroom"},
 		{
 			name: "unknown state",
 			args: func(t *testing.T) []string {

@@ -89,6 +89,8 @@ func defaultResourceThreshold() ResourceThresholdSettings {
 		CPUEvictThresholdPercent:           unset,
 		CPUEvictLowerPercent:               unset,
 		CPUEvictPolicy:                     EvictByRealLimit,
+		StealHeadroom:                      StealHeadroomAuto,
+		StealThresholdPercent:              5,
 	}
 }
 

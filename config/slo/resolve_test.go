@@ -53,6 +53,8 @@ func TestSeed004ForNode(t *testing.T) {
 		{"threshold.cpuEvictBEUsageThresholdPercent", func(r Resolved) any { return r.ResourceThreshold.CPUEvictBEUsageThresholdPercent }, int64(80), int64(90)},
 		{"threshold.cpuEvictTimeWindowSeconds (unset)", func(r Resolved) any { return r.ResourceThreshold.CPUEvictTimeWindowSeconds }, int64(0), int64(0)},
 		{"threshold.cpuEvictPolicy (default)", func(r Resolved) any { return r.ResourceThreshold.CPUEvictPolicy }, EvictByRealLimit, EvictByRealLimit},
+		{"threshold.stealHeadroom (Tandem's; auto by default)", func(r Resolved) any { return r.ResourceThreshold.StealHeadroom }, StealHeadroomAuto, StealHeadroomAuto},
+		{"threshold.stealThresholdPercent (Tandem's)", func(r Resolved) any { return r.ResourceThreshold.StealThresholdPercent }, int64(5), int64(5)},
 
 		// resource-qos-config: the anolis strategy sets only beClass.memoryQOS.wmarkRatio.
 		{"qos.policies.cpuPolicy (default)", func(r Resolved) any { return r.ResourceQOS.Policies.CPUPolicy }, CPUQOSPolicyGroupIdentity, CPUQOSPolicyGroupIdentity},

@@ -230,7 +230,24 @@ type ResourceThresholdSettings struct {
 	CPUEvictLowerPercent          int64          `json:"cpuEvictLowerPercent"`
 	CPUEvictPolicy                CPUEvictPolicy `json:"cpuEvictPolicy"`
 	EvictEnabledPriorityThreshold *int32         `json:"evictEnabledPriorityThreshold"`
+	// StealHeadroom is Tandem's, not Koordinator's: whether BE is held below the CPU a virtual machine's
+	// host really gives (metrics/headroom). "auto" (the default) turns it on where the node is a VM.
+	// It runs whatever Enable says: it guards against the host, not against LS load.
+	StealHeadroom StealHeadroomMode `json:"stealHeadroom"`
+	// StealThresholdPercent is Tandem's: how much steal above its level without BE, in percent of one
+	// CPU, holds BE back.
+	StealThresholdPercent int64 `json:"stealThresholdPercent"`
 }
+
+// StealHeadroomMode switches the steal-aware BE headroom.
+type StealHeadroomMode string
+
+// Steal headroom modes of resource-threshold-config.stealHeadroom.
+const (
+	StealHeadroomAuto StealHeadroomMode = "auto"
+	StealHeadroomOn   StealHeadroomMode = "on"
+	StealHeadroomOff  StealHeadroomMode = "off"
+)
 
 // CPUQOSPolicy selects the kernel mechanism behind cpuQOS.
 type CPUQOSPolicy string

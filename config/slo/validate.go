@@ -218,6 +218,8 @@ func (v *validator) threshold(s *ResourceThresholdSettings) {
 	v.percent(".cpuEvictThresholdPercent", s.CPUEvictThresholdPercent)
 	v.percent(".cpuEvictLowerPercent", s.CPUEvictLowerPercent)
 	v.oneOf(".cpuEvictPolicy", string(s.CPUEvictPolicy), string(EvictByRealLimit), string(EvictByAllocatable))
+	v.oneOf(".stealHeadroom", string(s.StealHeadroom), string(StealHeadroomAuto), string(StealHeadroomOn), string(StealHeadroomOff))
+	v.percent(".stealThresholdPercent", s.StealThresholdPercent)
 
 	v.below("", "memoryEvictLowerPercent", s.MemoryEvictLowerPercent, "memoryEvictThresholdPercent", s.MemoryEvictThresholdPercent)
 	v.below("", "cpuEvictLowerPercent", s.CPUEvictLowerPercent, "cpuEvictThresholdPercent", s.CPUEvictThresholdPercent)

@@ -44,6 +44,11 @@ func TestValidate(t *testing.T) {
 			want: []string{"resource-threshold-config.clusterStrategy.cpuSuppressThresholdPercent: 120 is not a percentage; use 0 to 100"},
 		},
 		{
+			name: "steal headroom mode misspelt",
+			data: map[string]string{ResourceThresholdConfigKey: `{"clusterStrategy": {"stealHeadroom": "yes", "stealThresholdPercent": 101}}`},
+			want: []string{"resource-threshold-config.clusterStrategy.stealHeadroom: *", "resource-threshold-config.clusterStrategy.stealThresholdPercent: 101 is not a percentage; use 0 to 100"},
+		},
+		{
 			name: "yielding threads for a latency-sensitive class",
 			data: map[string]string{ResourceQOSConfigKey: `{"clusterStrategy": {"lsClass": {"cpuQOS": {"yieldThreads": true}}, "beClass": {"cpuQOS": {"yieldThreads": false}}}}`},
 			want: []string{"resource-qos-config.clusterStrategy.lsClass.cpuQOS.yieldThreads: true is for beClass only: it makes the class's threads yield to every other thread on the node; remove it"},

@@ -49,15 +49,20 @@ func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgr
 
 // beQuotaCeiling is the CFS limit CPU suppression puts on BE pods now, for BE host applications: on cgroup
 // v1 the suppress loop's ceiling (which leads the parent while it shrinks); elsewhere, while the cfsQuota
-// policy is in force, the BE parent's own limit.
+// policy or the steal headroom is in force, the BE parent's own limit.
 func beQuotaCeiling(st settings, cgroups cgroup.Writer, cons *consumers) func() (cgroup.CPUMax, bool) {
 	cons.mu.Lock()
-	sup := cons.sup
+	sup, hr := cons.sup, cons.hr
 	cons.mu.Unlock()
 	tree, _ := cgroups.(cgroup.Tree)
 	return func() (cgroup.CPUMax, bool) {
 		th := st.colocation.Load().ResourceThreshold
-		if !th.Enable || th.CPUSuppressPolicy != suppress.PolicyCFSQuota {
+		// The steal headroom holds BE by the parent's quota whatever suppression's policy is.
+		held := false
+		if hr != nil {
+			_, held = hr.Ceiling()
+		}
+		if !held && (!th.Enable || th.CPUSuppressPolicy != suppress.PolicyCFSQuota) {
 			return cgroup.CPUMax{}, false
 		}
 		if sup != nil {

@@ -21,6 +21,9 @@ type nodeFacts struct {
 	yield bool
 	// policies are the built-in policies --policies runs.
 	policies []string
+	// vm says whether the node is a virtual machine (metrics/headroom.DetectVM); vmWhy from what.
+	vm    bool
+	vmWhy string
 }
 
 func (f nodeFacts) policy(name string) bool { return slices.Contains(f.policies, name) }
@@ -116,6 +119,8 @@ func knobRules() map[string]knobRule {
 		"resource-threshold-config/cpuEvictLowerPercent":               fixed(knob.Unsupported, "BE pods are evicted by CPU satisfaction (cpuEvictBESatisfaction*), not by node CPU usage"),
 		"resource-threshold-config/cpuEvictPolicy":                     fixed(knob.Unsupported, "CPU satisfaction is measured against the BE CPUs suppression allows (evictByRealLimit)"),
 		"resource-threshold-config/evictEnabledPriorityThreshold":      fixed(knob.Unsupported, "every BE pod may be evicted, lowest priority first"),
+		"resource-threshold-config/stealHeadroom":                      stealRule,
+		"resource-threshold-config/stealThresholdPercent":              stealRule,
 
 		// resource-qos-config.
 		"resource-qos-config/policies.cpuPolicy":     fixed(knob.Unsupported, "the mechanism follows the kernel: group identity (cpu.bvt_warp_ns) where offered, cpu.idle for BE pods in any case"),
@@ -163,6 +168,23 @@ func yieldRule(r slo.Resolved, f nodeFacts, key string) (knob.State, string) {
 		return knob.Ignored, "no cgroup hierarchy to find BE threads in"
 	case !f.yield:
 		return knob.Ignored, "the kernel does not honour slice requests (Linux 6.12+)"
+	}
+	return knob.Applied, ""
+}
+
+// stealRule says whether the steal headroom runs: on, off, or auto on a virtual machine, whatever
+// resource-threshold-config.enable says.
+func stealRule(r slo.Resolved, f nodeFacts, _ string) (knob.State, string) {
+	on := r.ResourceThreshold.StealHeadroom == slo.StealHeadroomOn || (r.ResourceThreshold.StealHeadroom == slo.StealHeadroomAuto && f.vm)
+	switch {
+	case !on && r.ResourceThreshold.StealHeadroom == slo.StealHeadroomAuto:
+		return knob.Off, "auto, and this node is not a virtual machine: " + f.vmWhy
+	case !on:
+		return knob.Off, ""
+	case f.cgroups == nil:
+		return knob.Ignored, "no cgroup hierarchy to hold BE back with"
+	case r.ResourceThreshold.StealHeadroom == slo.StealHeadroomAuto:
+		return knob.Applied, "auto, and this node is a virtual machine: " + f.vmWhy
 	}
 	return knob.Applied, ""
 }

@@ -54,6 +54,10 @@ func TestBaseKnobs(t *testing.T) {
 	on.ResourceQOS.BE.ResctrlQOS.Enable = true
 	mainline := nodeFacts{cgroups: fakeProber{"cpu.idle": true}, yield: true, policies: []string{"cpuidle", "resctrl"}}
 	anolis := nodeFacts{cgroups: fakeProber{"cpu.idle": true, "cpu.bvt_warp_ns": true}, resctrl: true, policies: []string{"cpuidle", "resctrl"}}
+	vm := mainline
+	vm.vm, vm.vmWhy = true, "/proc/cpuinfo has the hypervisor flag"
+	stealOn := base
+	stealOn.ResourceThreshold.StealHeadroom = slo.StealHeadroomOn
 	tests := []struct {
 		name         string
 		r            slo.Resolved
@@ -78,6 +82,10 @@ func TestBaseKnobs(t *testing.T) {
 		{"resctrl with it", on, anolis, "resource-qos-config", "beClass.resctrlQOS.mbaPercent", knob.Applied, "100"},
 		{"blkio", on, anolis, "resource-qos-config", "beClass.blkioQOS.enable", knob.Unsupported, "false"},
 		{"burst without its reporter", on, anolis, "cpu-burst-config", "policy", knob.Ignored, `"none"`},
+		{"steal headroom on a VM", base, vm, "resource-threshold-config", "stealHeadroom", knob.Applied, `"auto"`},
+		{"steal headroom on bare metal", base, mainline, "resource-threshold-config", "stealHeadroom", knob.Off, `"auto"`},
+		{"steal headroom forced on bare metal", stealOn, mainline, "resource-threshold-config", "stealThresholdPercent", knob.Applied, "5"},
+		{"steal headroom without cgroups", stealOn, nodeFacts{}, "resource-threshold-config", "stealHeadroom", knob.Ignored, `"on"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
+	"github.com/tandemkit/tandem/metrics/headroom"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
 	"github.com/tandemkit/tandem/metrics/suppress"
@@ -108,11 +109,11 @@ func podRequests(st *store.Store, staticCPUManager bool) func() []reporter.PodRe
 // startNodeLoops starts CPU suppression and eviction, configured by resource-threshold-config (off unless
 // the operator enables it, as in Koordinator) and reconfigured by cons on every change of it.
 func startNodeLoops(ctx context.Context, loops *supervise.Group, st settings, col *collector.Collector, cpus *alloc.Allocator,
-	cgroups cgroup.Writer, poolsChanged func(), evictor evict.Evictor, fe FrontEnd, reg prometheus.Registerer, cons *consumers) error {
+	cgroups cgroup.Writer, poolsChanged func(), evictor evict.Evictor, fe FrontEnd, reg prometheus.Registerer, cons *consumers, hr *headroom.Controller) error {
 	logger := klog.FromContext(ctx)
 	thresholds := st.colocation.Load().ResourceThreshold
 	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Refresh: fe.Refresh,
-		Cgroups: cgroups, Registerer: reg}
+		Cgroups: cgroups, Registerer: reg, Headroom: hr}
 	if cpus != nil {
 		sdeps.CPUs = cpus
 	}
@@ -152,6 +153,18 @@ func startNodeLoops(ctx context.Context, loops *supervise.Group, st settings, co
 		cons.setPodSpecs(ctx, func(d *policy.Deps) { d.BEQuotaCeiling = sup.QuotaCeiling })
 	}
 	return nil
+}
+
+// newHeadroom builds the steal headroom for resource-threshold-config's stealHeadroom, "auto" deciding on
+// whether the node is a virtual machine (vm, vmWhy).
+func newHeadroom(ctx context.Context, st settings, vm bool, vmWhy string, reg prometheus.Registerer) (*headroom.Controller, error) {
+	cfg, why := headroom.Resolve(headroom.DefaultConfig(), st.colocation.Load().ResourceThreshold, vm, vmWhy)
+	hr, err := headroom.New(cfg, why, reg)
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("Steal headroom", "enable", cfg.Enable, "why", why, "stealThresholdMilli", cfg.StealThresholdMilli)
+	return hr, nil
 }
 
 // startYield starts the loop that makes BE threads yield to every other thread (metrics/yield), switched by resource-qos-config's

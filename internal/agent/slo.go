@@ -20,6 +20,7 @@ import (
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
+	"github.com/tandemkit/tandem/metrics/headroom"
 	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/metrics/yield"
 )
@@ -52,6 +53,12 @@ type consumers struct {
 	evBase  evict.Config
 	yl      *yield.Loop
 	ylBase  yield.Config
+	// hr is the steal headroom; hrBase its configuration before resource-threshold-config, vm and vmWhy
+	// what stealHeadroom "auto" decides on.
+	hr     *headroom.Controller
+	hrBase headroom.Config
+	vm     bool
+	vmWhy  string
 	// followers are handed every configuration in force, the first when they register (see follow).
 	followers []func(context.Context, slo.Resolved)
 	// reporters say what each slo-config key they act on does on this node (/debug/config).
@@ -177,6 +184,15 @@ func (c *consumers) reconfigureLoops(ctx context.Context) {
 			logger.Error(err, "Eviction settings refused; the ones in force stay")
 		}
 	}
+	if c.hr != nil {
+		cfg, why := headroom.Resolve(c.hrBase, th, c.vm, c.vmWhy)
+		was := c.hr.Status().Enabled
+		if err := c.hr.Reconfigure(cfg, why); err != nil {
+			logger.Error(err, "Steal headroom settings refused; the ones in force stay")
+		} else if was != cfg.Enable {
+			logger.Info("Steal headroom switched", "enable", cfg.Enable, "why", why, "stealThresholdMilli", cfg.StealThresholdMilli)
+		}
+	}
 	if c.yl != nil {
 		cfg := c.ylBase
 		cfg.Enable = c.resolved.ResourceQOS.BE.CPUQOS.YieldThreads
@@ -184,6 +200,14 @@ func (c *consumers) reconfigureLoops(ctx context.Context) {
 			logger.Error(err, "BE thread scheduling settings refused; the ones in force stay")
 		}
 	}
+}
+
+// setHeadroom registers the steal headroom and gives it the configuration in force.
+func (c *consumers) setHeadroom(ctx context.Context, hr *headroom.Controller, base headroom.Config, vm bool, vmWhy string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hr, c.hrBase, c.vm, c.vmWhy = hr, base, vm, vmWhy
+	c.reconfigureLoops(ctx)
 }
 
 // setYield registers the BE thread scheduling loop and gives it the configuration in force.

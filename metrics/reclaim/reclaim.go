@@ -9,7 +9,8 @@
 // HP are the high-priority pods (every QoS class except BE). What one HP pod counts for depends on
 // the calculate policy: its usage (usage), its request (request), or the larger of both
 // (maxUsageRequest). The result is floored at 0 and capped at batch{CPU,Memory}ThresholdPercent of
-// capacity.
+// capacity, and batch CPU at the steal headroom's ceiling where the host of a virtual machine takes
+// CPU back (metrics/headroom): idle CPU the host does not give is no capacity.
 //
 // Usage figures should be predicted peaks (see Predictor), not the last sample: batch pods
 // placed against a quiet second would be evicted at the next busy one.
@@ -49,6 +50,9 @@ type Input struct {
 	Reserved Resources
 	// HP are the high-priority pods.
 	HP []Pod
+	// BECeilingMilli, when above 0, caps batch CPU: the most BE may use because of what the host of a
+	// virtual machine takes back (metrics/headroom), which no formula on idle CPU sees.
+	BECeilingMilli int64
 }
 
 // Result is the batch capacity and the terms it was computed from, so that a log line or the
@@ -64,6 +68,8 @@ type Result struct {
 	System Resources
 	// Safety is capacity × (100 − reclaimThresholdPercent)%: what the formula never hands out.
 	Safety Resources
+	// CappedByHeadroom says the batch CPU is the steal headroom's ceiling, lower than the formula's.
+	CappedByHeadroom bool
 }
 
 // Settings are the colocation-config knobs the formula reads.
@@ -142,6 +148,9 @@ func Compute(s Settings, in Input) Result {
 			s.BatchCPUThresholdPercent),
 		MemoryBytes: batch(in.Capacity.MemoryBytes, r.Safety.MemoryBytes, r.System.MemoryBytes, r.HP.MemoryBytes,
 			s.BatchMemoryThresholdPercent),
+	}
+	if in.BECeilingMilli > 0 && in.BECeilingMilli < r.Batch.CPUMilli {
+		r.Batch.CPUMilli, r.CappedByHeadroom = in.BECeilingMilli, true
 	}
 	return r
 }

@@ -154,6 +154,20 @@ func TestCompute(t *testing.T) {
 			wantHP: Resources{CPUMilli: 30000, MemoryBytes: 100 * gi},
 		},
 		{
+			name:     "the steal headroom's ceiling caps cpu below the formula",
+			settings: seed,
+			input:    func() Input { in := node; in.BECeilingMilli = 4000; return in }(),
+			want:     Resources{CPUMilli: 4000, MemoryBytes: memBase - 30*gi},
+			wantHP:   Resources{CPUMilli: 7000, MemoryBytes: 30 * gi},
+		},
+		{
+			name:     "a ceiling above the formula changes nothing",
+			settings: seed,
+			input:    func() Input { in := node; in.BECeilingMilli = 20000; return in }(),
+			want:     Resources{CPUMilli: 10700, MemoryBytes: memBase - 30*gi},
+			wantHP:   Resources{CPUMilli: 7000, MemoryBytes: 30 * gi},
+		},
+		{
 			name:     "idle node: threshold minus system",
 			settings: seed,
 			input:    Input{Capacity: node.Capacity, Reserved: node.Reserved},

@@ -20,6 +20,9 @@ func FromSnapshot(s *collector.Snapshot) *Sample {
 		System:   reclaim.Resources(s.System),
 		Pods:     make([]PodUsage, 0, len(s.Containers)),
 	}
+	// CPU the host of a virtual machine takes back is not the node's to hand out: it counts with what
+	// the system uses, so the predictor's peak of it stays out of the batch capacity.
+	out.System.CPUMilli += max(s.Steal.CPUMilli, 0)
 	for _, c := range s.Containers {
 		uid := c.PodUID
 		if c.Cgroup != "" {

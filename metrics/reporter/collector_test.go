@@ -2,6 +2,7 @@ package reporter
 
 import (
 	"testing"
+	"time"
 
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/reclaim"
@@ -21,7 +22,9 @@ func TestFromSnapshot(t *testing.T) {
 		Time:     t0,
 		Capacity: collector.Usage{CPUMilli: 32000, MemoryBytes: 128 * gi},
 		Node:     collector.Usage{CPUMilli: 9000, MemoryBytes: 40 * gi},
-		System:   collector.Usage{CPUMilli: 1000, MemoryBytes: 2 * gi},
+		System:   collector.Usage{CPUMilli: 600, MemoryBytes: 2 * gi},
+		// The host took 400m back: it counts with the system's use, never as batch capacity.
+		Steal: collector.Steal{CPUMilli: 400},
 		Containers: []collector.ContainerUsage{
 			{Target: collector.Target{PodUID: "a", Container: "app", QoS: qos.LS}, Usage: collector.Usage{CPUMilli: 3000, MemoryBytes: gi}},
 			{Target: collector.Target{PodUID: "a", Container: "sidecar", QoS: qos.LS}, Usage: collector.Usage{CPUMilli: 1000, MemoryBytes: gi}},
@@ -44,5 +47,16 @@ func TestFromSnapshot(t *testing.T) {
 	h.step()
 	if c, _, _, _ := batch(h.node()); c != 32000-12800-1000-4000-2000 {
 		t.Fatalf("batch cpu = %d, want 12200 (pod a counted with both containers, nginx as HP, logtail not)", c)
+	}
+	// The steal headroom holds BE to 3000m on this node: the published capacity follows it.
+	h.mu.Lock()
+	h.ceiling = 3000
+	h.mu.Unlock()
+	h.clock.Step(time.Minute)
+	got.Time = h.clock.Now()
+	h.setSample(got)
+	h.step()
+	if c, _, _, _ := batch(h.node()); c != 3000 {
+		t.Fatalf("batch cpu = %d under a steal headroom ceiling of 3000m, want 3000", c)
 	}
 }

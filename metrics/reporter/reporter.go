@@ -178,6 +178,9 @@ type Deps struct {
 	Clock clock.WithTicker
 	// Registerer receives the reporter's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// BECeiling is the most CPU BE may use because of what the host of a virtual machine takes back
+	// (metrics/headroom); limited false when there is no such ceiling. Nil: none. Must not block.
+	BECeiling func() (milli int64, limited bool)
 }
 
 // Reporter publishes one node's batch capacity and node metric. Run it once.
@@ -409,12 +412,18 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 				}
 			}
 		}
-		res := reclaim.Compute(reclaim.SettingsFrom(settings), reclaim.Input{
+		in := reclaim.Input{
 			Capacity:    r.lastCapacity,
 			SystemUsage: est.SystemPeak,
 			Reserved:    r.reserved,
 			HP:          reclaim.HPPods(est.PodPeaks, requests),
-		})
+		}
+		if r.deps.BECeiling != nil {
+			if m, ok := r.deps.BECeiling(); ok {
+				in.BECeilingMilli = m
+			}
+		}
+		res := reclaim.Compute(reclaim.SettingsFrom(settings), in)
 		want.batch = res.Batch
 	}
 	want.metric = &nodemetric.NodeMetric{

@@ -124,8 +124,10 @@ type harness struct {
 	mu       sync.Mutex
 	sample   *Sample
 	settings slo.ColocationSettings
-	seen     int
-	ctx      context.Context // logs into the test's output
+	// ceiling is the steal headroom's BE ceiling, 0 for none.
+	ceiling int64
+	seen    int
+	ctx     context.Context // logs into the test's output
 }
 
 func newHarness(t testing.TB, settings slo.ColocationSettings, node *corev1.Node) *harness {
@@ -140,6 +142,11 @@ func newHarness(t testing.TB, settings slo.ColocationSettings, node *corev1.Node
 		Settings:   func() slo.ColocationSettings { h.mu.Lock(); defer h.mu.Unlock(); return h.settings },
 		Clock:      h.clock,
 		Registerer: h.reg,
+		BECeiling: func() (int64, bool) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.ceiling, h.ceiling > 0
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,14 @@
 //   - Widening and lifting write the parent first, then raise the ceiling and ask the proxy to refresh:
 //     the policy recomputes each BE container's quota from its batch-cpu limit, which is never lost.
 //
+// # Steal headroom
+//
+// On a virtual machine whose host takes CPU back when the guest fills its vCPUs, metrics/headroom decides
+// a BE ceiling from the steal it sees (Deps.Headroom). The loop applies it whatever Enable says: with
+// suppression disabled, as the BE parent's CFS quota alone (exact to the milli-core, where a cpuset would
+// round up to whole CPUs); with suppression enabled, as a cap on the formula's answer under the
+// configured policy. The hysteresis, the cgroup v1 ordering and the lifts below apply to it alike.
+//
 // # Undoing suppression
 //
 // Suppression never outlives the loop's reasons for it. A reload that disables it or switches policy
@@ -73,6 +81,7 @@ import (
 
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/headroom"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/qos"
@@ -203,12 +212,19 @@ type Deps struct {
 	Cgroups cgroup.Writer
 	// Registerer receives tandem_suppress_* metrics; nil keeps them unexported.
 	Registerer prometheus.Registerer
+	// Headroom, when set, sees every snapshot and may hold BE below what the host of a virtual machine
+	// really gives (metrics/headroom). Its ceiling applies whether or not suppression is enabled: on
+	// its own through the BE parent's CFS quota, with suppression as a cap on the formula's answer.
+	Headroom *headroom.Controller
 }
 
 // Decision is what one sample led to.
 type Decision struct {
-	// WantMilli is the formula's answer (after floor and capacity), before hysteresis.
+	// WantMilli is the formula's answer (after floor and capacity) and the steal headroom's ceiling,
+	// whichever is lower, before hysteresis.
 	WantMilli int64
+	// HeadroomMilli is the steal headroom's ceiling; 0 when there is none.
+	HeadroomMilli int64
 	// AllowedMilli is what BE may use now; for the cpuset policy, the BE pool's size × 1000.
 	AllowedMilli int64
 	// CPUs is the size of the BE pool (cpuset policy) or the quota in CPUs, rounded up (cfsQuota).
@@ -230,6 +246,9 @@ type Loop struct {
 	// policy that put it there, which lifts it when a reload switches policy.
 	applied       bool
 	appliedPolicy Policy
+	// limited records that the steal headroom's ceiling was in force at the last sample, so a reload
+	// that finds suppression disabled does not lift the clamp the headroom put there.
+	limited bool
 
 	// stepMu serialises Step with the lifts a reload or the stop asks for.
 	stepMu sync.Mutex
@@ -361,7 +380,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-l.wake:
 			warned = warnCFSQuota(ctx, *l.cfg.Load(), warned)
 			l.stepMu.Lock()
-			if err := l.liftIfOff(ctx, *l.cfg.Load()); err != nil {
+			if err := l.liftIfOff(ctx, l.effective(*l.cfg.Load(), l.limited)); err != nil {
 				logger.Error(err, "BE CPU suppression not lifted; retrying at the next sample")
 			}
 			l.stepMu.Unlock()
@@ -389,6 +408,24 @@ func warnCFSQuota(ctx context.Context, cfg Config, warned bool) bool {
 			"policy", cfg.CPUSuppressPolicy, "thresholdPercent", cfg.CPUSuppressThresholdPercent)
 	}
 	return on
+}
+
+// effective is the configuration a sample applies: cfg, or, when suppression is disabled and the steal
+// headroom holds BE back, the CFS quota of the BE parent alone (cpuset on a node without a cgroup
+// writer): a fraction of a CPU is what a host's bandwidth limit is about, and the quota expresses it
+// exactly where a cpuset rounds up to whole CPUs.
+func (l *Loop) effective(cfg Config, limited bool) Config {
+	if cfg.Enable || !limited {
+		return cfg
+	}
+	eff := cfg
+	switch {
+	case l.deps.Cgroups != nil:
+		eff.Enable, eff.CPUSuppressPolicy = true, PolicyCFSQuota
+	case l.deps.CPUs != nil:
+		eff.Enable, eff.CPUSuppressPolicy = true, PolicyCPUSet
+	}
+	return eff
 }
 
 // liftIfOff lifts the suppression in force when cfg switched it off or moved it to the other policy.
@@ -522,7 +559,18 @@ func (c Config) Want(snap *collector.Snapshot) int64 {
 // Step applies one snapshot.
 func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, error) {
 	logger := klog.FromContext(ctx)
-	cfg := *l.cfg.Load()
+	asked := *l.cfg.Load()
+	var ceiling int64
+	if l.deps.Headroom != nil {
+		st := l.deps.Headroom.Observe(snap)
+		if st.Decision == "hold" {
+			logger.Info("BE held back: the host takes CPU back while BE runs", "reason", st.LastHoldReason,
+				"stealMilli", st.StealMilli, "baselineMilli", st.BaselineMilli, "perCPUMilli", st.PerCPUMilli, "ceilingMilli", st.CeilingMilli)
+		}
+		ceiling = st.CeilingMilli
+	}
+	l.limited = ceiling > 0
+	cfg := l.effective(asked, l.limited)
 	if err := l.liftIfOff(ctx, cfg); err != nil {
 		return Decision{}, err
 	}
@@ -532,7 +580,13 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, er
 		l.beCPUs.Set(float64(d.AllowedMilli) / 1000)
 		return d, nil
 	}
-	want := cfg.Want(snap)
+	want := max(snap.Capacity.CPUMilli, 1000)
+	if asked.Enable {
+		want = cfg.Want(snap)
+	}
+	if ceiling > 0 {
+		want = min(want, ceiling)
+	}
 	cpuset := cfg.CPUSuppressPolicy == PolicyCPUSet
 	// Levels: CPUs for cpuset (rounded up: a fraction of a CPU still needs one), milli for cfsQuota.
 	level, unit := want, int64(1)
@@ -552,7 +606,7 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, er
 	default:
 		l.higher = 0
 	}
-	d := Decision{WantMilli: want}
+	d := Decision{WantMilli: want, HeadroomMilli: ceiling}
 	changed, err := l.apply(ctx, cfg, next)
 	if err != nil {
 		return d, err
@@ -568,7 +622,7 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, er
 	if changed {
 		l.changes.WithLabelValues(string(cfg.CPUSuppressPolicy), direction).Inc()
 		logger.Info("BE CPU limit changed", "policy", cfg.CPUSuppressPolicy, "direction", direction,
-			"beCPUs", d.CPUs, "allowedMilli", d.AllowedMilli, "wantMilli", want,
+			"beCPUs", d.CPUs, "allowedMilli", d.AllowedMilli, "wantMilli", want, "stealHeadroomMilli", ceiling,
 			"nodeMilli", snap.Node.CPUMilli, "systemMilli", snap.System.CPUMilli, "sampleTime", snap.Time)
 	}
 	return d, nil

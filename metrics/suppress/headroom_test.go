@@ -1,0 +1,90 @@
+package suppress_test
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/metrics/collector"
+	"github.com/tandemkit/tandem/metrics/headroom"
+	"github.com/tandemkit/tandem/metrics/suppress"
+)
+
+// TestStealHeadroom runs the loop with suppression disabled and the steal headroom on, against a
+// cgroup v1 tree on disk: steal while BE runs clamps the BE parent's quota at the headroom's ceiling,
+// calm widens it back, and the clamp is lifted once the ceiling is gone. With suppression enabled, the
+// lower of the formula's answer and the ceiling applies.
+func TestStealHeadroom(t *testing.T) {
+	t.Parallel()
+	stolen := func(s *collector.Snapshot, steal int64) *collector.Snapshot {
+		s.Steal.CPUMilli = steal
+		return s
+	}
+	type step struct {
+		ls, be, steal int64
+		// n repeats the sample; wantQuota is the BE parent's cpu.cfs_quota_us after the last.
+		n         int
+		wantQuota string
+	}
+	tests := []struct {
+		name     string
+		suppress bool
+		steps    []step
+	}{
+		{
+			name: "suppression disabled: the headroom alone clamps and lifts",
+			steps: []step{
+				{ls: 300, n: 3, wantQuota: "-1"},
+				// 1700m × 3/4 − 200m of excess steal = 1075m.
+				{ls: 300, be: 1700, steal: 200, n: 1, wantQuota: "107500"},
+				{ls: 300, be: 1075, n: 9, wantQuota: "107500"},
+				// The tenth calm sample raises the ceiling by 5% of the node; the widening waits three
+				// samples more (suppress's own hysteresis) before it reaches the kernel.
+				{ls: 300, be: 1075, n: 3, wantQuota: "117500"},
+				// 200 calm samples take the ceiling back to the node's capacity: lifted.
+				{ls: 300, be: 1075, n: 300, wantQuota: "-1"},
+			},
+		},
+		{
+			name:     "suppression enabled: the lower of formula and ceiling",
+			suppress: true,
+			steps: []step{
+				// 2 × 55% = 1100m − 300m LS = 800m from the formula, no ceiling yet.
+				{ls: 300, n: 3, wantQuota: "100000"},                      // the formula's floor of one CPU
+				{ls: 300, be: 1000, steal: 400, n: 1, wantQuota: "35000"}, // 1000 × 3/4 − 400 = 350m
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			b := newBETree(t, "-1")
+			hcfg := headroom.DefaultConfig()
+			hcfg.Enable = true
+			h, err := headroom.New(hcfg, "test", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := suppress.New(b.config(tt.suppress), suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: b.w, Headroom: h})
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := 0
+			for _, s := range tt.steps {
+				var d suppress.Decision
+				for range s.n {
+					i++
+					if d, err = l.Step(ctx, stolen(snap(time.Unix(int64(i), 0), 2, s.ls, s.be, 0), s.steal)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := b.quota(t, ""); got != s.wantQuota {
+					t.Fatalf("after %d×(LS %dm, BE %dm, steal %dm): BE parent quota %s, want %s; decision %+v, headroom %+v",
+						s.n, s.ls, s.be, s.steal, got, s.wantQuota, d, h.Status())
+				}
+			}
+		})
+	}
+}
