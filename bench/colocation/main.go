@@ -10,7 +10,10 @@
 //
 //	solo            the LS pods alone (the baseline of every ratio, measured in the same round)
 //	plain           BE pods created on containerd directly, as kubelet makes BestEffort pods without Tandem
-//	tandem          through tandem-proxy with its default policies
+//	tandem          through tandem-proxy with its default policies; on a virtual machine (this machine is
+//	                one) that includes the steal headroom (metrics/headroom), which holds BE back while
+//	                the host takes CPU back
+//	tandem-noheadroom the same with resource-threshold-config's stealHeadroom off
 //	tandem-yield    the same with beClass.cpuQOS.yieldThreads on (off by default): BE threads on the
 //	                BE thread scheduling loop's (metrics/yield) SCHED_BATCH, measured against the default
 //	tandem-cpuset   through tandem-proxy, cpuset suppression at -suppress-threshold percent
@@ -58,9 +61,10 @@ const (
 	settingYield    = "tandem-yield"
 	settingCPUSet   = "tandem-cpuset"
 	settingCFSQuota = "tandem-cfsquota"
+	settingNoSteal  = "tandem-noheadroom"
 )
 
-var allSettings = []string{settingSolo, settingPlain, settingTandem, settingYield, settingCPUSet, settingCFSQuota}
+var allSettings = []string{settingSolo, settingPlain, settingTandem, settingNoSteal, settingYield, settingCPUSet, settingCFSQuota}
 
 type options struct {
 	flavor            string
