@@ -324,7 +324,7 @@ func TestLiveConfig(t *testing.T) {
 			t.Skip("tandem-proxy only: kubelet restarts the plugin's container at once, and a new plugin lifts a clamp it finds at start")
 		}
 		editSLO(ctx, t, cs, "resource-threshold-config", func(v map[string]any) {
-			v["clusterStrategy"] = map[string]any{"enable": true, "cpuSuppressThresholdPercent": 1, "cpuSuppressPolicy": "cfsQuota", "memoryEvictThresholdPercent": 99}
+			v["clusterStrategy"] = map[string]any{"enable": true, "cpuSuppressThresholdPercent": 1, "cpuSuppressPolicy": "cfsQuota", "memoryEvictThresholdPercent": 99, "stealHeadroom": "off"}
 		})
 		var clamp string
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {

@@ -96,6 +96,7 @@ func TestVMNode(t *testing.T) {
 				t.Errorf("tandemctl pods does not list the running pod %s as %s: adopted pods must be in the agent's store", name, qos)
 			}
 		}
+		checkVMHeadroom(ctx, t)
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -359,6 +360,33 @@ func kernelAtLeast(release string, major, minor int) bool {
 	ma, _ := strconv.Atoi(parts[0])
 	mi, _ := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
 	return ma > major || (ma == major && mi >= minor)
+}
+
+// checkVMHeadroom checks that the steal headroom runs on the VM node because it is a virtual machine
+// (the ConfigMap leaves it at auto there, off on the host nodes), and that it holds nothing while the
+// guest counts no steal: under TCG the guest has no steal clock, so this node shows the detection and
+// the wiring, and metrics/suppress's TestRealStealHeadroom shows a hold on real cgroups.
+func checkVMHeadroom(ctx context.Context, t *testing.T) {
+	t.Helper()
+	var out string
+	waitVM(ctx, t, 30*time.Second, "tandemctl headroom shows a sample", func(ctx context.Context) (bool, string) {
+		out = vmRun(ctx, t, vmDir+"/tandemctl headroom")
+		return strings.Contains(out, "last sample"), out
+	})
+	t.Logf("tandemctl headroom:\n%s", out)
+	if !strings.Contains(out, "steal headroom  on (stealHeadroom: auto, and the node is a virtual machine (") {
+		t.Errorf("tandemctl headroom on the VM node does not say it is on because the node is a virtual machine:\n%s", out)
+	}
+	if !strings.Contains(out, "BE ceiling      none") {
+		t.Errorf("tandemctl headroom on the VM node shows a ceiling, with no steal under TCG:\n%s", out)
+	}
+	if c := vmMetric(ctx, t, `tandem_headroom_be_ceiling_cores`); c < 1 {
+		t.Errorf("tandem_headroom_be_ceiling_cores on the VM node = %v, want the node's CPUs (no ceiling)", c)
+	}
+	cfg := vmRun(ctx, t, vmDir+"/tandemctl config --state applied")
+	if !regexpLine(cfg, `resource-threshold-config\s+stealHeadroom\s+"auto"\s+applied\s+auto, and this node is a virtual machine`) {
+		t.Errorf("tandemctl config on the VM node does not list stealHeadroom applied by auto:\n%s", cfg)
+	}
 }
 
 // vmJSON GETs a path of the agent's debug socket on the VM node, as tandemctl does, and decodes it.
@@ -683,7 +711,7 @@ func checkVMEviction(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 	orig := maps.Clone(sloData(ctx, t, cs))
 	defer restoreSLO(context.WithoutCancel(ctx), t, cs, orig)
 	editSLO(ctx, t, cs, "resource-threshold-config", func(v map[string]any) {
-		v["clusterStrategy"] = map[string]any{"enable": true, "memoryEvictThresholdPercent": 1, "memoryEvictLowerPercent": 0, "cpuSuppressThresholdPercent": 100}
+		v["clusterStrategy"] = map[string]any{"enable": true, "memoryEvictThresholdPercent": 1, "memoryEvictLowerPercent": 0, "cpuSuppressThresholdPercent": 100, "stealHeadroom": "off"}
 	})
 	for _, p := range []struct{ ns, name string }{{metav1.NamespaceSystem, "vm-be"}, {metav1.NamespaceDefault, "vm-before-be"}} {
 		var out []byte
