@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -456,16 +457,18 @@ func (b *bench) measurePod(ctx context.Context, rs internalapi.RuntimeService, c
 	if err != nil {
 		return err
 	}
+	defer w.stop()
 	if err := rs.StartContainer(ctx, id); err != nil {
 		return fmt.Errorf("start the load client: %w", err)
 	}
 	if err := waitExited(ctx, b.direct, id, b.o.warmup+b.o.duration+time.Minute); err != nil {
 		return err
 	}
-	if err := w.end(c, 0); err != nil {
+	st, err := w.end(c, 0)
+	if err != nil {
 		return err
 	}
-	return readResult(filepath.Join(out, name+".json"), c)
+	return readResult(filepath.Join(out, name+".json"), c, st)
 }
 
 // measureHost runs the load client as a process of the bench's own cgroup and fills c.
@@ -476,6 +479,7 @@ func (b *bench) measureHost(ctx context.Context, c *cell, server pod, be []strin
 	if err != nil {
 		return err
 	}
+	defer w.stop()
 	if o, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("host load client: %w: %s", err, o)
 	}
@@ -483,10 +487,11 @@ func (b *bench) measureHost(ctx context.Context, c *cell, server pod, be []strin
 	if err := readJSON(file, &r); err != nil {
 		return err
 	}
-	if err := w.end(c, time.Duration(r.CPUSeconds*float64(time.Second))); err != nil {
+	st, err := w.end(c, time.Duration(r.CPUSeconds*float64(time.Second)))
+	if err != nil {
 		return err
 	}
-	fillCell(c, r)
+	fillCell(c, r, st)
 	return nil
 }
 
@@ -495,12 +500,14 @@ func (b *bench) loadArgs(bin string, rate float64, out string) []string {
 		"--warmup", b.o.warmup.String(), "--duration", b.o.duration.String(), "--out", out}
 }
 
-// window is the CPU time of the BE and LS cgroups at a cell's start.
+// window is the CPU time of the BE and LS cgroups at a cell's start, and the steal sampler that
+// runs through it.
 type window struct {
 	be, ls   []string
 	beU, lsU time.Duration
 	steal    float64
 	start    time.Time
+	sampler  *stealSampler
 }
 
 func startWindow(be, ls []string) (*window, error) {
@@ -515,28 +522,43 @@ func startWindow(be, ls []string) (*window, error) {
 	if w.lsU, err = sumUsage(ls); err != nil {
 		return nil, err
 	}
+	// Last, so that no error above leaves it running.
+	if w.sampler, err = startStealSampler("/proc/stat", stealEvery); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
-// end fills c's cores over the window; extraLS is LS CPU outside the LS cgroups (the host client).
-func (w *window) end(c *cell, extraLS time.Duration) error {
+// stop ends the steal sampler of a window that failed before its end; after end it does nothing.
+func (w *window) stop() { _, _, _, _, _ = w.sampler.end() }
+
+// end fills c's cores and steal over the window and returns its stalls, for fillCell; extraLS is LS
+// CPU outside the LS cgroups (the host client).
+func (w *window) end(c *cell, extraLS time.Duration) (stalls, error) {
+	st, n, samplerCPU, gap, err := w.sampler.end()
+	if err != nil {
+		return nil, err
+	}
 	beU, err := sumUsage(w.be)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lsU, err := sumUsage(w.ls)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	steal, err := stealSeconds()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	wall := time.Since(w.start).Seconds()
-	c.StealMs = (steal - w.steal) * 1000
+	// Rounded: the counter moves in 10 ms units, and 20 ms read as 20.000000000003 would exceed a
+	// -max-steal of 20ms.
+	c.StealMs = math.Round((steal - w.steal) * 1000)
 	c.BECores = (beU - w.beU).Seconds() / wall
 	c.LSCores = (lsU - w.lsU + extraLS).Seconds() / wall
-	return nil
+	c.StealIntervals, c.SamplerCores, c.SampleMaxGapMs = n, samplerCPU.Seconds()/wall, float64(gap)/float64(time.Millisecond)
+	return st, nil
 }
 
 // stealSeconds is the CPU time the hypervisor has taken from this machine's CPUs since boot (the
@@ -564,12 +586,12 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-func readResult(path string, c *cell) error {
+func readResult(path string, c *cell, st stalls) error {
 	var r loadResult
 	if err := readJSON(path, &r); err != nil {
 		return err
 	}
-	fillCell(c, r)
+	fillCell(c, r, st)
 	return nil
 }
 

@@ -30,6 +30,12 @@
 // The bench reports and does not judge: it exits 0 whatever the figures, printing the issue's
 // targets beside them. docs/performance.md explains the figures.
 //
+// The host can stall the machine's CPUs (steal time): each cell records its steal, samples every
+// CPU's steal every 10 ms, and counts as stalled the requests whose [due, done] overlapped steal on
+// a CPU they ran on (the server's at the start and end of handling, the client's at send and
+// receipt). The tables print that count and the percentiles of the other, clean requests beside
+// those of all; docs/colocation.md ("The machine itself stalls busy CPUs") gives the limits.
+//
 //	go run ./bench/colocation [-duration 20s] [-rounds 2] [-json out.json]
 //
 // Run as "colocation serve ..." or "colocation load ..." the binary is the LS service or the load

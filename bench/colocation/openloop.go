@@ -33,10 +33,14 @@ func dueAt(start time.Time, rate float64, i int) time.Time {
 }
 
 // outcome is one request: when it was due, when it was sent (the dispatcher's lag is diagnostic),
-// when its answer was read, and whether it failed.
+// when its answer was read, and whether it failed; the CPUs it ran on (the client's at send and
+// receipt, the server's at the start and end of handling), and the server's handling times.
 type outcome struct {
 	due, sent, done time.Time
 	failed          bool
+	cpus            cpuSet
+	srv             served
+	srvOK           bool
 }
 
 // loadResult is what a load client reports back to the bench: the latencies of the requests due
@@ -51,26 +55,43 @@ type loadResult struct {
 	MaxLagUs int64 `json:"maxLagUs"`
 	// CPUSeconds is the client process's own CPU time (user+system), filled in by the client.
 	CPUSeconds float64 `json:"cpuSeconds"`
+
+	// For the bench to attribute steal, per measured request in LatencyUs's order: when it was due,
+	// in µs after DueFromUnixNs (its done time is that plus its latency), and the CPUs it ran on
+	// (a cpuSet; 0 when unknown).
+	DueFromUnixNs int64    `json:"dueFromUnixNs"`
+	DueUs         []int64  `json:"dueUs"`
+	CPUs          []cpuSet `json:"cpus"`
+	// ServerOutside counts answered requests whose handling, by the server's clock, did not fall
+	// within [sent, done] by the client's: more than none and the clocks cannot be compared, nor
+	// the requests placed against the bench's steal samples.
+	ServerOutside int `json:"serverOutside"`
 }
 
 // account turns outcomes into a loadResult, leaving out requests due before measureFrom (the
 // warm-up: connections open, caches fill). A request that never completed (zero done) counts as
 // failed at its due time plus timeout.
 func account(outs []outcome, rate float64, measureFrom time.Time, timeout time.Duration) loadResult {
-	r := loadResult{Rate: rate, LatencyUs: make([]int64, 0, len(outs))}
+	r := loadResult{Rate: rate, LatencyUs: make([]int64, 0, len(outs)),
+		DueFromUnixNs: measureFrom.UnixNano(), DueUs: make([]int64, 0, len(outs)), CPUs: make([]cpuSet, 0, len(outs))}
 	for _, o := range outs {
 		if o.due.Before(measureFrom) {
 			continue
 		}
 		r.Sent++
-		done, failed := o.done, o.failed
+		done, failed, cpus := o.done, o.failed, o.cpus
 		if done.IsZero() {
-			done, failed = o.due.Add(timeout), true
+			done, failed, cpus = o.due.Add(timeout), true, 0
 		}
 		if failed {
 			r.Failed++
 		}
 		r.LatencyUs = append(r.LatencyUs, done.Sub(o.due).Microseconds())
+		r.DueUs = append(r.DueUs, o.due.Sub(measureFrom).Microseconds())
+		r.CPUs = append(r.CPUs, cpus)
+		if o.srvOK && (o.srv.from < o.sent.UnixNano() || o.srv.to > o.done.UnixNano()) {
+			r.ServerOutside++
+		}
 		if !o.sent.IsZero() {
 			r.MaxLagUs = max(r.MaxLagUs, o.sent.Sub(o.due).Microseconds())
 		}
@@ -107,12 +128,24 @@ func runLoad(ctx context.Context, url string, rate float64, warmup, d, timeout t
 		go func() {
 			defer wg.Done()
 			o := outcome{due: due, sent: time.Now()}
+			o.cpus = o.cpus.add(getcpu())
 			resp, err := client.Get(url)
+			var body []byte
 			if err == nil {
+				body, _ = io.ReadAll(io.LimitReader(resp.Body, 256))
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
 			}
 			o.done, o.failed = time.Now(), err != nil || resp.StatusCode != http.StatusOK
+			// After done: what follows is bookkeeping, not latency.
+			o.cpus = o.cpus.add(getcpu())
+			if o.srv, o.srvOK = parseServed(body); o.srvOK {
+				o.cpus = o.cpus.add(o.srv.cpuFrom).add(o.srv.cpuTo)
+			} else {
+				// Where the server ran is unknown: every CPU, so that the request is never clean
+				// by accident.
+				o.cpus = allCPUs
+			}
 			outs[i] = o
 		}()
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -59,6 +60,22 @@ type cell struct {
 	// together); Attempts is how many times the cell was measured because of it.
 	StealMs  float64 `json:"stealMs"`
 	Attempts int     `json:"attempts"`
+
+	// Stalled is how many of the Sent requests overlapped a stall of the host: steal advanced on a
+	// CPU the request ran on (the client's at send and receipt, the server's at the start and end of
+	// handling) during its [due, done]. The Clean percentiles are over the others, and so say what
+	// the guest did on a noisy host (0 when every request was stalled); the clean ratios are to
+	// solo's clean figures.
+	Stalled        int     `json:"stalled"`
+	CleanP50Ms     float64 `json:"cleanP50Ms"`
+	CleanP99Ms     float64 `json:"cleanP99Ms"`
+	CleanP999Ms    float64 `json:"cleanP999Ms"`
+	CleanP99Ratio  float64 `json:"cleanP99Ratio"`
+	CleanP999Ratio float64 `json:"cleanP999Ratio"`
+	StealIntervals int     `json:"stealIntervals"`      // sample intervals of one CPU in which its steal advanced
+	SamplerCores   float64 `json:"stealSamplerCores"`   // the steal sampler thread's CPU over the window (see stealEvery)
+	SampleMaxGapMs float64 `json:"stealSampleMaxGapMs"` // the longest time between two steal samples
+	ServerOutside  int     `json:"serverOutside"`       // see loadResult: 0 unless the clocks disagree
 }
 
 // podStarts is the kubelet-like work of one setting in one round: RunPodSandbox + CreateContainer +
@@ -86,18 +103,42 @@ type report struct {
 	PodStarts  []podStarts `json:"podStarts"`
 }
 
-// fillCell sets a cell's latency figures from a client's result.
-func fillCell(c *cell, r loadResult) {
-	ds := make([]time.Duration, len(r.LatencyUs))
-	for i, us := range r.LatencyUs {
-		ds[i] = time.Duration(us) * time.Microsecond
-	}
+// fillCell sets a cell's latency figures from a client's result and the stalls of its window.
+func fillCell(c *cell, r loadResult, st stalls) {
+	all, clean := splitStalled(r, st)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	c.Sent, c.Failed = r.Sent, r.Failed
-	c.P50Ms = ms(quantile.Nearest(ds, 0.50))
-	c.P99Ms = ms(quantile.Nearest(ds, 0.99))
-	c.P999Ms = ms(quantile.Nearest(ds, 0.999))
+	c.Sent, c.Failed, c.Stalled = r.Sent, r.Failed, len(all)-len(clean)
+	c.P50Ms = ms(quantile.Nearest(all, 0.50))
+	c.P99Ms = ms(quantile.Nearest(all, 0.99))
+	c.P999Ms = ms(quantile.Nearest(all, 0.999))
+	c.CleanP50Ms = ms(quantile.Nearest(clean, 0.50))
+	c.CleanP99Ms = ms(quantile.Nearest(clean, 0.99))
+	c.CleanP999Ms = ms(quantile.Nearest(clean, 0.999))
 	c.MaxLagMs = float64(r.MaxLagUs) / 1000
+	c.ServerOutside = r.ServerOutside
+}
+
+// splitStalled returns every request's latency and those of the requests that overlapped no stall.
+// A result without per-request records (they must match LatencyUs one for one) cannot be
+// attributed: then no request is clean unless there was no steal at all.
+func splitStalled(r loadResult, st stalls) (all, clean []time.Duration) {
+	all = make([]time.Duration, len(r.LatencyUs))
+	clean = make([]time.Duration, 0, len(r.LatencyUs))
+	known := len(r.DueUs) == len(r.LatencyUs) && len(r.CPUs) == len(r.LatencyUs)
+	for i, us := range r.LatencyUs {
+		all[i] = time.Duration(us) * time.Microsecond
+		stalled := false
+		if known {
+			due := r.DueFromUnixNs + r.DueUs[i]*int64(time.Microsecond)
+			stalled = st.overlaps(due, due+int64(all[i]), r.CPUs[i])
+		} else {
+			stalled = st.overlaps(math.MinInt64, math.MaxInt64, allCPUs)
+		}
+		if !stalled {
+			clean = append(clean, all[i])
+		}
+	}
+	return all, clean
 }
 
 // idleFilled is the share of the CPU left idle by LS that BE filled: beCores / (capacity −
@@ -135,6 +176,7 @@ func relate(cells []cell, starts []podStarts, capacity float64) {
 			continue
 		}
 		c.P99Ratio, c.P999Ratio = ratio(c.P99Ms, s.P99Ms), ratio(c.P999Ms, s.P999Ms)
+		c.CleanP99Ratio, c.CleanP999Ratio = ratio(c.CleanP99Ms, s.CleanP99Ms), ratio(c.CleanP999Ms, s.CleanP999Ms)
 		c.IdleFilled = idleFilled(c.BECores, capacity, s.LSCores)
 	}
 	for i := range starts {
@@ -156,6 +198,23 @@ func summarize(p *podStarts) {
 	p.MaxMs = float64(quantile.Nearest(ds, 1)) / float64(time.Millisecond)
 }
 
+// fmtClean formats a clean percentile, "-" when every request was stalled (there is none).
+func fmtClean(c cell, ms float64) string {
+	if c.Stalled >= c.Sent {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", ms)
+}
+
+// maxSamplerCores is the most CPU the steal sampler used in any cell, in cores.
+func maxSamplerCores(cells []cell) float64 {
+	m := 0.0
+	for _, c := range cells {
+		m = max(m, c.SamplerCores)
+	}
+	return m
+}
+
 func fmtRatio(r float64) string {
 	if r == 0 {
 		return "-"
@@ -171,13 +230,17 @@ func writeTables(w io.Writer, rep report) {
 	fmt.Fprintf(w, "latency from each request's intended send time (open loop); ratios are to solo in the same round\n")
 	fmt.Fprintf(w, "idle filled = BE cores / (capacity - LS-side cores of solo at that load): the share of the CPU LS leaves idle that BE used\n")
 	fmt.Fprintf(w, "view pod: the client is an LS peer pod; view host: the client is a process in the bench's cgroup (%s)\n", rep.HostCgroup)
+	fmt.Fprintf(w, "stalled: requests whose [due, done] overlapped steal on a CPU they ran on (each CPU's steal sampled every %v, "+
+		"its thread at most %.2f%% of a CPU); clean: the percentiles of the others, what the guest did\n",
+		stealEvery, 100*maxSamplerCores(rep.Cells))
 	fmt.Fprintf(w, "targets (issue 13): p99 <= %.2fx solo, p99.9 <= %.1fx solo, idle filled >= %.0f%%, host p99 <= %.1fx solo\n\n",
 		targetP99Ratio, targetP999Ratio, targetIdleFilled*100, targetHostP99Ratio)
 
 	for r := 1; r <= rep.Rounds; r++ {
 		fmt.Fprintf(w, "round %d\n", r)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "view\tload rps\tsetting\tp50 ms\tp99 ms\tp99.9 ms\tp99/solo\tp99.9/solo\tLS cores\tBE cores\tidle filled\tfailed\tmax lag ms\tsteal ms\ttries\t")
+		fmt.Fprintln(tw, "view\tload rps\tsetting\tp50 ms\tp99 ms\tp99.9 ms\tp99/solo\tp99.9/solo\tLS cores\tBE cores\tidle filled\tfailed\tmax lag ms\tsteal ms\ttries\t"+
+			"stalled\tclean p50 ms\tclean p99 ms\tclean p99.9 ms\t")
 		for _, c := range rep.Cells {
 			if c.Round != r {
 				continue
@@ -186,9 +249,10 @@ func writeTables(w io.Writer, rep report) {
 			if c.Setting != settingSolo {
 				filled = fmt.Sprintf("%.0f%%", c.IdleFilled*100)
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.2f\t%s\t%d/%d\t%.1f\t%.0f\t%d\t\n",
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.2f\t%s\t%d/%d\t%.1f\t%.0f\t%d\t%d\t%s\t%s\t%s\t\n",
 				c.View, c.Rate, c.Setting, c.P50Ms, c.P99Ms, c.P999Ms, fmtRatio(c.P99Ratio), fmtRatio(c.P999Ratio),
-				c.LSCores, c.BECores, filled, c.Failed, c.Sent, c.MaxLagMs, c.StealMs, c.Attempts)
+				c.LSCores, c.BECores, filled, c.Failed, c.Sent, c.MaxLagMs, c.StealMs, c.Attempts,
+				c.Stalled, fmtClean(c, c.CleanP50Ms), fmtClean(c, c.CleanP99Ms), fmtClean(c, c.CleanP999Ms))
 		}
 		_ = tw.Flush()
 		if slices.ContainsFunc(rep.PodStarts, func(p podStarts) bool { return p.Round == r }) {
@@ -248,14 +312,20 @@ func writeSummary(w io.Writer, rep report) {
 	})
 	fmt.Fprintf(w, "summary over %d round(s): ranges\n", rep.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "view\tload rps\tsetting\tp99 vs solo\tp99.9 vs solo\tBE cores\tof the idle CPU\t")
+	fmt.Fprintln(tw, "view\tload rps\tsetting\tp99 vs solo\tp99.9 vs solo\tBE cores\tof the idle CPU\tclean p99 vs solo\tclean p99.9 vs solo\tstalled\t")
 	for _, k := range order {
-		var p99, p999, be, filled []float64
+		var p99, p999, be, filled, cp99, cp999, stalled []float64
 		for _, c := range groups[k] {
 			p99, p999, be, filled = append(p99, c.P99Ratio), append(p999, c.P999Ratio), append(be, c.BECores), append(filled, c.IdleFilled*100)
+			// A cell with no clean request has no clean ratio: left out rather than shown as 0.
+			if c.CleanP99Ratio > 0 {
+				cp99, cp999 = append(cp99, c.CleanP99Ratio), append(cp999, c.CleanP999Ratio)
+			}
+			stalled = append(stalled, float64(c.Stalled))
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s%%\t\n", k.view, k.rate, k.setting,
-			span(p99, "%.2f"), span(p999, "%.2f"), span(be, "%.2f"), span(filled, "%.0f"))
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s\t%s\t\n", k.view, k.rate, k.setting,
+			span(p99, "%.2f"), span(p999, "%.2f"), span(be, "%.2f"), span(filled, "%.0f"),
+			span(cp99, "%.2f"), span(cp999, "%.2f"), span(stalled, "%.0f"))
 	}
 	_ = tw.Flush()
 	if rep.Load != "" {
