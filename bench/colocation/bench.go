@@ -210,6 +210,9 @@ func sloConfig(setting string, threshold int) string {
 	if setting == settingYield {
 		s += "resource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": true}}}}'\n"
 	}
+	if setting == settingNoSteal {
+		s += "resource-threshold-config: '{\"clusterStrategy\": {\"stealHeadroom\": \"off\"}}'\n"
+	}
 	return s
 }
 

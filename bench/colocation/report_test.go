@@ -218,6 +218,7 @@ func TestSLOConfig(t *testing.T) {
 		setting, want string
 	}{
 		{settingTandem, "colocation-config: '{\"enable\": true}'\n"},
+		{settingNoSteal, "colocation-config: '{\"enable\": true}'\nresource-threshold-config: '{\"clusterStrategy\": {\"stealHeadroom\": \"off\"}}'\n"},
 		{settingYield, "colocation-config: '{\"enable\": true}'\nresource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": true}}}}'\n"},
 		{settingCPUSet, "colocation-config: '{\"enable\": true}'\nresource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": 65, \"cpuSuppressPolicy\": \"cpuset\"}}'\n"},
 		{settingCFSQuota, "colocation-config: '{\"enable\": true}'\nresource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": 65, \"cpuSuppressPolicy\": \"cfsQuota\"}}'\n"},
