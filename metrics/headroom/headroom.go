@@ -14,8 +14,8 @@
 //   - It learns the host's steal without BE: an average of the steal in samples where BE hardly runs
 //     (or is already held at the floor), so a host that steals anyway does not make BE pay for it.
 //   - When steal rises above that level by more than the threshold while BE runs, BE is held back at
-//     once: the ceiling drops to BackoffPercent of what BE used, less the excess steal, never below the
-//     floor. The guest's total use at that moment is remembered as the knee: the level at which this
+//     once: the ceiling drops to BackoffPercent of what BE ran (the guest's accounting leaves steal out
+//     of it, so that is what fitted under the host's line), never below the floor. The guest's total use at that moment is remembered as the knee: the level at which this
 //     host started to take CPU back.
 //   - While steal stays at its level, the ceiling rises by RaiseStepPercent of the node every
 //     RaiseAfterSamples samples, and by a quarter of that once the node would pass the knee again
@@ -265,7 +265,10 @@ func (c *Controller) Observe(snap *collector.Snapshot) Status {
 		if c.ceiling > 0 {
 			from = min(from, c.ceiling)
 		}
-		next := max(cgroup.Add(cgroup.Scale(from, cfg.BackoffPercent, 100), -excess), floor)
+		// What BE ran is what fitted beside the rest under the host's line: the guest's accounting leaves
+		// steal out of it. Holding below it by the backoff leaves the host room; subtracting the steal
+		// as well would count what the host took twice and drop BE to the floor at every large stall.
+		next := max(cgroup.Scale(from, cfg.BackoffPercent, 100), floor)
 		if c.ceiling == 0 || next < c.ceiling {
 			c.ceiling = next
 			c.knee, c.kneeAt = snap.Node.CPUMilli, snap.Time
@@ -286,7 +289,7 @@ func (c *Controller) Observe(snap *collector.Snapshot) Status {
 		c.calm = 0
 		step := max(cgroup.Scale(capacity, cfg.RaiseStepPercent, 100), 50)
 		others := max(snap.Node.CPUMilli-be, 0)
-		if c.knee > 0 && cgroup.Add(others, c.ceiling+step) > c.knee {
+		if c.knee > 0 && cgroup.Add(others, c.ceiling+step) >= c.knee {
 			// Near the level where the host took CPU back last time: creep, so that finding the
 			// line again costs a small hold, not a large one.
 			step = max(step/4, 10)

@@ -73,10 +73,10 @@ func TestController(t *testing.T) {
 			decision: "none",
 		},
 		{
-			name:      "steal while BE runs holds BE to 3/4 of its use less the excess",
+			name:      "steal while BE runs holds BE to 3/4 of what it ran",
 			cfg:       on(),
 			samples:   seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200})),
-			want:      1700*3/4 - 200,
+			want:      1700 * 3 / 4,
 			wantHolds: 1,
 			decision:  "hold",
 		},
@@ -100,17 +100,17 @@ func TestController(t *testing.T) {
 			name: "a second hold cuts from the ceiling, not from use, and never below the floor",
 			cfg:  on(),
 			samples: seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200}),
-				repeat(4, sample{ls: 300, be: 1000, steal: 600})),
+				repeat(8, sample{ls: 300, be: 250, steal: 600})),
 			want:      200, // 10% of 2000
-			wantHolds: 2,   // 1075, then 1000*3/4-600 < floor: 200; held at the floor after that
+			wantHolds: 2,   // 1275, then 250*3/4 < floor: 200; held at the floor after that
 		},
 		{
 			name: "calm raises the ceiling a step every ten samples",
 			cfg:  on(),
 			samples: seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200}),
 				repeat(20, sample{ls: 300, be: 1000})),
-			// 1075, then +100 twice; the knee (2000) is not near yet: 300 + 1175 + 100 < 2000.
-			want:      1275,
+			// 1275, then +100 twice; the knee (2000) is not near yet: 300 + 1375 + 100 < 2000.
+			want:      1475,
 			wantHolds: 1,
 			decision:  "raise",
 		},
@@ -119,9 +119,9 @@ func TestController(t *testing.T) {
 			cfg:  on(),
 			samples: seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200}),
 				repeat(70, sample{ls: 300, be: 1000})),
-			// The knee is 2000m (LS 300m + BE 1700m). 1075m rises by 100m six times to 1675m (LS 300m +
-			// 1675m + 100m would pass 2000m), then by 25m.
-			want:      1700,
+			// The knee is 2000m (LS 300m + BE 1700m). 1275m rises by 100m four times to 1675m (LS 300m +
+			// 1675m + 100m would pass 2000m), then by 25m three times.
+			want:      1750,
 			wantHolds: 1,
 		},
 		{
@@ -178,7 +178,7 @@ func TestHoldReasonNamesTheFigures(t *testing.T) {
 		c.Observe(snapshot(i, s))
 	}
 	got := c.Status().LastHoldReason
-	for _, want := range []string{"steal 200m", "200m above its level without BE", "BE used 1700m", "BE held to 1075m"} {
+	for _, want := range []string{"steal 200m", "200m above its level without BE", "BE used 1700m", "BE held to 1275m"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("hold reason %q lacks %q", got, want)
 		}

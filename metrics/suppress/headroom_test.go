@@ -36,14 +36,14 @@ func TestStealHeadroom(t *testing.T) {
 			name: "suppression disabled: the headroom alone clamps and lifts",
 			steps: []step{
 				{ls: 300, n: 3, wantQuota: "-1"},
-				// 1700m × 3/4 − 200m of excess steal = 1075m.
-				{ls: 300, be: 1700, steal: 200, n: 1, wantQuota: "107500"},
-				{ls: 300, be: 1075, n: 9, wantQuota: "107500"},
+				// 1700m × 3/4 = 1275m.
+				{ls: 300, be: 1700, steal: 200, n: 1, wantQuota: "127500"},
+				{ls: 300, be: 1275, n: 9, wantQuota: "127500"},
 				// The tenth calm sample raises the ceiling by 5% of the node; the widening waits three
 				// samples more (suppress's own hysteresis) before it reaches the kernel.
-				{ls: 300, be: 1075, n: 3, wantQuota: "117500"},
+				{ls: 300, be: 1275, n: 3, wantQuota: "137500"},
 				// 200 calm samples take the ceiling back to the node's capacity: lifted.
-				{ls: 300, be: 1075, n: 300, wantQuota: "-1"},
+				{ls: 300, be: 1275, n: 300, wantQuota: "-1"},
 			},
 		},
 		{
@@ -52,7 +52,7 @@ func TestStealHeadroom(t *testing.T) {
 			steps: []step{
 				// 2 × 55% = 1100m − 300m LS = 800m from the formula, no ceiling yet.
 				{ls: 300, n: 3, wantQuota: "100000"},                      // the formula's floor of one CPU
-				{ls: 300, be: 1000, steal: 400, n: 1, wantQuota: "35000"}, // 1000 × 3/4 − 400 = 350m
+				{ls: 300, be: 400, steal: 400, n: 1, wantQuota: "30000"}, // 400 × 3/4 = 300m
 			},
 		},
 	}

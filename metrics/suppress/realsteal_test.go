@@ -20,17 +20,14 @@ import (
 )
 
 // TestRealStealHeadroom holds real BE work on this machine's cgroup v1 cpu hierarchy. Two spinning
-// processes in a BE cgroup want both CPUs; a model host takes back whatever the guest runs above 1.2
-// CPUs, as steal (a host's bandwidth limit, which this machine's host has but does not apply on demand,
+// processes in a BE cgroup want both CPUs; a model host takes back whatever the guest runs above 70%
+// of what they get alone (at most 1.2 CPUs), as steal (a host's bandwidth limit, which this machine's host has but does not apply on demand,
 // so the steal figure is the model's while every CPU figure is the kernel's). The loop, with suppression
 // disabled as by default, must bring BE's real use under what the host gives, and keep at least 80% of
 // it, through the BE parent's CFS quota alone; stopping lifts the quota. Skips without root or a v1 cpu
 // hierarchy.
 func TestRealStealHeadroom(t *testing.T) {
-	const (
-		hier  = "/sys/fs/cgroup/cpu"
-		gives = 1200 // milli-cores the model host gives before it takes back
-	)
+	const hier = "/sys/fs/cgroup/cpu"
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: making cgroups needs root")
 	}
@@ -103,49 +100,60 @@ func TestRealStealHeadroom(t *testing.T) {
 
 	const interval = 500 * time.Millisecond
 	prev, at := ticks(), time.Now()
-	var used []int64 // BE's real use per sample, milli-cores
-	for i := range 60 {
+	sample := func() int64 { // BE's real use since the last call, milli-cores
 		time.Sleep(interval)
 		cur, now := ticks(), time.Now()
 		be := (cur - prev) * 10 * int64(time.Second) / int64(now.Sub(at)) // ticks of 10 ms → milli-cores
 		prev, at = cur, now
+		return be
+	}
+	// What the spinners get with no ceiling: the whole machine when it is quiet, less when other tests
+	// run beside this one. The model host gives 70% of that (at most 1.2 CPUs), so it always takes back.
+	free := sample()
+	if free < 600 {
+		t.Skipf("SKIPPED: the spinners got only %dm of this machine (other work runs here); a host taking CPU back cannot be shown", free)
+	}
+	gives := min(int64(1200), free*7/10)
+	var used, ceilings []int64
+	for i := range 60 {
+		be := sample()
 		used = append(used, be)
+		// A host's bandwidth limit runs the guest up to what it gives and steals the rest of what the
+		// guest wanted: the guest's own accounting (steal-aware) sees that much run, and that much stolen.
+		ran := min(be, gives)
 		snap := &collector.Snapshot{
-			Time:       now,
+			Time:       at,
 			Capacity:   collector.Usage{CPUMilli: 2000},
-			Node:       collector.Usage{CPUMilli: be},
-			Steal:      collector.Steal{CPUMilli: max(be-gives, 0)},
-			Containers: []collector.ContainerUsage{{Target: collector.Target{Pod: "be", QoS: qos.BE}, Usage: collector.Usage{CPUMilli: be}}},
+			Node:       collector.Usage{CPUMilli: ran},
+			Steal:      collector.Steal{CPUMilli: be - ran},
+			Containers: []collector.ContainerUsage{{Target: collector.Target{Pod: "be", QoS: qos.BE}, Usage: collector.Usage{CPUMilli: ran}}},
 		}
-		if _, err := l.Step(ctx, snap); err != nil {
+		d, err := l.Step(ctx, snap)
+		if err != nil {
 			t.Fatalf("sample %d: %v", i, err)
 		}
+		ceilings = append(ceilings, d.HeadroomMilli)
 	}
-	// The last 20 samples: held under what the host gives (a sample may run over by a tick or two of
-	// the accounting), and filling most of it.
-	var sum int64
-	tail := used[len(used)-20:]
-	for _, u := range tail {
-		sum += u
-	}
-	mean := sum / int64(len(tail))
 	st := h.Status()
-	t.Logf("BE use per sample (milli-cores): %v; holds %d, ceiling %dm", used, st.Holds, st.CeilingMilli)
-	if used[0] < gives+100 {
-		t.Skipf("SKIPPED: BE got only %dm of this machine before any ceiling (other work runs here): the model host never takes CPU back, so nothing is shown", used[0])
-	}
-	over := 0
-	for _, u := range tail {
-		if u > gives+50 {
+	t.Logf("the model host gives %dm (BE got %dm alone); BE's use per sample: %v; the ceiling: %v; holds %d", gives, free, used, ceilings, st.Holds)
+	// The last 20 samples: BE held under what the host gives, on the kernel's own accounting (a probe of
+	// the additive increase runs over it for a sample), and the ceiling converged on most of it. The
+	// ceiling, not BE's use, is held to the 80%: other work on this machine may take CPU from BE too.
+	over, sum := 0, int64(0)
+	for i := len(used) - 20; i < len(used); i++ {
+		if used[i] > gives+50 {
 			over++
 		}
+		sum += ceilings[i]
 	}
-	// The ceiling probes for the line now and then (additive increase): one sample over it per probe.
+	if st.Holds == 0 {
+		t.Fatalf("no hold while BE used %v against a host giving %dm", used[:5], gives)
+	}
 	if over > 3 {
 		t.Errorf("BE ran above what the host gives (%dm) in %d of the last 20 samples; want at most 3", gives, over)
 	}
-	if mean > gives || mean < gives*80/100 {
-		t.Errorf("BE's mean use over the last 20 samples is %dm; want between 80%% of what the host gives (%dm) and it (%dm)", mean, gives*80/100, gives)
+	if mean := sum / 20; mean < gives*80/100 || mean > gives+150 {
+		t.Errorf("the mean ceiling over the last 20 samples is %dm; want between 80%% of what the host gives (%dm) and a probe above it", mean, gives*80/100)
 	}
 	if q, err := w.(cgroup.Tree).CPUMax(parent); err != nil || q.Unlimited() {
 		t.Errorf("BE parent quota %+v, %v; want the ceiling in force", q, err)
