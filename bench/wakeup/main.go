@@ -46,6 +46,9 @@ type variant struct {
 	podIdle  bool
 	attr     *sched.Attr
 	spin     bool
+	// quotaMilli, when above 0, is the CFS quota of the besteffort cgroup, as cfsQuota suppression and
+	// the steal headroom (metrics/headroom) hold BE: whether a quota on BE costs what wakes beside it.
+	quotaMilli int64
 }
 
 func variants() []variant {
@@ -63,6 +66,9 @@ func variants() []variant {
 		{name: "  + pod cpu.idle 1, SCHED_BATCH 20 ms", spin: true, podIdle: true, attr: &batch20},
 		{name: "  + pod cpu.idle 1, SCHED_BATCH 100 ms", spin: true, podIdle: true, attr: &batch100},
 		{name: "top level, cpu.idle 1", spin: true, topLevel: true, podIdle: true},
+		// BE held by its parent's CFS quota (cfsQuota suppression, the steal headroom): 65 % of the node.
+		{name: "kubepods/besteffort quota 65%", spin: true, quotaMilli: int64(runtime.NumCPU()) * 650},
+		{name: "  + pod cpu.idle 1", spin: true, podIdle: true, quotaMilli: int64(runtime.NumCPU()) * 650},
 	}
 }
 
@@ -225,6 +231,11 @@ func (h *hierarchy) measure(ctx context.Context, v variant, spinners int, d time
 		if err != nil {
 			return nil, fmt.Errorf("create the BE cgroups: %w", err)
 		}
+		if v.quotaMilli > 0 {
+			if err := h.setQuota(filepath.Dir(be), v.quotaMilli); err != nil {
+				return nil, err
+			}
+		}
 		if v.podIdle {
 			if err := os.WriteFile(filepath.Join(be, "cpu.idle"), []byte("1"), 0o644); err != nil {
 				return nil, fmt.Errorf("cpu.idle: %w (the kernel needs 5.15+)", err)
@@ -252,6 +263,22 @@ func (h *hierarchy) measure(ctx context.Context, v variant, spinners int, d time
 		time.Sleep(300 * time.Millisecond) // let the spinners settle on the CPUs
 	}
 	return sample(ctx, d)
+}
+
+// setQuota gives a cgroup a CFS quota of milli CPUs per 100 ms period (cpu.max on v2).
+func (h *hierarchy) setQuota(dir string, milli int64) error {
+	const period = 100000
+	quota := milli * period / 1000
+	if h.v2 {
+		return os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(fmt.Sprintf("%d %d", quota, period)), 0o644)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.Itoa(period)), 0o644); err != nil {
+		return fmt.Errorf("cfs period of %s: %w", dir, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)), 0o644); err != nil {
+		return fmt.Errorf("cfs quota of %s: %w", dir, err)
+	}
+	return nil
 }
 
 // enterPod creates the kubepods stand-in with an LS pod below burstable and moves the bench into it.
