@@ -16,6 +16,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -49,6 +50,8 @@ type variant struct {
 	// quotaMilli, when above 0, is the CFS quota of the besteffort cgroup, as cfsQuota suppression and
 	// the steal headroom (metrics/headroom) hold BE: whether a quota on BE costs what wakes beside it.
 	quotaMilli int64
+	// periodMicros is the CFS period of that quota; 0 is the kernel's default, 100 ms.
+	periodMicros int64
 }
 
 func variants() []variant {
@@ -69,6 +72,8 @@ func variants() []variant {
 		// BE held by its parent's CFS quota (cfsQuota suppression, the steal headroom): 65 % of the node.
 		{name: "kubepods/besteffort quota 65%", spin: true, quotaMilli: int64(runtime.NumCPU()) * 650},
 		{name: "  + pod cpu.idle 1", spin: true, podIdle: true, quotaMilli: int64(runtime.NumCPU()) * 650},
+		{name: "  + pod cpu.idle 1, period 10 ms", spin: true, podIdle: true, quotaMilli: int64(runtime.NumCPU()) * 650, periodMicros: 10000},
+		{name: "  + pod cpu.idle 1, period 1 s", spin: true, podIdle: true, quotaMilli: int64(runtime.NumCPU()) * 650, periodMicros: 1000000},
 	}
 }
 
@@ -232,7 +237,7 @@ func (h *hierarchy) measure(ctx context.Context, v variant, spinners int, d time
 			return nil, fmt.Errorf("create the BE cgroups: %w", err)
 		}
 		if v.quotaMilli > 0 {
-			if err := h.setQuota(filepath.Dir(be), v.quotaMilli); err != nil {
+			if err := h.setQuota(filepath.Dir(be), v.quotaMilli, cmp.Or(v.periodMicros, 100000)); err != nil {
 				return nil, err
 			}
 		}
@@ -265,14 +270,13 @@ func (h *hierarchy) measure(ctx context.Context, v variant, spinners int, d time
 	return sample(ctx, d)
 }
 
-// setQuota gives a cgroup a CFS quota of milli CPUs per 100 ms period (cpu.max on v2).
-func (h *hierarchy) setQuota(dir string, milli int64) error {
-	const period = 100000
+// setQuota gives a cgroup a CFS quota of milli CPUs per period µs (cpu.max on v2).
+func (h *hierarchy) setQuota(dir string, milli, period int64) error {
 	quota := milli * period / 1000
 	if h.v2 {
 		return os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(fmt.Sprintf("%d %d", quota, period)), 0o644)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.Itoa(period)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.FormatInt(period, 10)), 0o644); err != nil {
 		return fmt.Errorf("cfs period of %s: %w", dir, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)), 0o644); err != nil {
