@@ -51,7 +51,7 @@ func TestStealHeadroom(t *testing.T) {
 			suppress: true,
 			steps: []step{
 				// 2 × 55% = 1100m − 300m LS = 800m from the formula, no ceiling yet.
-				{ls: 300, n: 3, wantQuota: "100000"},                      // the formula's floor of one CPU
+				{ls: 300, n: 3, wantQuota: "100000"},                     // the formula's floor of one CPU
 				{ls: 300, be: 400, steal: 400, n: 1, wantQuota: "30000"}, // 400 × 3/4 = 300m
 			},
 		},
