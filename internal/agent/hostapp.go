@@ -11,7 +11,6 @@ import (
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/hostapp"
-	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
@@ -47,24 +46,17 @@ func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgr
 	return nil
 }
 
-// beQuotaCeiling is the CFS limit CPU suppression puts on BE pods now, for BE host applications: on cgroup
-// v1 the suppress loop's ceiling (which leads the parent while it shrinks); elsewhere, while the cfsQuota
-// policy or the steal headroom is in force, the BE parent's own limit.
+// beQuotaCeiling is the CFS limit BE pods are under now, for BE host applications: on cgroup v1 the
+// suppress loop's ceiling (which leads the parent while it shrinks), else the BE parent's own limit. It
+// reads what is in force rather than the configuration, so whatever holds BE through the parent's quota
+// (cfsQuota suppression, the steal headroom) holds BE host applications alike; the cpuset policy and a
+// disabled loop leave the parent unlimited.
 func beQuotaCeiling(st settings, cgroups cgroup.Writer, cons *consumers) func() (cgroup.CPUMax, bool) {
 	cons.mu.Lock()
-	sup, hr := cons.sup, cons.hr
+	sup := cons.sup
 	cons.mu.Unlock()
 	tree, _ := cgroups.(cgroup.Tree)
 	return func() (cgroup.CPUMax, bool) {
-		th := st.colocation.Load().ResourceThreshold
-		// The steal headroom holds BE by the parent's quota whatever suppression's policy is.
-		held := false
-		if hr != nil {
-			_, held = hr.Ceiling()
-		}
-		if !held && (!th.Enable || th.CPUSuppressPolicy != suppress.PolicyCFSQuota) {
-			return cgroup.CPUMax{}, false
-		}
 		if sup != nil {
 			if c, ok := sup.QuotaCeiling(); ok {
 				return c, true

@@ -217,8 +217,7 @@ func (c *Controller) Ceiling() (milli int64, limited bool) {
 func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.status
-	return s
+	return c.status
 }
 
 // Observe reads one snapshot and returns the status after it.

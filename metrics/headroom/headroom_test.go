@@ -49,6 +49,9 @@ func seq(parts ...[]sample) []sample {
 	return out
 }
 
+// held is five quiet samples, then one in which steal rises by 200m while BE runs at 1700m: a hold.
+var held = seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200}))
+
 func on() Config {
 	c := DefaultConfig()
 	c.Enable = true
@@ -97,38 +100,34 @@ func TestController(t *testing.T) {
 			samples: seq(repeat(5, sample{ls: 300}), repeat(3, sample{ls: 300, be: 1700, steal: 300})),
 		},
 		{
-			name: "a second hold cuts from the ceiling, not from use, and never below the floor",
-			cfg:  on(),
-			samples: seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200}),
-				repeat(8, sample{ls: 300, be: 250, steal: 600})),
+			name:      "a second hold cuts from the ceiling, not from use, and never below the floor",
+			cfg:       on(),
+			samples:   seq(held, repeat(8, sample{ls: 300, be: 250, steal: 600})),
 			want:      200, // 10% of 2000
 			wantHolds: 2,   // 1275, then 250*3/4 < floor: 200; held at the floor after that
 		},
 		{
-			name: "calm raises the ceiling a step every ten samples",
-			cfg:  on(),
-			samples: seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200}),
-				repeat(20, sample{ls: 300, be: 1000})),
+			name:    "calm raises the ceiling a step every ten samples",
+			cfg:     on(),
+			samples: seq(held, repeat(20, sample{ls: 300, be: 1000})),
 			// 1275, then +100 twice; the knee (2000) is not near yet: 300 + 1375 + 100 < 2000.
 			want:      1475,
 			wantHolds: 1,
 			decision:  "raise",
 		},
 		{
-			name: "near the knee the ceiling creeps",
-			cfg:  on(),
-			samples: seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200}),
-				repeat(70, sample{ls: 300, be: 1000})),
+			name:    "near the knee the ceiling creeps",
+			cfg:     on(),
+			samples: seq(held, repeat(70, sample{ls: 300, be: 1000})),
 			// The knee is 2000m (LS 300m + BE 1700m). 1275m rises by 100m four times to 1675m (LS 300m +
 			// 1675m + 100m would pass 2000m), then by 25m three times.
 			want:      1750,
 			wantHolds: 1,
 		},
 		{
-			name: "the ceiling goes once it reaches the node",
-			cfg:  on(),
-			samples: seq(repeat(5, sample{ls: 300}), repeat(1, sample{ls: 300, be: 1700, steal: 200}),
-				repeat(300, sample{ls: 300, be: 300})),
+			name:      "the ceiling goes once it reaches the node",
+			cfg:       on(),
+			samples:   seq(held, repeat(300, sample{ls: 300, be: 300})),
 			wantHolds: 1,
 		},
 	}
