@@ -114,6 +114,12 @@ func hostAppConfig(apps ...string) string {
 // hostAppKnob reads /debug/config's entry for one application.
 func hostAppKnob(t *testing.T, ctx context.Context, e *env, name string) (knob.Status, bool) {
 	t.Helper()
+	return debugKnob(t, ctx, e, "host-application-config", "applications["+name+"]")
+}
+
+// debugKnob reads one key's entry of the agent's /debug/config (what tandemctl config shows).
+func debugKnob(t *testing.T, ctx context.Context, e *env, section, key string) (knob.Status, bool) {
+	t.Helper()
 	code, body, err := e.proxy.GetDebug(ctx, "/debug/config")
 	if err != nil || code != 200 {
 		t.Fatalf("/debug/config: %d %v %s", code, err, body)
@@ -125,7 +131,7 @@ func hostAppKnob(t *testing.T, ctx context.Context, e *env, name string) (knob.S
 		t.Fatalf("/debug/config: %v: %s", err, body)
 	}
 	for _, k := range rep.Keys {
-		if k.Section == "host-application-config" && k.Key == "applications["+name+"]" {
+		if k.Section == section && k.Key == key {
 			return k, true
 		}
 	}

@@ -11,8 +11,9 @@
 //   - resource-qos-config: per QoS class (lsrClass, also used for LSE pods; lsClass; beClass; systemClass)
 //     cpuQOS (group identity / cpu.idle), memoryQOS (memory.min/low/high percentages, Anolis watermarks)
 //     and resctrlQOS (L3 CAT range, MBA). Consumed by the QoS policies (hooks/policy): cpu.idle and group
-//     identity, memory QoS and RDT. blkioQOS, networkQOS and cgroupRoot are accepted and validated but not
-//     applied.
+//     identity, memory QoS and RDT. beClass.blkioQOS caps the BE parent's block I/O (the agent, with
+//     resource/blkio); other classes' blkioQOS, networkQOS and cgroupRoot are accepted and validated but
+//     not applied.
 //   - cpu-burst-config: policy (none, cpuBurstOnly, cfsQuotaBurstOnly, auto), cpuBurstPercent for
 //     cpu.cfs_burst_us, cfsQuotaBurstPercent and sharePoolThresholdPercent for the cfs-quota burst of LS
 //     containers. Consumed by the CPU burst policy.

@@ -301,7 +301,8 @@ func (q ResourceQOSSettings) Class(c qos.Class) (settings ClassSettings, ok bool
 }
 
 // ClassSettings is one QoS class's settings. cpuQOS, memoryQOS and resctrlQOS are applied by the
-// policies (hooks/policy); blkioQOS and networkQOS are accepted and validated but not applied.
+// policies (hooks/policy); beClass.blkioQOS by the agent on the BE parent (resource/blkio); networkQOS is
+// accepted and validated but not applied.
 type ClassSettings struct {
 	CPUQOS     CPUQOSSettings     `json:"cpuQOS"`
 	MemoryQOS  MemoryQOSSettings  `json:"memoryQOS"`
@@ -355,7 +356,8 @@ type ResctrlQOSSettings struct {
 	MBAPercent int64 `json:"mbaPercent"`
 }
 
-// BlkIOQOSSettings is blkioQOS (accepted so an operator's ConfigMap loads; Tandem does not apply it).
+// BlkIOQOSSettings is blkioQOS: block I/O caps and weight per device or volume group; applied for beClass
+// only, as koordlet does (resource/blkio).
 type BlkIOQOSSettings struct {
 	Enable bool          `json:"enable"`
 	Blocks []BlockConfig `json:"blocks"`
@@ -370,22 +372,22 @@ type BlockConfig struct {
 
 // BlockIOConfig holds one block's throttles and blk-iocost model; nil is unset.
 type BlockIOConfig struct {
-	ReadIOPS            *int64 `json:"readIOPS"`
-	WriteIOPS           *int64 `json:"writeIOPS"`
-	ReadBPS             *int64 `json:"readBPS"`
-	WriteBPS            *int64 `json:"writeBPS"`
-	IOWeightPercent     *int64 `json:"ioWeightPercent"`
-	ReadLatency         *int64 `json:"readLatency"`
-	WriteLatency        *int64 `json:"writeLatency"`
-	ReadLatencyPercent  *int64 `json:"readLatencyPercent"`
-	WriteLatencyPercent *int64 `json:"writeLatencyPercent"`
-	EnableUserModel     *bool  `json:"enableUserModel"`
-	ModelReadBPS        *int64 `json:"modelReadBPS"`
-	ModelWriteBPS       *int64 `json:"modelWriteBPS"`
-	ModelReadSeqIOPS    *int64 `json:"modelReadSeqIOPS"`
-	ModelWriteSeqIOPS   *int64 `json:"modelWriteSeqIOPS"`
-	ModelReadRandIOPS   *int64 `json:"modelReadRandIOPS"`
-	ModelWriteRandIOPS  *int64 `json:"modelWriteRandIOPS"`
+	ReadIOPS            *int64 `json:"readIOPS,omitempty"`
+	WriteIOPS           *int64 `json:"writeIOPS,omitempty"`
+	ReadBPS             *int64 `json:"readBPS,omitempty"`
+	WriteBPS            *int64 `json:"writeBPS,omitempty"`
+	IOWeightPercent     *int64 `json:"ioWeightPercent,omitempty"`
+	ReadLatency         *int64 `json:"readLatency,omitempty"`
+	WriteLatency        *int64 `json:"writeLatency,omitempty"`
+	ReadLatencyPercent  *int64 `json:"readLatencyPercent,omitempty"`
+	WriteLatencyPercent *int64 `json:"writeLatencyPercent,omitempty"`
+	EnableUserModel     *bool  `json:"enableUserModel,omitempty"`
+	ModelReadBPS        *int64 `json:"modelReadBPS,omitempty"`
+	ModelWriteBPS       *int64 `json:"modelWriteBPS,omitempty"`
+	ModelReadSeqIOPS    *int64 `json:"modelReadSeqIOPS,omitempty"`
+	ModelWriteSeqIOPS   *int64 `json:"modelWriteSeqIOPS,omitempty"`
+	ModelReadRandIOPS   *int64 `json:"modelReadRandIOPS,omitempty"`
+	ModelWriteRandIOPS  *int64 `json:"modelWriteRandIOPS,omitempty"`
 }
 
 // NetworkQOSSettings is networkQOS (accepted so an operator's ConfigMap loads; Tandem does not apply it).

@@ -214,7 +214,9 @@ func sameVMPodStates(t *testing.T, what string, before, after map[string]vmPodSt
 func waitVM(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
 	t.Helper()
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	// cond runs its commands under ctx, not the poll's: one cut off by the poll's deadline would fail
+	// the test with a killed ssh instead of what cond last saw.
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(context.Context) (bool, error) {
 		var ok bool
 		ok, last = cond(ctx)
 		return ok, nil

@@ -117,6 +117,7 @@ func TestVMNode(t *testing.T) {
 		started, startCert = checkVMClampLiftedOnStop(ctx, t, cs, seed["vm-be"])
 	})
 	t.Run("CPU burst, the quota burst loop and memory QoS on cgroup v2", func(t *testing.T) { checkVMBurstAndMemoryQoS(ctx, t, cs) })
+	t.Run("BE block I/O caps in io.max on cgroup v2", func(t *testing.T) { checkVMBlkIO(ctx, t, cs) })
 	t.Run("suppression of kubepods-besteffort.slice engaged and undone", func(t *testing.T) {
 		checkVMSuppression(ctx, t, cs, []*corev1.Pod{seed["vm-be"], before["vm-before-be"]}, bePool)
 	})
@@ -946,16 +947,78 @@ func checkVMBurstAndMemoryQoS(ctx context.Context, t *testing.T, cs kubernetes.I
 		t.Errorf("LS container %s: %v; want cpu.max.burst 10000 (half of the 20000 µs quota), memory.min %d (the request), memory.high %d (80 %% of the limit, to a page), memory.oom.group 1",
 			dir, got, 32<<20, want)
 	}
-	waitVM(ctx, t, time.Minute, "the quota burst loop raises the throttled container's cpu.max to 150 % of its limit", func(ctx context.Context) (bool, string) {
-		v := vmRead(ctx, t, dir, "cpu.max")["cpu.max"]
-		return v == "30000 100000", "cpu.max " + v
+	// Three raises of a fifth, one per collector snapshot with the container throttled and the shared
+	// pool idle (below 90 % of the threshold). The pool counts the system's own use, and this VM's CPUs
+	// are emulated: kubelet and containerd alone can fill them for minutes after pods come and go, and
+	// then the loop rightly holds. A raise is owed once the pool has been idle for ten seconds.
+	var idleSince time.Time
+	var idleFor, busyFor time.Duration
+	last := time.Now()
+	// One ssh per poll, every two seconds: each process started on the emulated CPUs counts in the pool.
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		out := strings.Fields(vmRun(ctx, t, "cat "+dir+"/cpu.max; curl -s 127.0.0.1:9316/metrics | grep '^tandem_cpu_quota_burst_share_pool_usage_ratio ' || true"))
+		if len(out) >= 2 && out[0] == "30000" && out[1] == "100000" {
+			return true, nil
+		}
+		now := time.Now()
+		pool := 0.0
+		if len(out) == 4 {
+			pool, _ = strconv.ParseFloat(out[3], 64)
+		}
+		if pool > 0 && pool < 0.9 {
+			if idleSince.IsZero() {
+				idleSince = now
+			}
+			idleFor += now.Sub(last)
+		} else {
+			idleSince = time.Time{}
+			busyFor += now.Sub(last)
+		}
+		last = now
+		if !idleSince.IsZero() && now.Sub(idleSince) > 10*time.Second {
+			return false, fmt.Errorf("the shared pool idle since %s (usage below 90 %% of the threshold) and no raise", idleSince.Format(time.TimeOnly))
+		}
+		return false, nil
 	})
+	if err != nil {
+		got := vmRead(ctx, t, dir, "cpu.max", "cpu.stat")
+		loop := vmRun(ctx, t, "curl -s 127.0.0.1:9316/metrics | grep '^tandem_cpu_quota_burst_' | tr '\n' ' ' || true")
+		if idleSince.IsZero() && wait.Interrupted(err) {
+			t.Skipf("SKIPPED the raise: the VM's shared pool was busy (at or above 90 %% of the threshold) for %s of the 3 minutes and never idle for 10 s in a row, so the loop rightly held (cpu.max %s; %s). TestCFSQuotaBurst and TestCFSQuotaBurstNRI show the raise on real cgroups; TestVMNode on this kernel",
+				busyFor.Round(time.Second), got["cpu.max"], loop)
+		}
+		t.Fatalf("the quota burst loop did not raise the throttled container's cpu.max to 150 %% of its limit: %v (idle %s, busy %s); cpu.max %s, cpu.stat %s; the loop's metrics: %s",
+			err, idleFor.Round(time.Second), busyFor.Round(time.Second), got["cpu.max"], got["cpu.stat"], loop)
+	}
 	restore()
 	waitVM(ctx, t, 30*time.Second, "the quota back at the limit once the burst configuration is gone", func(ctx context.Context) (bool, string) {
 		v := vmRead(ctx, t, dir, "cpu.max")["cpu.max"]
 		return v == "20000 100000", "cpu.max " + v
 	})
 	deletePodIn(ctx, t, cs, metav1.NamespaceDefault, "vm-burst")
+}
+
+// checkVMBlkIO sets beClass.blkioQOS for the VM's disk (for node-vm alone: the host nodes' disk is this
+// machine's) and reads io.max of kubelet's kubepods-besteffort.slice, where a kubeadm node's kubelet
+// enabled the io controller; with the section gone, the line is gone.
+func checkVMBlkIO(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	orig := maps.Clone(sloData(ctx, t, cs))
+	defer restoreSLO(context.WithoutCancel(ctx), t, cs, orig)
+	dev := strings.TrimSpace(vmRun(ctx, t, "cat /sys/class/block/vda/dev"))
+	setSLO(ctx, t, cs, "resource-qos-config", `{"clusterStrategy": {}, "nodeStrategies": [{"name": "vm-node", "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "`+cluster.NodeVM+`"}},
+  "beClass": {"blkioQOS": {"enable": true, "blocks": [{"name": "/dev/vda", "type": "device", "ioCfg": {"readBPS": 10485760, "writeIOPS": 500}}]}}}]}`)
+	ioMax := "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/io.max"
+	want := dev + " rbps=10485760 wbps=max riops=max wiops=500"
+	waitVM(ctx, t, time.Minute, "beClass.blkioQOS in "+ioMax, func(ctx context.Context) (bool, string) {
+		got := strings.TrimSpace(vmRun(ctx, t, "cat "+ioMax+" 2>&1 || true"))
+		knobs := vmRun(ctx, t, vmDir+"/tandemctl config 2>&1 | grep -F blkioQOS || true")
+		return got == want, fmt.Sprintf("io.max %q (want %q); tandemctl config: %s", got, want, knobs)
+	})
+	restoreSLO(ctx, t, cs, orig)
+	waitVM(ctx, t, time.Minute, "the BE parent's io.max empty again once the section is gone", func(ctx context.Context) (bool, string) {
+		got := strings.TrimSpace(vmRun(ctx, t, "cat "+ioMax+" 2>&1 || true"))
+		return got == "", "io.max " + got
+	})
 }
 
 // waitKubeletRestarted waits until the node reports Ready from the kubelet that runs now: after a

@@ -672,6 +672,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 	if err := startSysConfig(ctx, loops, st, reg, cons); err != nil {
 		return err
 	}
+	startBlkIO(ctx, loops, st, cgroups, cons)
 	// API access comes when it can: the CRI socket never waits for it.
 	loops.Once("connect-api", func(ctx context.Context) error {
 		if client := connectAPI(ctx, st.podSpec.Kubeconfig, st.podSpec.NodeName, st.apiRetry); client != nil {

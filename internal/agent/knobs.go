@@ -134,7 +134,7 @@ func knobRules() map[string]knobRule {
 		// memoryqos reports these itself.
 		"resource-qos-config/*.memoryQOS":  reported,
 		"resource-qos-config/*.resctrlQOS": resctrlRule,
-		"resource-qos-config/*.blkioQOS":   fixed(knob.Unsupported, "block I/O QoS is accepted and not applied"),
+		"resource-qos-config/*.blkioQOS":   blkioRule,
 		"resource-qos-config/*.networkQOS": fixed(knob.Unsupported, "network QoS is accepted and not applied"),
 
 		// cpu-burst-config and system-config: their loops report them (host-application-config has no fixed keys: its loop lists the applications).
@@ -170,6 +170,22 @@ func yieldRule(r slo.Resolved, f nodeFacts, key string) (knob.State, string) {
 		return knob.Ignored, "the kernel does not honour slice requests (Linux 6.12+)"
 	}
 	return knob.Applied, ""
+}
+
+// blkioRule says what blkioQOS does per class: the BE parent's limits for beClass (its loop reports
+// the devices), nothing for the others, as koordlet.
+func blkioRule(r slo.Resolved, f nodeFacts, key string) (knob.State, string) {
+	switch class := classOf(key); {
+	case class == "cgroupRoot":
+		return knob.Unsupported, "the blk-iocost model of the node's disks (Anolis OS's blkio.cost.*) is not applied; beClass.blkioQOS is"
+	case class != "beClass":
+		return knob.Unsupported, "beClass only, as in Koordinator: LS and LSR pods keep the disks' full rate"
+	case !r.ResourceQOS.BE.BlkIOQOS.Enable:
+		return knob.Off, "beClass.blkioQOS.enable is false"
+	case f.cgroups == nil:
+		return knob.Ignored, "no cgroup hierarchy to find the BE pods' parent in"
+	}
+	return reported(r, f, key)
 }
 
 // stealRule says whether the steal headroom runs: on, off, or auto on a virtual machine, whatever

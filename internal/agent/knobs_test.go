@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"k8s.io/utils/ptr"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -56,6 +57,8 @@ func TestBaseKnobs(t *testing.T) {
 	anolis := nodeFacts{cgroups: fakeProber{"cpu.idle": true, "cpu.bvt_warp_ns": true}, resctrl: true, policies: []string{"cpuidle", "resctrl"}}
 	vm := mainline
 	vm.vm, vm.vmWhy = true, "/proc/cpuinfo has the hypervisor flag"
+	blkioOn := base
+	blkioOn.ResourceQOS.BE.BlkIOQOS = slo.BlkIOQOSSettings{Enable: true, Blocks: []slo.BlockConfig{{Name: "/dev/vdb", BlockType: "device", IOCfg: slo.BlockIOConfig{ReadBPS: ptr.To[int64](1 << 20)}}}}
 	stealOn := base
 	stealOn.ResourceThreshold.StealHeadroom = slo.StealHeadroomOn
 	tests := []struct {
@@ -80,7 +83,11 @@ func TestBaseKnobs(t *testing.T) {
 		{"yield where it has not", on, anolis, "resource-qos-config", "beClass.cpuQOS.yieldThreads", knob.Ignored, "true"},
 		{"resctrl without the filesystem", on, mainline, "resource-qos-config", "beClass.resctrlQOS.mbaPercent", knob.Ignored, "100"},
 		{"resctrl with it", on, anolis, "resource-qos-config", "beClass.resctrlQOS.mbaPercent", knob.Applied, "100"},
-		{"blkio", on, anolis, "resource-qos-config", "beClass.blkioQOS.enable", knob.Unsupported, "false"},
+		{"blkio of BE off by default", on, anolis, "resource-qos-config", "beClass.blkioQOS.enable", knob.Off, "false"},
+		{"blkio of BE without its loop", blkioOn, anolis, "resource-qos-config", "beClass.blkioQOS.blocks", knob.Ignored, `[{"name":"/dev/vdb","type":"device","ioCfg":{"readBPS":1048576}}]`},
+		{"blkio of BE without cgroups", blkioOn, nodeFacts{}, "resource-qos-config", "beClass.blkioQOS.enable", knob.Ignored, "true"},
+		{"blkio of LS is not Koordinator's", blkioOn, anolis, "resource-qos-config", "lsClass.blkioQOS.enable", knob.Unsupported, "false"},
+		{"blkio of the root's iocost model", blkioOn, anolis, "resource-qos-config", "cgroupRoot.blkioQOS.enable", knob.Unsupported, "false"},
 		{"burst without its reporter", on, anolis, "cpu-burst-config", "policy", knob.Ignored, `"none"`},
 		{"steal headroom on a VM", base, vm, "resource-threshold-config", "stealHeadroom", knob.Applied, `"auto"`},
 		{"steal headroom on bare metal", base, mainline, "resource-threshold-config", "stealHeadroom", knob.Off, `"auto"`},

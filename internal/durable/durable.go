@@ -4,6 +4,7 @@
 package durable
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -58,4 +59,25 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// SaveJSON replaces path with v as indented JSON (making its directory), or removes path when empty is
+// true: the shape of every record of original values Tandem keeps, where nothing left to restore must
+// leave no file behind.
+func SaveJSON(path string, v any, empty bool) error {
+	dir := filepath.Dir(path)
+	if empty {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", path, err)
+		}
+		return SyncDir(dir)
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create the state directory for %s: %w", path, err)
+	}
+	return WriteFile(path, append(b, '\n'))
 }

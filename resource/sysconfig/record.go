@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/tandemkit/tandem/internal/durable"
@@ -72,21 +71,7 @@ func loadRecord(path string) (record, error) {
 // saveRecord replaces the record at path with r, synced to disk (file and directory) before it returns;
 // an empty record removes the file.
 func saveRecord(path string, r record) error {
-	dir := filepath.Dir(path)
-	if len(r.Files) == 0 {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove the record of original system settings %s: %w", path, err)
-		}
-		return durable.SyncDir(dir)
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create the state directory for %s: %w", path, err)
-	}
-	if err := durable.WriteFile(path, append(b, '\n')); err != nil {
+	if err := durable.SaveJSON(path, r, len(r.Files) == 0); err != nil {
 		return fmt.Errorf("save the record of original system settings: %w", err)
 	}
 	return nil
