@@ -211,8 +211,8 @@ func TestKeeper(t *testing.T) {
 		},
 		{
 			name: "v2: a weight the kernel refuses is dropped, the caps stay", version: 2,
-			steps: []Want{{Enable: true, Blocks: []Block{{Name: "vda", Type: TypeDevice, Limits: Limits{ReadBPS: mib, WeightPercent: 50}}}}},
-			want: map[string]string{v2Max: "254:0 rbps=1048576 wbps=max riops=max wiops=max\n", v2Weight: "default 100\n"},
+			steps:       []Want{{Enable: true, Blocks: []Block{{Name: "vda", Type: TypeDevice, Limits: Limits{ReadBPS: mib, WeightPercent: 50}}}}},
+			want:        map[string]string{v2Max: "254:0 rbps=1048576 wbps=max riops=max wiops=max\n", v2Weight: "default 100\n"},
 			wantDropped: "EOPNOTSUPP",
 		},
 		{
