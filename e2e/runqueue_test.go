@@ -121,7 +121,7 @@ func TestRunQueueLatencySwitch(t *testing.T) {
 		t.Skipf("SKIPPED: the contended and the uncontended container need a CPU each; this machine runs on %v", cpus)
 	}
 	shared, own := cpus[len(cpus)-1], cpus[0]
-	forEachRuntime(t, envOptions{proxyArgs: []string{"--run-queue-latency"}}, func(t *testing.T, ctx context.Context, e *env) {
+	forEachRuntime(t, envOptions{proxyArgs: []string{"--run-queue-latency", "--run-queue-interval=2s"}}, func(t *testing.T, ctx context.Context, e *env) {
 		on := regexp.MustCompile(`"Collector source on".* source="runQueue"`)
 		off := regexp.MustCompile(`"Collector source off: the kernel does not offer it here".* source="runQueue" reason="([^"]+)"`)
 		disabled := regexp.MustCompile(`"Collector source disabled by config".* source="runQueue"`)
@@ -149,8 +149,8 @@ func TestRunQueueLatencySwitch(t *testing.T) {
 		spinPod(t, ctx, e, "alone", own, 1)
 		t.Logf("contended-a and contended-b spin 3 threads each on CPU %d, alone 1 thread on CPU %d", shared, own)
 
-		// The source drains its programs' maps every 10 s: wait for a sample that has all three pods, then
-		// for the next one, and compare the two.
+		// The source drains its programs' maps every --run-queue-interval (2 s here; 10 s by default): wait
+		// for a sample that has all three pods, then for the next one, and compare the two.
 		scrape := func() (string, map[string]rqSeries) {
 			text, err := e.proxy.Metrics(ctx)
 			if err != nil {
@@ -175,8 +175,12 @@ func TestRunQueueLatencySwitch(t *testing.T) {
 		t0, first := wait("no run-queue latency of the three spinning pods", 30*time.Second, func(s map[string]rqSeries) bool {
 			return s["contended-a"].count > 0 && s["contended-b"].count > 0 && s["alone"].ok
 		})
+		// Two or three intervals apart, first seen by a scrape each: the scrapes' 250 ms poll is then a few
+		// percent of the window.
+		time.Sleep(5 * time.Second)
+		_, mid := scrape()
 		t1, second := wait("the run-queue counts did not grow", 25*time.Second, func(s map[string]rqSeries) bool {
-			return s["contended-a"].count > first["contended-a"].count && s["contended-b"].count > first["contended-b"].count
+			return s["contended-a"].count > mid["contended-a"].count && s["contended-b"].count > mid["contended-b"].count
 		})
 		elapsed := t1.Sub(t0).Seconds()
 		rate := func(pod string) float64 { return (second[pod].sum - first[pod].sum) / elapsed }
@@ -190,7 +194,7 @@ func TestRunQueueLatencySwitch(t *testing.T) {
 			t.Errorf("alone waited %.2f s per second, more than its one thread can", a)
 		}
 		for _, pod := range []string{"contended-a", "contended-b"} {
-			// Scrapes see the source's 10 s samples, so elapsed is within a scrape poll of one interval.
+			// Scrapes see the source's samples, so elapsed is within a scrape poll of whole intervals.
 			if r := rate(pod); r < 2 || r > 3.1 {
 				t.Errorf("%s waited %.2f s per second; three of six threads on one CPU wait between 2 and 3 (about 2.5)", pod, r)
 			}

@@ -187,6 +187,7 @@ func options() []option {
 		{"cgroup-driver", "cgroupDriver"},
 		{"cpu-manager-policy", "cpuManagerPolicy"},
 		{"run-queue-latency", "runQueueLatency"},
+		{"run-queue-interval", "runQueueInterval"},
 		{"heap-release-interval", "heapReleaseInterval"},
 	}
 }
@@ -272,8 +273,10 @@ type settings struct {
 	// kubelet is kubelet's cgroup driver (cgroupfs or systemd) and CPU manager policy (none or
 	// static) as resolved at start, with where each came from.
 	kubelet kubeletFound
-	// runQueue switches on the eBPF run-queue latency collector.
-	runQueue bool
+	// runQueue switches on the eBPF run-queue latency collector; runQueueInterval is how often it drains
+	// its maps.
+	runQueue         bool
+	runQueueInterval time.Duration
 	// heapRelease is how often the agent looks whether to give its free heap back; 0 never.
 	heapRelease time.Duration
 }
@@ -317,6 +320,7 @@ func load(b Binary, args []string, getenv func(string) string, procRoot string) 
 	fs.String("cgroup-driver", "", "kubelet's cgroup driver, cgroupfs or systemd (default: the running kubelet's, from its --config, --config-dir and flags; else from --kubelet-config)")
 	fs.String("cpu-manager-policy", "", "kubelet's CPU manager policy, none or static (default: the running kubelet's, from its --config, --config-dir and flags; else from --kubelet-config); under static, Guaranteed pods are LSR and keep the CPUs kubelet gave them")
 	fs.Bool("run-queue-latency", false, "measure each container's run-queue latency with eBPF (tandem_container_runqueue_*; needs tracefs and BPF, Linux 5.8+)")
+	fs.Duration("run-queue-interval", collector.DefaultConfig().RunQueue.Interval, "how often --run-queue-latency drains its per-container histograms into the metrics (a shorter interval follows bursts closer and wakes the agent more often)")
 	fs.Duration("heap-release-interval", heaprelease.DefaultInterval, "how often the agent checks whether it is quiet (allocated less than one heap goal since the last check) and then gives its free heap memory back to the kernel; 0 leaves it to Go's runtime")
 	opts := options()
 	if b.NRI != nil {
@@ -405,6 +409,7 @@ func load(b Binary, args []string, getenv func(string) string, procRoot string) 
 		return settings{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	st.runQueue = v.GetBool("runQueueLatency")
+	st.runQueueInterval = v.GetDuration("runQueueInterval")
 	st.heapRelease = v.GetDuration("heapReleaseInterval")
 	if st.heapRelease < 0 {
 		return settings{}, fmt.Errorf("heap-release-interval %v: want 0 (off) or a positive duration such as 10s", st.heapRelease)
@@ -739,6 +744,9 @@ func collectorConfig(st settings) collector.Config {
 	c := collector.DefaultConfig()
 	c.NodeName = st.podSpec.NodeName
 	c.RunQueue.Enabled = st.runQueue
+	if st.runQueueInterval > 0 {
+		c.RunQueue.Interval = st.runQueueInterval
+	}
 	c.TracefsRoot = collector.FindTracefs(func(p string) bool { _, err := os.Stat(p); return err == nil })
 	return c
 }

@@ -179,6 +179,7 @@ kubeletConfig: /nonexistent/kubelet.yaml
 cgroupDriver: systemd
 cpuManagerPolicy: static
 runQueueLatency: true
+runQueueInterval: 3s
 heapReleaseInterval: 30s
 nriSocket: /nri.sock
 nriPluginIndex: "10"
@@ -224,6 +225,7 @@ nriRequestTimeout: 1s
 		{"cgroupDriver", got.kubelet.cgroupDriver, "systemd"},
 		{"cpuManagerPolicy", got.kubelet.cpuManagerPolicy, "static"},
 		{"runQueueLatency", got.runQueue, true},
+		{"runQueueInterval", got.runQueueInterval, 3 * time.Second},
 		{"heapReleaseInterval", got.heapRelease, 30 * time.Second},
 	}
 	if len(checks) != len(options()) {
