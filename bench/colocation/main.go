@@ -18,6 +18,7 @@
 //	                BE thread scheduling loop's (metrics/yield) SCHED_BATCH, measured against the default
 //	tandem-cpuset   through tandem-proxy, cpuset suppression at -suppress-threshold percent
 //	tandem-cfsquota through tandem-proxy, cfsQuota suppression at -suppress-threshold percent
+//	tandem-cfsquota-1s the same with resource-threshold-config's beCFSPeriodMicros at 1 s (100 ms by default)
 //
 // The host view measures the same with the load client as a process in the bench's own cgroup (the
 // root cgroup when run from a root shell, where node daemons such as kubelet live), at -host-rate;
@@ -67,10 +68,11 @@ const (
 	settingYield    = "tandem-yield"
 	settingCPUSet   = "tandem-cpuset"
 	settingCFSQuota = "tandem-cfsquota"
+	settingCFSQ1s   = "tandem-cfsquota-1s"
 	settingNoSteal  = "tandem-noheadroom"
 )
 
-var allSettings = []string{settingSolo, settingPlain, settingTandem, settingNoSteal, settingYield, settingCPUSet, settingCFSQuota}
+var allSettings = []string{settingSolo, settingPlain, settingTandem, settingNoSteal, settingYield, settingCPUSet, settingCFSQuota, settingCFSQ1s}
 
 type options struct {
 	flavor            string

@@ -237,6 +237,10 @@ type ResourceThresholdSettings struct {
 	// StealThresholdPercent is Tandem's: how much steal above its level without BE, in percent of one
 	// CPU, holds BE back.
 	StealThresholdPercent int64 `json:"stealThresholdPercent"`
+	// BECFSPeriodMicros is Tandem's: the CFS period of the quota Tandem puts on the BE pods' parent
+	// (cfsQuota suppression, the steal headroom), 1000-1000000. A latency-sensitive thread that wakes
+	// beside BE is late about once per period of that quota (docs/colocation.md, bench/wakeup).
+	BECFSPeriodMicros int64 `json:"beCFSPeriodMicros"`
 }
 
 // StealHeadroomMode switches the steal-aware BE headroom.

@@ -121,6 +121,7 @@ func knobRules() map[string]knobRule {
 		"resource-threshold-config/evictEnabledPriorityThreshold":      fixed(knob.Unsupported, "every BE pod may be evicted, lowest priority first"),
 		"resource-threshold-config/stealHeadroom":                      stealRule,
 		"resource-threshold-config/stealThresholdPercent":              stealRule,
+		"resource-threshold-config/beCFSPeriodMicros":                  periodRule,
 
 		// resource-qos-config.
 		"resource-qos-config/policies.cpuPolicy":     fixed(knob.Unsupported, "the mechanism follows the kernel: group identity (cpu.bvt_warp_ns) where offered, cpu.idle for BE pods in any case"),
@@ -203,6 +204,25 @@ func stealRule(r slo.Resolved, f nodeFacts, _ string) (knob.State, string) {
 		return knob.Applied, "auto, and this node is a virtual machine: " + f.vmWhy
 	}
 	return knob.Applied, ""
+}
+
+// periodRule says whether Tandem puts a quota on the BE parent, whose period beCFSPeriodMicros is:
+// cfsQuota suppression, or the steal headroom.
+func periodRule(r slo.Resolved, f nodeFacts, key string) (knob.State, string) {
+	th := r.ResourceThreshold
+	if th.Enable && th.CPUSuppressPolicy == slo.CPUSuppressByCFSQuota {
+		if f.cgroups == nil {
+			return knob.Ignored, "no cgroup hierarchy to put a quota in"
+		}
+		return knob.Applied, "the period of cfsQuota suppression's quota, and of the steal headroom's"
+	}
+	if th.Enable {
+		return knob.Off, "cpuset suppression, and the steal headroom under it, hold BE by CPUs, not by a quota"
+	}
+	if st, _ := stealRule(r, f, key); st == knob.Applied {
+		return knob.Applied, "the period of the steal headroom's quota"
+	}
+	return knob.Off, "no quota on the BE parent: suppression and the steal headroom are off"
 }
 
 func resctrlRule(r slo.Resolved, f nodeFacts, key string) (knob.State, string) {

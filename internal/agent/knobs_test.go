@@ -59,6 +59,10 @@ func TestBaseKnobs(t *testing.T) {
 	vm.vm, vm.vmWhy = true, "/proc/cpuinfo has the hypervisor flag"
 	blkioOn := base
 	blkioOn.ResourceQOS.BE.BlkIOQOS = slo.BlkIOQOSSettings{Enable: true, Blocks: []slo.BlockConfig{{Name: "/dev/vdb", BlockType: "device", IOCfg: slo.BlockIOConfig{ReadBPS: ptr.To[int64](1 << 20)}}}}
+	cfsQuota := base
+	cfsQuota.ResourceThreshold.Enable, cfsQuota.ResourceThreshold.CPUSuppressPolicy = true, slo.CPUSuppressByCFSQuota
+	cpusetOn := base
+	cpusetOn.ResourceThreshold.Enable = true
 	stealOn := base
 	stealOn.ResourceThreshold.StealHeadroom = slo.StealHeadroomOn
 	tests := []struct {
@@ -93,6 +97,10 @@ func TestBaseKnobs(t *testing.T) {
 		{"steal headroom on bare metal", base, mainline, "resource-threshold-config", "stealHeadroom", knob.Off, `"auto"`},
 		{"steal headroom forced on bare metal", stealOn, mainline, "resource-threshold-config", "stealThresholdPercent", knob.Applied, "5"},
 		{"steal headroom without cgroups", stealOn, nodeFacts{}, "resource-threshold-config", "stealHeadroom", knob.Ignored, `"on"`},
+		{"BE quota period under the steal headroom", base, vm, "resource-threshold-config", "beCFSPeriodMicros", knob.Applied, "100000"},
+		{"BE quota period with nothing to quota", base, mainline, "resource-threshold-config", "beCFSPeriodMicros", knob.Off, "100000"},
+		{"BE quota period of cfsQuota suppression", cfsQuota, mainline, "resource-threshold-config", "beCFSPeriodMicros", knob.Applied, "100000"},
+		{"BE quota period under cpuset suppression", cpusetOn, vm, "resource-threshold-config", "beCFSPeriodMicros", knob.Off, "100000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -147,6 +147,9 @@ func FromSLO(base Config, r slo.ResourceThresholdSettings) Config {
 	if r.CPUSuppressPolicy != "" {
 		out.CPUSuppressPolicy = r.CPUSuppressPolicy
 	}
+	if r.BECFSPeriodMicros > 0 {
+		out.CFSPeriodMicros = r.BECFSPeriodMicros
+	}
 	return out
 }
 

@@ -448,9 +448,9 @@ func TestValidate(t *testing.T) {
 
 func TestFromSLO(t *testing.T) {
 	t.Parallel()
-	r := slo.ResourceThresholdSettings{Enable: true, CPUSuppressThresholdPercent: 65, CPUSuppressPolicy: slo.CPUSuppressByCFSQuota, CPUSuppressMinPercent: 10}
+	r := slo.ResourceThresholdSettings{Enable: true, CPUSuppressThresholdPercent: 65, CPUSuppressPolicy: slo.CPUSuppressByCFSQuota, CPUSuppressMinPercent: 10, BECFSPeriodMicros: 1000000}
 	got := suppress.FromSLO(suppress.DefaultConfig(), r)
-	if !got.Enable || got.CPUSuppressThresholdPercent != 65 || got.CPUSuppressPolicy != suppress.PolicyCFSQuota || got.CPUSuppressMinPercent != 10 {
+	if !got.Enable || got.CPUSuppressThresholdPercent != 65 || got.CPUSuppressPolicy != suppress.PolicyCFSQuota || got.CPUSuppressMinPercent != 10 || got.CFSPeriodMicros != 1000000 {
 		t.Errorf("FromSLO = %+v", got)
 	}
 	if err := got.Validate(); err != nil {
