@@ -311,3 +311,34 @@ func TestCFSQuotaV2(t *testing.T) {
 		t.Errorf("after stop: parent cpu.max %s, want max 100000", got)
 	}
 }
+
+// TestCFSQuotaWrittenAgainAfterAReset: systemd, owning kubepods-besteffort.slice on a node with
+// kubelet's systemd driver, writes cpu.max back to "max" when kubelet updates the slice; the next sample
+// at the same level finds the clamp gone and writes it again.
+func TestCFSQuotaWrittenAgainAfterAReset(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	b := newBETree(t, "-1")
+	reg := prometheus.NewRegistry()
+	l, err := suppress.New(b.config(true), suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: b.w, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, reset := range []bool{false, false, true, false} {
+		if reset {
+			if err := os.WriteFile(filepath.Join(b.root, "cpu", b.parent, "cpu.cfs_quota_us"), []byte("-1\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The same load every sample: the level stays one CPU.
+		if _, err := l.Step(ctx, snap(time.Unix(int64(i+1), 0), 2, 1000, 0, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.quota(t, ""); got != "100000" {
+			t.Fatalf("sample %d (reset before it: %v): parent quota %s, want the clamp, 100000", i+1, reset, got)
+		}
+	}
+	if got := metricValue(t, reg, "tandem_suppress_be_quota_rewrites_total"); got != 1 {
+		t.Errorf("rewrites counted %v, want 1", got)
+	}
+}

@@ -269,6 +269,7 @@ type Loop struct {
 	beCPUs  prometheus.Gauge
 	changes *prometheus.CounterVec
 	capped  prometheus.Counter
+	resets  prometheus.Counter
 }
 
 // New checks cfg and deps and returns a loop that has changed nothing yet.
@@ -299,6 +300,10 @@ func New(cfg Config, deps Deps) (*Loop, error) {
 			Namespace: "tandem", Subsystem: "suppress", Name: "be_cgroups_capped_total",
 			Help: "BE pod and container cgroups whose CFS quota was lowered to the BE parent's before a shrink (cgroup v1).",
 		}),
+		resets: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tandem", Subsystem: "suppress", Name: "be_quota_rewrites_total",
+			Help: "Times the BE parent's CFS quota was found changed by someone else (systemd re-applying the slice's properties) and written again.",
+		}),
 	}
 	if t, ok := deps.Cgroups.(cgroup.Tree); ok {
 		l.tree = t
@@ -307,7 +312,7 @@ func New(cfg Config, deps Deps) (*Loop, error) {
 		return nil, err
 	}
 	if deps.Registerer != nil {
-		for _, c := range []prometheus.Collector{l.beCPUs, l.changes, l.capped} {
+		for _, c := range []prometheus.Collector{l.beCPUs, l.changes, l.capped, l.resets} {
 			if err := deps.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register suppress metrics: %w", err)
 			}
@@ -657,11 +662,15 @@ func (l *Loop) apply(ctx context.Context, cfg Config, level int64) (bool, error)
 		l.deps.PoolsChanged()
 		return true, nil
 	}
-	if level == l.current {
-		return false, nil
-	}
 	period := cfg.CFSPeriodMicros
 	target := cgroup.CPUMax{Quota: cgroup.MilliCPUToQuota(level, period), Period: period}
+	if level == l.current {
+		if !l.reset(ctx, cfg, target) {
+			return false, nil
+		}
+		// Written again below, as a shrink from nothing: children first where v1 needs it.
+		l.current = 0
+	}
 	shrink := l.current == 0 || level < l.current
 	capped := 0
 	if shrink && l.capping() {
@@ -702,6 +711,25 @@ func (l *Loop) apply(ctx context.Context, cfg Config, level int64) (bool, error)
 		l.deps.PoolsChanged()
 	}
 	return true, nil
+}
+
+// reset reports whether the BE parent lost the clamp in force to someone else's write. On a node with
+// kubelet's systemd driver, systemd owns kubepods-besteffort.slice and writes every property of the unit
+// again whenever kubelet updates one (its QoS reconcile does, on pod changes): an unset CPUQuota= puts
+// cpu.max back to "max" under a clamp, which the loop, seeing its level unchanged, would never
+// rewrite.
+func (l *Loop) reset(ctx context.Context, cfg Config, target cgroup.CPUMax) bool {
+	if l.tree == nil || l.current == 0 {
+		return false
+	}
+	m, err := l.tree.CPUMax(cfg.BECgroupParent)
+	if err != nil || m == target {
+		return false
+	}
+	klog.FromContext(ctx).Info("BE CFS quota found changed by someone else (systemd re-applying the slice's properties, an operator); writing it again",
+		"cgroup", cfg.BECgroupParent, "found", m, "want", target)
+	l.resets.Inc()
+	return true
 }
 
 // capping reports whether BE children must be kept under the parent: cgroup v1 with a readable tree.
