@@ -960,7 +960,7 @@ func checkVMBurstAndMemoryQoS(ctx context.Context, t *testing.T, cs kubernetes.I
 	var idleFor, busyFor time.Duration
 	last := time.Now()
 	// One ssh per poll, every two seconds: each process started on the emulated CPUs counts in the pool.
-	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		out := strings.Fields(vmRun(ctx, t, "cat "+dir+"/cpu.max; curl -s 127.0.0.1:9316/metrics | grep '^tandem_cpu_quota_burst_share_pool_usage_ratio ' || true"))
 		if len(out) >= 2 && out[0] == "30000" && out[1] == "100000" {
 			return true, nil
@@ -989,7 +989,7 @@ func checkVMBurstAndMemoryQoS(ctx context.Context, t *testing.T, cs kubernetes.I
 		got := vmRead(ctx, t, dir, "cpu.max", "cpu.stat")
 		loop := vmRun(ctx, t, "curl -s 127.0.0.1:9316/metrics | grep '^tandem_cpu_quota_burst_' | tr '\n' ' ' || true")
 		if idleSince.IsZero() && wait.Interrupted(err) {
-			t.Skipf("SKIPPED the raise: the VM's shared pool was busy (at or above 90 %% of the threshold) for %s of the 3 minutes and never idle for 10 s in a row, so the loop rightly held (cpu.max %s; %s). TestCFSQuotaBurst and TestCFSQuotaBurstNRI show the raise on real cgroups; TestVMNode on this kernel",
+			t.Skipf("SKIPPED the raise: the VM's shared pool was busy (at or above 90 %% of the threshold) for %s of the 2 minutes and never idle for 10 s in a row, so the loop rightly held (cpu.max %s; %s). TestCFSQuotaBurst and TestCFSQuotaBurstNRI show the raise on real cgroups; TestVMNode on this kernel",
 				busyFor.Round(time.Second), got["cpu.max"], loop)
 		}
 		t.Fatalf("the quota burst loop did not raise the throttled container's cpu.max to 150 %% of its limit: %v (idle %s, busy %s); cpu.max %s, cpu.stat %s; the loop's metrics: %s",
