@@ -203,8 +203,8 @@ func buildAgent(ctx context.Context, outDir string) (string, error) {
 // sloConfig is the tandem-proxy --slo-config file of a Tandem setting.
 func sloConfig(setting string, threshold int) string {
 	s := "colocation-config: '{\"enable\": true}'\n"
-	policy := map[string]string{settingCPUSet: "cpuset", settingCFSQuota: "cfsQuota", settingCFSQ1s: "cfsQuota"}[setting]
-	period := map[string]int{settingCFSQ1s: 1000000}[setting]
+	policy := map[string]string{settingCPUSet: "cpuset", settingCFSQuota: "cfsQuota", settingCFSQ100ms: "cfsQuota"}[setting]
+	period := map[string]int{settingCFSQ100ms: 100000}[setting]
 	switch {
 	case period > 0:
 		s += fmt.Sprintf("resource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": %d, \"cpuSuppressPolicy\": %q, \"beCFSPeriodMicros\": %d}}'\n", threshold, policy, period)

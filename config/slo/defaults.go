@@ -91,7 +91,7 @@ func defaultResourceThreshold() ResourceThresholdSettings {
 		CPUEvictPolicy:                     EvictByRealLimit,
 		StealHeadroom:                      StealHeadroomAuto,
 		StealThresholdPercent:              5,
-		BECFSPeriodMicros:                  100000,
+		BECFSPeriodMicros:                  1000000,
 	}
 }
 

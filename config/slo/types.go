@@ -238,8 +238,10 @@ type ResourceThresholdSettings struct {
 	// CPU, holds BE back.
 	StealThresholdPercent int64 `json:"stealThresholdPercent"`
 	// BECFSPeriodMicros is Tandem's: the CFS period of the quota Tandem puts on the BE pods' parent
-	// (cfsQuota suppression, the steal headroom), 1000-1000000. A latency-sensitive thread that wakes
-	// beside BE is late about once per period of that quota (docs/colocation.md, bench/wakeup).
+	// (cfsQuota suppression, the steal headroom), 1000-1000000; 1 s by default. A latency-sensitive
+	// thread that wakes beside BE is late about once per period of that quota (bench/wakeup), and at the
+	// kernel's 100 ms cfsQuota suppression made LS p99 2.7-3.0x solo where 1 s made it 1.1-1.6x
+	// (bench/colocation, docs/colocation.md).
 	BECFSPeriodMicros int64 `json:"beCFSPeriodMicros"`
 }
 

@@ -619,7 +619,7 @@ func checkVMClampLiftedOnStop(ctx context.Context, t *testing.T, cs kubernetes.I
 	defer restore()
 	waitVM(ctx, t, 30*time.Second, "cfsQuota suppression clamps "+beSlice, func(ctx context.Context) (bool, string) {
 		v := vmRead(ctx, t, beSlice, "cpu.max")["cpu.max"]
-		return v == "100000 100000", "cpu.max " + v + ", want 100000 100000: one CPU, the floor"
+		return v == oneCPUClamp, "cpu.max " + v + ", want " + oneCPUClamp + ": one CPU, the floor, in beCFSPeriodMicros' default period"
 	})
 	ctrMax := vmRead(ctx, t, vmCgroup(ctx, t, be), "cpu.max")["cpu.max"]
 	if got := vmRead(ctx, t, vmCgroup(ctx, t, big), "cpu.max")["cpu.max"]; got != "150000 100000" {
@@ -645,6 +645,10 @@ func checkVMClampLiftedOnStop(ctx context.Context, t *testing.T, cs kubernetes.I
 	})
 	return started, cert
 }
+
+// oneCPUClamp is the BE slice's cpu.max under a clamp at the floor, one CPU, in the default period of
+// resource-threshold-config's beCFSPeriodMicros (1 s).
+const oneCPUClamp = "1000000 1000000"
 
 // suppressWait bounds each suppression step on the VM. The agent acts within seconds (11-21 s for the
 // whole test in most runs), but the VM's four vCPUs run on one emulating thread, pod teardown keeps it
@@ -675,7 +679,7 @@ func checkVMSuppression(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 		case "cfsQuota":
 			waitVM(ctx, t, suppressWait, "cfsQuota suppression clamps "+beSlice, func(ctx context.Context) (bool, string) {
 				v := vmRead(ctx, t, beSlice, "cpu.max")["cpu.max"]
-				if v == "100000 100000" {
+				if v == oneCPUClamp {
 					return true, ""
 				}
 				// What the agent's suppress loop says it did, and the configuration it applies.
