@@ -106,7 +106,7 @@ func New(cfg Config) (*Keeper, error) {
 	return &Keeper{cfg: cfg, rec: r, writeLine: writeLine}, nil
 }
 
-// Files lists the cgroup files the keeper writes on its cgroup version.
+// files lists the cgroup files the keeper writes on its cgroup version.
 func (k *Keeper) files() []string {
 	if k.cfg.Version == 1 {
 		return []string{v1ReadBPS, v1WriteBPS, v1ReadIOPS, v1WriteIOPS}
@@ -290,23 +290,6 @@ func (k *Keeper) Restore(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Lines returns the limits in force on the BE parent, per file and device, for the devices the keeper
-// changed: what tandemctl and the metrics show.
-func (k *Keeper) Lines() map[string]map[string]string {
-	out := map[string]map[string]string{}
-	for l := range k.recorded() {
-		v, err := k.read(l)
-		if err != nil {
-			continue
-		}
-		if out[l.file] == nil {
-			out[l.file] = map[string]string{}
-		}
-		out[l.file][l.dev] = v
-	}
-	return out
 }
 
 func (k *Keeper) recorded() map[line]string {
