@@ -121,8 +121,9 @@ func TestTandemctlConfigSeed004(t *testing.T) {
 			"system-config minFreeKbytesFactor":                     "applied",
 			"system-config watermarkScaleFactor":                    "applied",
 			"system-config memcgReapBackGround":                     "ignored",
-			"resource-qos-config lsClass.memoryQOS.wmarkRatio":      "off", // seed 004 leaves every class's memoryQOS disabled
-			"resource-qos-config beClass.blkioQOS.enable":           "unsupported",
+			"resource-qos-config lsClass.memoryQOS.wmarkRatio":      "off",         // seed 004 leaves every class's memoryQOS disabled
+			"resource-qos-config beClass.blkioQOS.enable":           "off",         // applied where enabled; seed 004 leaves it off
+			"resource-qos-config lsClass.blkioQOS.enable":           "unsupported", // beClass only, as koordlet
 			"cpu-burst-config policy":                               "applied",
 			"cpu-burst-config cfsQuotaBurstPercent":                 "applied",
 			"host-application-config applications[nginx]":           "ignored",
