@@ -237,8 +237,8 @@ type ResourceThresholdSettings struct {
 	// StealThresholdPercent is Tandem's: how much steal above its level without BE, in percent of one
 	// CPU, holds BE back.
 	StealThresholdPercent int64 `json:"stealThresholdPercent"`
-	// BECFSPeriodMicros is Tandem's: the CFS period of the quota Tandem puts on the BE pods' parent
-	// (cfsQuota suppression, the steal headroom), 1000-1000000; 1 s by default. A latency-sensitive
+	// BECFSPeriodMicros is Tandem's: the CFS period of the quota cfsQuota suppression puts on the BE
+	// pods' parent (the steal headroom alone keeps 100 ms), 1000-1000000; 1 s by default. A latency-sensitive
 	// thread that wakes beside BE is late about once per period of that quota (bench/wakeup), and at the
 	// kernel's 100 ms cfsQuota suppression made LS p99 2.7-3.0x solo where 1 s made it 1.1-1.6x
 	// (bench/colocation, docs/colocation.md).

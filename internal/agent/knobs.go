@@ -206,23 +206,17 @@ func stealRule(r slo.Resolved, f nodeFacts, _ string) (knob.State, string) {
 	return knob.Applied, ""
 }
 
-// periodRule says whether Tandem puts a quota on the BE parent, whose period beCFSPeriodMicros is:
-// cfsQuota suppression, or the steal headroom.
+// periodRule says whether cfsQuota suppression puts a quota on the BE parent, whose period
+// beCFSPeriodMicros is (the steal headroom alone keeps the kernel's 100 ms).
 func periodRule(r slo.Resolved, f nodeFacts, key string) (knob.State, string) {
 	th := r.ResourceThreshold
-	if th.Enable && th.CPUSuppressPolicy == slo.CPUSuppressByCFSQuota {
-		if f.cgroups == nil {
-			return knob.Ignored, "no cgroup hierarchy to put a quota in"
-		}
-		return knob.Applied, "the period of cfsQuota suppression's quota, and of the steal headroom's"
+	switch {
+	case !th.Enable || th.CPUSuppressPolicy != slo.CPUSuppressByCFSQuota:
+		return knob.Off, "applies to cfsQuota suppression (the steal headroom alone holds BE with the kernel's 100 ms period)"
+	case f.cgroups == nil:
+		return knob.Ignored, "no cgroup hierarchy to put a quota in"
 	}
-	if th.Enable {
-		return knob.Off, "cpuset suppression, and the steal headroom under it, hold BE by CPUs, not by a quota"
-	}
-	if st, _ := stealRule(r, f, key); st == knob.Applied {
-		return knob.Applied, "the period of the steal headroom's quota"
-	}
-	return knob.Off, "no quota on the BE parent: suppression and the steal headroom are off"
+	return knob.Applied, "the period of cfsQuota suppression's quota (and of the steal headroom's under it)"
 }
 
 func resctrlRule(r slo.Resolved, f nodeFacts, key string) (knob.State, string) {

@@ -97,7 +97,7 @@ func TestBaseKnobs(t *testing.T) {
 		{"steal headroom on bare metal", base, mainline, "resource-threshold-config", "stealHeadroom", knob.Off, `"auto"`},
 		{"steal headroom forced on bare metal", stealOn, mainline, "resource-threshold-config", "stealThresholdPercent", knob.Applied, "5"},
 		{"steal headroom without cgroups", stealOn, nodeFacts{}, "resource-threshold-config", "stealHeadroom", knob.Ignored, `"on"`},
-		{"BE quota period under the steal headroom", base, vm, "resource-threshold-config", "beCFSPeriodMicros", knob.Applied, "1000000"},
+		{"BE quota period: the steal headroom keeps 100 ms", base, vm, "resource-threshold-config", "beCFSPeriodMicros", knob.Off, "1000000"},
 		{"BE quota period with nothing to quota", base, mainline, "resource-threshold-config", "beCFSPeriodMicros", knob.Off, "1000000"},
 		{"BE quota period of cfsQuota suppression", cfsQuota, mainline, "resource-threshold-config", "beCFSPeriodMicros", knob.Applied, "1000000"},
 		{"BE quota period under cpuset suppression", cpusetOn, vm, "resource-threshold-config", "beCFSPeriodMicros", knob.Off, "1000000"},

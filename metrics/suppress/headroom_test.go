@@ -13,8 +13,9 @@ import (
 
 // TestStealHeadroom runs the loop with suppression disabled and the steal headroom on, against a
 // cgroup v1 tree on disk: steal while BE runs clamps the BE parent's quota at the headroom's ceiling,
-// calm widens it back, and the clamp is lifted once the ceiling is gone. With suppression enabled, the
-// lower of the formula's answer and the ceiling applies.
+// calm widens it back, and the clamp is lifted once the ceiling is gone, in the kernel's 100 ms period
+// whatever beCFSPeriodMicros says (1 s here, its default). With suppression enabled, the lower of the
+// formula's answer and the ceiling applies, in beCFSPeriodMicros' period.
 func TestStealHeadroom(t *testing.T) {
 	t.Parallel()
 	stolen := func(s *collector.Snapshot, steal int64) *collector.Snapshot {
@@ -23,17 +24,20 @@ func TestStealHeadroom(t *testing.T) {
 	}
 	type step struct {
 		ls, be, steal int64
-		// n repeats the sample; wantQuota is the BE parent's cpu.cfs_quota_us after the last.
+		// n repeats the sample; wantQuota is the BE parent's cpu.cfs_quota_us after the last, in the
+		// test's period.
 		n         int
 		wantQuota string
 	}
 	tests := []struct {
 		name     string
 		suppress bool
+		period   string
 		steps    []step
 	}{
 		{
-			name: "suppression disabled: the headroom alone clamps and lifts",
+			name:   "suppression disabled: the headroom alone clamps and lifts",
+			period: "100000",
 			steps: []step{
 				{ls: 300, n: 3, wantQuota: "-1"},
 				// 1700m × 3/4 = 1275m.
@@ -49,10 +53,11 @@ func TestStealHeadroom(t *testing.T) {
 		{
 			name:     "suppression enabled: the lower of formula and ceiling",
 			suppress: true,
+			period:   "1000000",
 			steps: []step{
 				// 2 × 55% = 1100m − 300m LS = 800m from the formula, no ceiling yet.
-				{ls: 300, n: 3, wantQuota: "100000"},                     // the formula's floor of one CPU
-				{ls: 300, be: 400, steal: 400, n: 1, wantQuota: "30000"}, // 400 × 3/4 = 300m
+				{ls: 300, n: 3, wantQuota: "1000000"},                     // the formula's floor of one CPU
+				{ls: 300, be: 400, steal: 400, n: 1, wantQuota: "300000"}, // 400 × 3/4 = 300m
 			},
 		},
 	}
@@ -67,7 +72,9 @@ func TestStealHeadroom(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, err := suppress.New(b.config(tt.suppress), suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: b.w, Headroom: h})
+			cfg := b.config(tt.suppress)
+			cfg.CFSPeriodMicros = 1000000 // beCFSPeriodMicros' default
+			l, err := suppress.New(cfg, suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: b.w, Headroom: h})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,9 +87,9 @@ func TestStealHeadroom(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if got := b.quota(t, ""); got != s.wantQuota {
-					t.Fatalf("after %d×(LS %dm, BE %dm, steal %dm): BE parent quota %s, want %s; decision %+v, headroom %+v",
-						s.n, s.ls, s.be, s.steal, got, s.wantQuota, d, h.Status())
+				if got := b.quota(t, ""); got != s.wantQuota || (got != "-1" && b.period(t, "") != tt.period) {
+					t.Fatalf("after %d×(LS %dm, BE %dm, steal %dm): BE parent quota %s period %s, want %s in %s; decision %+v, headroom %+v",
+						s.n, s.ls, s.be, s.steal, got, b.period(t, ""), s.wantQuota, tt.period, d, h.Status())
 				}
 			}
 		})

@@ -59,6 +59,15 @@ func (b *beTree) quota(t *testing.T, rel string) string {
 	return strings.TrimSpace(string(v))
 }
 
+func (b *beTree) period(t *testing.T, rel string) string {
+	t.Helper()
+	v, err := os.ReadFile(filepath.Join(b.root, "cpu", b.parent, rel, "cpu.cfs_period_us"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(v))
+}
+
 func (b *beTree) config(enable bool) suppress.Config {
 	c := suppress.DefaultConfig()
 	c.Enable, c.CPUSuppressPolicy, c.BECgroupParent, c.CPUSuppressThresholdPercent = enable, suppress.PolicyCFSQuota, b.parent, 55

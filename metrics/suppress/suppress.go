@@ -418,6 +418,9 @@ func warnCFSQuota(ctx context.Context, cfg Config, warned bool) bool {
 	return on
 }
 
+// HeadroomPeriodMicros is the CFS period of the steal headroom's quota when suppression is off.
+const HeadroomPeriodMicros = 100000
+
 // effective is the configuration a sample applies: cfg, or, when suppression is disabled and the steal
 // headroom holds BE back, the CFS quota of the BE parent alone (cpuset on a node without a cgroup
 // writer): a fraction of a CPU is what a host's bandwidth limit is about, and the quota expresses it
@@ -429,7 +432,11 @@ func (l *Loop) effective(cfg Config, limited bool) Config {
 	eff := cfg
 	switch {
 	case l.deps.Cgroups != nil:
-		eff.Enable, eff.CPUSuppressPolicy = true, PolicyCFSQuota
+		// The kernel's 100 ms period, whatever beCFSPeriodMicros says for suppression: a host that
+		// limits the VM at 100 ms would steal during the burst a longer period lets BE run at the start
+		// of each one. Unmeasured either way here (no stealing host at hand), so the period the headroom
+		// was built with stays.
+		eff.Enable, eff.CPUSuppressPolicy, eff.CFSPeriodMicros = true, PolicyCFSQuota, HeadroomPeriodMicros
 	case l.deps.CPUs != nil:
 		eff.Enable, eff.CPUSuppressPolicy = true, PolicyCPUSet
 	}
