@@ -419,7 +419,7 @@ func warnCFSQuota(ctx context.Context, cfg Config, warned bool) bool {
 }
 
 // HeadroomPeriodMicros is the CFS period of the steal headroom's quota when suppression is off.
-const HeadroomPeriodMicros = 100000
+const HeadroomPeriodMicros = kernelPeriodMicros
 
 // effective is the configuration a sample applies: cfg, or, when suppression is disabled and the steal
 // headroom holds BE back, the CFS quota of the BE parent alone (cpuset on a node without a cgroup
@@ -807,9 +807,13 @@ func (l *Loop) setCeiling(c *cgroup.CPUMax) {
 	l.mu.Unlock()
 }
 
-// writeUnlimited takes the quota off the BE parent.
+// kernelPeriodMicros is the CFS period a cgroup has until someone sets one, and the one kubelet leaves
+// on the QoS cgroups: a lifted BE parent gets it back with its unlimited quota.
+const kernelPeriodMicros = 100000
+
+// writeUnlimited takes the quota off the BE parent and puts the kernel's period back.
 func (l *Loop) writeUnlimited(cfg Config) error {
-	unlimited, period := int64(-1), cfg.CFSPeriodMicros
+	unlimited, period := int64(-1), int64(kernelPeriodMicros)
 	if err := l.deps.Cgroups.Write(cfg.BECgroupParent, cgroup.Settings{CPUQuota: &unlimited, CPUPeriod: &period}); err != nil {
 		return fmt.Errorf("lift the CFS quota of the BE cgroup %s: %w", cfg.BECgroupParent, err)
 	}
