@@ -1001,7 +1001,7 @@ func checkVMBurstAndMemoryQoS(ctx context.Context, t *testing.T, cs kubernetes.I
 		t.Fatal(err)
 	}
 	raises, resets, _ := counters()
-	got := vmRead(ctx, t, dir, "cpu.max", "cpu.stat")
+	got = vmRead(ctx, t, dir, "cpu.max", "cpu.stat")
 	switch {
 	case got["cpu.max"] == "30000 100000":
 	case raises > raises0:
