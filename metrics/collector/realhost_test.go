@@ -72,9 +72,19 @@ func TestRealHostUsage(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		// The kernel may still hold the exited process in the cgroup for a moment (EBUSY): one CI run
+		// left the three directories behind when the removal was tried once.
 		for _, d := range dirs {
-			_ = os.Remove(d)
-			_ = os.Remove(filepath.Dir(d))
+			for _, dir := range []string{d, filepath.Dir(d)} {
+				err := os.Remove(dir)
+				for deadline := time.Now().Add(5 * time.Second); err != nil && !os.IsNotExist(err) && time.Now().Before(deadline); {
+					time.Sleep(50 * time.Millisecond)
+					err = os.Remove(dir)
+				}
+				if err != nil && !os.IsNotExist(err) {
+					t.Errorf("remove the test cgroup %s: %v", dir, err)
+				}
+			}
 		}
 	})
 	for _, d := range dirs {
