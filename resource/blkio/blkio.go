@@ -154,12 +154,14 @@ func (k *Keeper) Apply(ctx context.Context, want Want) ([]BlockResult, error) {
 	}
 	desired := map[line]string{}
 	var results []BlockResult
+	_, err := os.Stat(filepath.Join(k.cfg.Dir, v2Weight))
+	hasWeight := err == nil
 	if want.Enable {
 		for _, b := range want.Blocks {
 			res := BlockResult{Block: b}
 			res.Devices, res.Err = Resolve(k.cfg.SysRoot, b)
 			if res.Err == nil {
-				res.Dropped = k.add(desired, res.Devices, b.Limits)
+				res.Dropped = k.add(desired, res.Devices, b.Limits, hasWeight)
 			}
 			results = append(results, res)
 		}
@@ -200,7 +202,7 @@ func (k *Keeper) Apply(ctx context.Context, want Want) ([]BlockResult, error) {
 
 // add puts one block's lines into desired; a later block naming the same device wins, as the lines
 // would in the file. It returns what the cgroup version cannot express.
-func (k *Keeper) add(desired map[line]string, devs []string, l Limits) string {
+func (k *Keeper) add(desired map[line]string, devs []string, l Limits, hasWeight bool) string {
 	dropped := ""
 	for _, d := range devs {
 		if k.cfg.Version == 1 {
@@ -215,7 +217,7 @@ func (k *Keeper) add(desired map[line]string, devs []string, l Limits) string {
 		}
 		desired[line{v2Max, d}] = fmt.Sprintf("rbps=%s wbps=%s riops=%s wiops=%s", capOf(l.ReadBPS), capOf(l.WriteBPS), capOf(l.ReadIOPS), capOf(l.WriteIOPS))
 		if l.WeightPercent > 0 {
-			if _, err := os.Stat(filepath.Join(k.cfg.Dir, v2Weight)); err != nil {
+			if !hasWeight {
 				dropped = "ioWeightPercent: this kernel has no io.weight (neither blk-iocost nor BFQ)"
 				continue
 			}
