@@ -113,7 +113,7 @@ func startNodeLoops(ctx context.Context, loops *supervise.Group, st settings, co
 	logger := klog.FromContext(ctx)
 	thresholds := st.colocation.Load().ResourceThreshold
 	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Refresh: fe.Refresh,
-		Cgroups: cgroups, Registerer: reg, Headroom: hr}
+		Cgroups: cgroups, Registerer: reg, Limiters: []suppress.Limiter{hr}}
 	if cpus != nil {
 		sdeps.CPUs = cpus
 	}

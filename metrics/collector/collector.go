@@ -231,7 +231,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}, c.usage.close)
 	start("psi", c.cfg.PSI, nil, nil, c.psi.detect, func(ctx context.Context) { c.psi.sample(ctx, c.targets()) }, nil)
 	start("cpi", c.cfg.CPI, nil, nil, c.cpi.detect, func(ctx context.Context) { c.cpi.sample(ctx, c.targets()) }, c.cpi.close)
-	start("runQueue", c.cfg.RunQueue, nil, nil, c.runQueue.detect, func(ctx context.Context) { c.runQueue.sample(ctx, c.targets()) }, c.runQueue.close)
+	start("runQueue", c.cfg.RunQueue, nil, nil, c.runQueue.detect, func(ctx context.Context) { c.runQueue.sample(ctx, c.targets(), time.Now) }, c.runQueue.close)
 
 	<-ctx.Done()
 	wg.Wait()
@@ -260,6 +260,10 @@ func (c *Collector) UsageInterval() time.Duration { return time.Duration(c.usage
 // Latest returns the newest usage snapshot, nil until the first interval has passed. Callers must not
 // modify it: the same value is shared with every reader.
 func (c *Collector) Latest() *Snapshot { return c.latest.Load() }
+
+// RunQueue returns the run-queue source's newest sample, nil while the source is off or has not
+// sampled yet. Callers must not modify it.
+func (c *Collector) RunQueue() *RunQueueSample { return c.runQueue.latest.Load() }
 
 // Updates is signalled after each new usage snapshot; one slot, so a slow reader sees one signal for
 // any number of snapshots it missed and then reads Latest.

@@ -201,7 +201,7 @@ func (e *exporter) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if rs := e.c.runQueue.latest.Load(); rs != nil {
-		for _, r := range *rs {
+		for _, r := range rs.Containers {
 			if !fresh(e.ctrRunQueue, ctrValues(node, r.Target)) {
 				continue
 			}

@@ -282,8 +282,8 @@ func TestRealHostRunQueueSource(t *testing.T) {
 	defer src.close()
 	tg := Target{Namespace: "test", Pod: "p", Container: "spin", ContainerID: "ctr", CgroupParent: parent}
 	hist := func() rqHist {
-		src.sample(ctx, []Target{tg})
-		got := *src.latest.Load()
+		src.sample(ctx, []Target{tg}, time.Now)
+		got := src.latest.Load().Containers
 		if len(got) != 1 {
 			t.Fatalf("the source sees %d containers, want the test cgroup", len(got))
 		}

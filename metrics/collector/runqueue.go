@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -174,6 +175,65 @@ func readSchedOffsets(tracefs string) (schedOffsets, error) {
 	return o, nil
 }
 
+// RunQueueSample is one sample of the run-queue source: every watched container's histogram, cumulative
+// since Tandem started watching it, so a reader takes differences between two samples of its choice.
+type RunQueueSample struct {
+	// Seq numbers the source's samples from 1: a reader that has seen a Seq has seen its sample.
+	Seq        uint64
+	Time       time.Time
+	Containers []RunQueueHistogram
+}
+
+// RunQueueHistogram is one container's run-queue latency histogram.
+type RunQueueHistogram struct {
+	Target
+	hist rqHist
+}
+
+// Waits is how many times the container's threads waited for a CPU.
+func (h *RunQueueHistogram) Waits() uint64 { return h.hist.count() }
+
+// Waited is the time they waited, in all.
+func (h *RunQueueHistogram) Waited() time.Duration { return time.Duration(min(h.hist.sumNanos, math.MaxInt64)) }
+
+// AtLeast counts the waits of d or longer, to the histogram's resolution: d is taken up to the next
+// bucket bound, a power of two microseconds, which RunQueueBound returns.
+func (h *RunQueueHistogram) AtLeast(d time.Duration) uint64 {
+	var n uint64
+	for b := rqFirstSlotAtLeast(d); b < rqSlots; b++ {
+		n += h.hist.counts[b]
+	}
+	return n
+}
+
+// Add counts n waits of d each, as the BPF program would: for readers' tests, which cannot run it.
+func (h *RunQueueHistogram) Add(d time.Duration, n uint64) {
+	h.hist.counts[rqSlot(uint64(max(d, 0)))] += n
+	h.hist.sumNanos += uint64(max(d, 0)) * n
+}
+
+// RunQueueBound is the wait AtLeast(d) really counts from: d taken up to a power of two microseconds.
+func RunQueueBound(d time.Duration) time.Duration {
+	b := rqFirstSlotAtLeast(d)
+	if b == 0 {
+		return 0
+	}
+	return time.Duration(1<<(b-1)) * time.Microsecond
+}
+
+// rqFirstSlotAtLeast is the first slot whose waits are all d or longer: slot b ≥ 1 starts at 2^(b-1) µs.
+func rqFirstSlotAtLeast(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	for b := 1; b < rqSlots; b++ {
+		if time.Duration(1<<(b-1))*time.Microsecond >= d {
+			return b
+		}
+	}
+	return rqSlots - 1
+}
+
 // rqProbe is the loaded BPF program; runqueue_linux.go has the real one.
 type rqProbe interface {
 	// drain returns the counts accumulated since the last drain and clears them.
@@ -200,7 +260,8 @@ type runQueueSource struct {
 	// before the next one leaves its last waits in the map and its cgroup's list, and only this says
 	// whose they were.
 	listed map[uint32]string
-	latest atomic.Pointer[[]rqContainer]
+	seq    uint64
+	latest atomic.Pointer[RunQueueSample]
 }
 
 func newRunQueueSource(tracefs, proc, cgroupRoot string) *runQueueSource {
@@ -234,7 +295,7 @@ func (r *runQueueSource) tasksFile(rel string) string {
 	return filepath.Join(r.cgroupRoot, rel, "cgroup.threads")
 }
 
-func (r *runQueueSource) sample(ctx context.Context, targets []Target) {
+func (r *runQueueSource) sample(ctx context.Context, targets []Target, now func() time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.probe == nil {
@@ -282,15 +343,16 @@ func (r *runQueueSource) sample(ctx context.Context, targets []Target) {
 			c.hist.add(h)
 		}
 	}
-	out := make([]rqContainer, 0, len(r.hists))
+	out := make([]RunQueueHistogram, 0, len(r.hists))
 	for id, c := range r.hists {
 		if !live[id] {
 			delete(r.hists, id)
 			continue
 		}
-		out = append(out, *c)
+		out = append(out, RunQueueHistogram{Target: c.Target, hist: c.hist})
 	}
-	r.latest.Store(&out)
+	r.seq++
+	r.latest.Store(&RunQueueSample{Seq: r.seq, Time: now(), Containers: out})
 }
 
 // threadOwners says whose waits each drained thread's are: the container whose cgroup lists it now,

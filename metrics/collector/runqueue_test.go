@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"time"
+
 	"errors"
 	"maps"
 	"path/filepath"
@@ -160,21 +162,40 @@ func TestRunQueueSourceMapsThreadsToContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	tg := Target{Namespace: "ns", Pod: "a", Container: "c", ContainerID: "aaa", CgroupParent: "/kubepods/poda"}
-	src.sample(ctx, []Target{tg})
+	src.sample(ctx, []Target{tg}, time.Now)
 	// Thread 101 exits before the second drain: its last waits are still the container's.
 	writeFiles(t, filepath.Join(cg, "cpu", rel), map[string]string{"tasks": "100\n"})
-	src.sample(ctx, []Target{tg})
-	got := *src.latest.Load()
-	if len(got) != 1 {
-		t.Fatalf("containers = %+v", got)
+	src.sample(ctx, []Target{tg}, time.Now)
+	sample := src.latest.Load()
+	got := sample.Containers
+	if len(got) != 1 || sample.Seq != 2 {
+		t.Fatalf("sample %d, containers = %+v; want the second, with one container", sample.Seq, got)
 	}
 	h := got[0].hist
+	if got[0].Waits() != 7 || got[0].Waited() != 32*time.Microsecond || got[0].AtLeast(8*time.Microsecond) != 2 || got[0].AtLeast(9*time.Microsecond) != 0 {
+		t.Errorf("Waits %d, Waited %v, AtLeast(8µs) %d, AtLeast(9µs) %d; want 7, 32µs, 2 (slot 4 is 8-16µs), 0",
+			got[0].Waits(), got[0].Waited(), got[0].AtLeast(8*time.Microsecond), got[0].AtLeast(9*time.Microsecond))
+	}
 	if h.counts[2] != 5 || h.counts[4] != 2 || h.count() != 7 || h.sumNanos != 32000 {
 		t.Errorf("cumulative histogram = %+v, want 5 in slot 2, 2 in slot 4, 32µs in all", h)
 	}
 	src.close()
 	if !probe.closed {
 		t.Error("probe left attached after close")
+	}
+}
+
+func TestRunQueueBound(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want time.Duration }{
+		{0, 0}, {time.Nanosecond, time.Microsecond}, {time.Microsecond, time.Microsecond},
+		{1500 * time.Microsecond, 2048 * time.Microsecond}, {4 * time.Millisecond, 4096 * time.Microsecond},
+		{4096 * time.Microsecond, 4096 * time.Microsecond}, {time.Hour, time.Duration(1<<25) * time.Microsecond},
+	}
+	for _, tt := range tests {
+		if got := RunQueueBound(tt.in); got != tt.want {
+			t.Errorf("RunQueueBound(%v) = %v, want %v", tt.in, got, tt.want)
+		}
 	}
 }
 

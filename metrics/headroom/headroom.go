@@ -27,12 +27,14 @@
 package headroom
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -218,6 +220,23 @@ func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.status
+}
+
+// PeriodMicros is the CFS period the headroom's quota wants when it alone holds BE back: the kernel's
+// 100 ms, whatever beCFSPeriodMicros says for suppression, since a host that limits the VM at 100 ms
+// would steal during the burst a longer period lets BE run at the start of each one. Unmeasured either
+// way here (no stealing host at hand), so the period the headroom was built with stays.
+const PeriodMicros = 100000
+
+// Limit is Observe for metrics/suppress: the ceiling (0: none) and its period, with a log line for
+// each hold.
+func (c *Controller) Limit(ctx context.Context, snap *collector.Snapshot) (milli, periodMicros int64) {
+	st := c.Observe(snap)
+	if st.Decision == "hold" {
+		klog.FromContext(ctx).Info("BE held back: the host takes CPU back while BE runs", "reason", st.LastHoldReason,
+			"stealMilli", st.StealMilli, "baselineMilli", st.BaselineMilli, "perCPUMilli", st.PerCPUMilli, "ceilingMilli", st.CeilingMilli)
+	}
+	return st.CeilingMilli, PeriodMicros
 }
 
 // Observe reads one snapshot and returns the status after it.

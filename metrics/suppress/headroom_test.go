@@ -1,6 +1,7 @@
 package suppress_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -74,7 +75,7 @@ func TestStealHeadroom(t *testing.T) {
 			}
 			cfg := b.config(tt.suppress)
 			cfg.CFSPeriodMicros = 1000000 // beCFSPeriodMicros' default
-			l, err := suppress.New(cfg, suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: b.w, Headroom: h})
+			l, err := suppress.New(cfg, suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: b.w, Limiters: []suppress.Limiter{h}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,5 +98,51 @@ func TestStealHeadroom(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// fixedLimit is a limiter whose ceiling the test sets.
+type fixedLimit struct{ milli, period int64 }
+
+func (f *fixedLimit) Limit(context.Context, *collector.Snapshot) (int64, int64) { return f.milli, f.period }
+
+// TestLimiters checks how the loop combines its limiters with suppression disabled: the lowest ceiling
+// clamps the BE parent, in the period its limiter asked for, or beCFSPeriodMicros' when it asked for
+// none (the LS wait guard: that period is the one measured not to hurt LS); none left lifts the clamp.
+func TestLimiters(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	b := newBETree(t, "-1")
+	steal := &fixedLimit{period: 100000}
+	lswait := &fixedLimit{}
+	cfg := b.config(false)
+	cfg.CFSPeriodMicros = 1000000
+	l, err := suppress.New(cfg, suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: b.w, Limiters: []suppress.Limiter{steal, lswait}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name                  string
+		steal, lswait         int64
+		wantQuota, wantPeriod string
+	}{
+		{"none", 0, 0, "-1", "100000"},
+		{"the LS wait guard alone: beCFSPeriodMicros' period", 0, 800, "800000", "1000000"},
+		{"the steal headroom lower: its 100 ms", 600, 800, "60000", "100000"},
+		{"the LS wait guard lower again", 900, 500, "500000", "1000000"},
+		// Higher is a widening: suppression's hysteresis holds the level three samples, in the period
+		// of the limiter now lowest.
+		{"the steal headroom lower, at the same level", 500, 900, "50000", "100000"},
+		{"both gone: lifted, the kernel's period back", 0, 0, "-1", "100000"},
+	}
+	for i, tt := range tests {
+		steal.milli, lswait.milli = tt.steal, tt.lswait
+		d, err := l.Step(ctx, snap(time.Unix(int64(i), 0), 2, 300, 1500, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, p := b.quota(t, ""), b.period(t, ""); q != tt.wantQuota || p != tt.wantPeriod {
+			t.Errorf("%s: BE parent quota %s period %s, want %s in %s; decision %+v", tt.name, q, p, tt.wantQuota, tt.wantPeriod, d)
+		}
 	}
 }

@@ -94,7 +94,7 @@ func TestRealStealHeadroom(t *testing.T) {
 	scfg := suppress.DefaultConfig()
 	scfg.BECgroupParent = parent
 	scfg.CPUSuppressPolicy = suppress.PolicyCFSQuota // suppression disabled: the policy only has to be one this test can apply
-	l, err := suppress.New(scfg, suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: w, Headroom: h})
+	l, err := suppress.New(scfg, suppress.Deps{Latest: func() *collector.Snapshot { return nil }, Cgroups: w, Limiters: []suppress.Limiter{h}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRealStealHeadroom(t *testing.T) {
 		if err != nil {
 			t.Fatalf("sample %d: %v", i, err)
 		}
-		ceilings = append(ceilings, d.HeadroomMilli)
+		ceilings = append(ceilings, d.LimitMilli)
 	}
 	st := h.Status()
 	t.Logf("the model host gives %dm (BE got %dm alone); BE's use per sample: %v; the ceiling: %v; holds %d", gives, free, used, ceilings, st.Holds)

@@ -48,13 +48,15 @@
 //   - Widening and lifting write the parent first, then raise the ceiling and ask the proxy to refresh:
 //     the policy recomputes each BE container's quota from its batch-cpu limit, which is never lost.
 //
-// # Steal headroom
+// # Limiters: steal headroom, LS wait guard
 //
-// On a virtual machine whose host takes CPU back when the guest fills its vCPUs, metrics/headroom decides
-// a BE ceiling from the steal it sees (Deps.Headroom). The loop applies it whatever Enable says: with
-// suppression disabled, as the BE parent's CFS quota alone (exact to the milli-core, where a cpuset would
-// round up to whole CPUs); with suppression enabled, as a cap on the formula's answer under the
-// configured policy. The hysteresis, the cgroup v1 ordering and the lifts below apply to it alike.
+// Deps.Limiters hold BE below ceilings the formula does not see: on a virtual machine whose host takes
+// CPU back when the guest fills its vCPUs, metrics/headroom decides one from the steal it sees; where LS
+// pods wait for a CPU while BE runs, metrics/interference decides one from their run-queue latency. The
+// loop applies the lowest whatever Enable says: with suppression disabled, as the BE parent's CFS quota
+// alone (exact to the milli-core, where a cpuset would round up to whole CPUs); with suppression enabled,
+// as a cap on the formula's answer under the configured policy. The hysteresis, the cgroup v1 ordering
+// and the lifts below apply to it alike.
 //
 // # Undoing suppression
 //
@@ -81,7 +83,6 @@ import (
 
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/headroom"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/qos"
@@ -215,19 +216,27 @@ type Deps struct {
 	Cgroups cgroup.Writer
 	// Registerer receives tandem_suppress_* metrics; nil keeps them unexported.
 	Registerer prometheus.Registerer
-	// Headroom, when set, sees every snapshot and may hold BE below what the host of a virtual machine
-	// really gives (metrics/headroom). Its ceiling applies whether or not suppression is enabled: on
-	// its own through the BE parent's CFS quota, with suppression as a cap on the formula's answer.
-	Headroom *headroom.Controller
+	// Limiters see every snapshot and may each hold BE below a ceiling of their own: what the host of a
+	// virtual machine really gives (metrics/headroom), what lets LS pods run when they wake
+	// (metrics/interference). The lowest ceiling applies whether or not suppression is enabled: on its
+	// own through the BE parent's CFS quota, with suppression as a cap on the formula's answer.
+	Limiters []Limiter
+}
+
+// Limiter holds BE below a ceiling for a reason of its own, which the formula does not see.
+type Limiter interface {
+	// Limit reads one snapshot and returns the ceiling in milli-cores (0: none) and the CFS period its
+	// quota should have when it alone holds BE back (0: Config.CFSPeriodMicros). It logs its holds.
+	Limit(ctx context.Context, snap *collector.Snapshot) (milli, periodMicros int64)
 }
 
 // Decision is what one sample led to.
 type Decision struct {
-	// WantMilli is the formula's answer (after floor and capacity) and the steal headroom's ceiling,
-	// whichever is lower, before hysteresis.
+	// WantMilli is the formula's answer (after floor and capacity) and the limiters' ceiling, whichever
+	// is lower, before hysteresis.
 	WantMilli int64
-	// HeadroomMilli is the steal headroom's ceiling; 0 when there is none.
-	HeadroomMilli int64
+	// LimitMilli is the lowest of the limiters' ceilings; 0 when there is none.
+	LimitMilli int64
 	// AllowedMilli is what BE may use now; for the cpuset policy, the BE pool's size × 1000.
 	AllowedMilli int64
 	// CPUs is the size of the BE pool (cpuset policy) or the quota in CPUs, rounded up (cfsQuota).
@@ -242,16 +251,18 @@ type Loop struct {
 	deps Deps
 
 	// current is the level in force: CPUs for cpuset, milli-cores for cfsQuota; 0 before the first step.
-	current int64
+	// period is the CFS period of the cfsQuota level in force.
+	current, period int64
 	// higher counts consecutive samples that asked for more than current.
 	higher int
 	// applied records that a limit is in force, so Enable=false lifts it once; appliedPolicy is the
 	// policy that put it there, which lifts it when a reload switches policy.
 	applied       bool
 	appliedPolicy Policy
-	// limited records that the steal headroom's ceiling was in force at the last sample, so a reload
-	// that finds suppression disabled does not lift the clamp the headroom put there.
-	limited bool
+	// limitPeriod is the CFS period the limiters' ceiling wants when it was in force at the last sample
+	// (0: none was), so a reload that finds suppression disabled does not lift the clamp a limiter put
+	// there.
+	limitPeriod int64
 
 	// stepMu serialises Step with the lifts a reload or the stop asks for.
 	stepMu sync.Mutex
@@ -388,7 +399,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-l.wake:
 			warned = warnCFSQuota(ctx, *l.cfg.Load(), warned)
 			l.stepMu.Lock()
-			if err := l.liftIfOff(ctx, l.effective(*l.cfg.Load(), l.limited)); err != nil {
+			if err := l.liftIfOff(ctx, l.effective(*l.cfg.Load(), l.limitPeriod)); err != nil {
 				logger.Error(err, "BE CPU suppression not lifted; retrying at the next sample")
 			}
 			l.stepMu.Unlock()
@@ -418,25 +429,22 @@ func warnCFSQuota(ctx context.Context, cfg Config, warned bool) bool {
 	return on
 }
 
-// HeadroomPeriodMicros is the CFS period of the steal headroom's quota when suppression is off.
-const HeadroomPeriodMicros = kernelPeriodMicros
-
-// effective is the configuration a sample applies: cfg, or, when suppression is disabled and the steal
-// headroom holds BE back, the CFS quota of the BE parent alone (cpuset on a node without a cgroup
-// writer): a fraction of a CPU is what a host's bandwidth limit is about, and the quota expresses it
-// exactly where a cpuset rounds up to whole CPUs.
-func (l *Loop) effective(cfg Config, limited bool) Config {
-	if cfg.Enable || !limited {
+// effective is the configuration a sample applies: cfg, or, when suppression is disabled and a limiter
+// holds BE back, the CFS quota of the BE parent alone, with the period the limiter asked for (period;
+// cfg's when it asked for none), or the cpuset on a node without a cgroup writer: a fraction of a CPU is
+// what a limiter's ceiling is about, and the quota expresses it exactly where a cpuset rounds up to whole
+// CPUs.
+func (l *Loop) effective(cfg Config, period int64) Config {
+	if cfg.Enable || period == 0 {
 		return cfg
 	}
 	eff := cfg
 	switch {
 	case l.deps.Cgroups != nil:
-		// The kernel's 100 ms period, whatever beCFSPeriodMicros says for suppression: a host that
-		// limits the VM at 100 ms would steal during the burst a longer period lets BE run at the start
-		// of each one. Unmeasured either way here (no stealing host at hand), so the period the headroom
-		// was built with stays.
-		eff.Enable, eff.CPUSuppressPolicy, eff.CFSPeriodMicros = true, PolicyCFSQuota, HeadroomPeriodMicros
+		eff.Enable, eff.CPUSuppressPolicy = true, PolicyCFSQuota
+		if period > 0 {
+			eff.CFSPeriodMicros = period
+		}
 	case l.deps.CPUs != nil:
 		eff.Enable, eff.CPUSuppressPolicy = true, PolicyCPUSet
 	}
@@ -575,17 +583,19 @@ func (c Config) Want(snap *collector.Snapshot) int64 {
 func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, error) {
 	logger := klog.FromContext(ctx)
 	asked := *l.cfg.Load()
+	// The lowest ceiling wins, and its period; limitPeriod is -1 for "limited, at cfg's period".
 	var ceiling int64
-	if l.deps.Headroom != nil {
-		st := l.deps.Headroom.Observe(snap)
-		if st.Decision == "hold" {
-			logger.Info("BE held back: the host takes CPU back while BE runs", "reason", st.LastHoldReason,
-				"stealMilli", st.StealMilli, "baselineMilli", st.BaselineMilli, "perCPUMilli", st.PerCPUMilli, "ceilingMilli", st.CeilingMilli)
+	l.limitPeriod = 0
+	for _, lim := range l.deps.Limiters {
+		m, period := lim.Limit(ctx, snap)
+		if m > 0 && (ceiling == 0 || m < ceiling) {
+			ceiling, l.limitPeriod = m, period
+			if period == 0 {
+				l.limitPeriod = -1
+			}
 		}
-		ceiling = st.CeilingMilli
 	}
-	l.limited = ceiling > 0
-	cfg := l.effective(asked, l.limited)
+	cfg := l.effective(asked, l.limitPeriod)
 	if err := l.liftIfOff(ctx, cfg); err != nil {
 		return Decision{}, err
 	}
@@ -621,7 +631,7 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, er
 	default:
 		l.higher = 0
 	}
-	d := Decision{WantMilli: want, HeadroomMilli: ceiling}
+	d := Decision{WantMilli: want, LimitMilli: ceiling}
 	changed, err := l.apply(ctx, cfg, next)
 	if err != nil {
 		return d, err
@@ -637,7 +647,7 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, er
 	if changed {
 		l.changes.WithLabelValues(string(cfg.CPUSuppressPolicy), direction).Inc()
 		logger.Info("BE CPU limit changed", "policy", cfg.CPUSuppressPolicy, "direction", direction,
-			"beCPUs", d.CPUs, "allowedMilli", d.AllowedMilli, "wantMilli", want, "stealHeadroomMilli", ceiling,
+			"beCPUs", d.CPUs, "allowedMilli", d.AllowedMilli, "wantMilli", want, "limitMilli", ceiling,
 			"nodeMilli", snap.Node.CPUMilli, "systemMilli", snap.System.CPUMilli, "sampleTime", snap.Time)
 	}
 	return d, nil
@@ -672,7 +682,9 @@ func (l *Loop) apply(ctx context.Context, cfg Config, level int64) (bool, error)
 	period := cfg.CFSPeriodMicros
 	target := cgroup.CPUMax{Quota: cgroup.MilliCPUToQuota(level, period), Period: period}
 	if level == l.current {
-		if !l.reset(ctx, cfg, target) {
+		// The same level in another period (a limiter with a period of its own took over, or gave
+		// way) is written again; so is the same quota someone else reset.
+		if period == l.period && !l.reset(ctx, cfg, target) {
 			return false, nil
 		}
 		// Written again below, as a shrink from nothing: children first where v1 needs it.
@@ -706,6 +718,7 @@ func (l *Loop) apply(ctx context.Context, cfg Config, level int64) (bool, error)
 	if err != nil {
 		return false, fmt.Errorf("write the CFS quota of the BE cgroup %s (is beCgroupParent right?): %w", cfg.BECgroupParent, err)
 	}
+	l.period = period
 	klog.FromContext(ctx).V(4).Info("BE CFS quota written", "cgroup", cfg.BECgroupParent, "quota", target.Quota, "period", period)
 	if capped > 0 {
 		// The proxy's record of the capped containers is now above the kernel's: a refresh, which
