@@ -50,6 +50,8 @@ Usage:
                             unsupported (accepted, not acted on)
   tandemctl [flags] headroom  the steal headroom: whether BE is held below what the host of this
                             virtual machine gives, the steal per CPU, and the reason of the last hold
+  tandemctl [flags] interference  the LS wait guard: LS pods' slow waits for a CPU, the BE ceiling,
+                            and whether the last hold helped
   tandemctl node install    install tandem-proxy on this node; node rollback, node uninstall (see
                             tandemctl node --help)
 
@@ -83,7 +85,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("want one command, pods, pools, config or headroom (see tandemctl --help)")
+		return errors.New("want one command, pods, pools, config, headroom or interference (see tandemctl --help)")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -127,11 +129,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		return report.WriteHeadroom(stdout, s, format)
+	case "interference":
+		s, err := client.Interference(ctx)
+		if err != nil {
+			return err
+		}
+		return report.WriteInterference(stdout, s, format)
 	case "help":
 		usage()
 		return nil
 	}
-	return fmt.Errorf("unknown command %q: want pods, pools, config or headroom (see tandemctl --help)", fs.Arg(0))
+	return fmt.Errorf("unknown command %q: want pods, pools, config, headroom or interference (see tandemctl --help)", fs.Arg(0))
 }
 
 // defaultDebugSocket is where tandem-proxy serves its debug endpoints when installed as

@@ -292,7 +292,7 @@ func TestRunErrors(t *testing.T) {
 			},
 			wantErr: "answered 500 Internal Server Error to /debug/store: store locked",
 		},
-		{name: "no command", args: func(*testing.T) []string { return nil }, wantErr: "want one command, pods, pools, config or headroom"},
+		{name: "no command", args: func(*testing.T) []string { return nil }, wantErr: "want one command, pods, pools, config, headroom or interference"},
 		{
 			name: "unknown state",
 			args: func(t *testing.T) []string {

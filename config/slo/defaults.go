@@ -92,6 +92,7 @@ func defaultResourceThreshold() ResourceThresholdSettings {
 		StealHeadroom:                      StealHeadroomAuto,
 		StealThresholdPercent:              5,
 		BECFSPeriodMicros:                  1000000,
+		LSWaitThresholdMicros:              4000,
 	}
 }
 

@@ -55,6 +55,8 @@ func TestSeed004ForNode(t *testing.T) {
 		{"threshold.cpuEvictPolicy (default)", func(r Resolved) any { return r.ResourceThreshold.CPUEvictPolicy }, EvictByRealLimit, EvictByRealLimit},
 		{"threshold.stealHeadroom (Tandem's; auto by default)", func(r Resolved) any { return r.ResourceThreshold.StealHeadroom }, StealHeadroomAuto, StealHeadroomAuto},
 		{"threshold.stealThresholdPercent (Tandem's)", func(r Resolved) any { return r.ResourceThreshold.StealThresholdPercent }, int64(5), int64(5)},
+		{"threshold.lsWaitGuard (Tandem's; off by default)", func(r Resolved) any { return r.ResourceThreshold.LSWaitGuard }, false, false},
+		{"threshold.lsWaitThresholdMicros (Tandem's)", func(r Resolved) any { return r.ResourceThreshold.LSWaitThresholdMicros }, int64(4000), int64(4000)},
 
 		// resource-qos-config: the anolis strategy sets only beClass.memoryQOS.wmarkRatio.
 		{"qos.policies.cpuPolicy (default)", func(r Resolved) any { return r.ResourceQOS.Policies.CPUPolicy }, CPUQOSPolicyGroupIdentity, CPUQOSPolicyGroupIdentity},

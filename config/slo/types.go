@@ -243,6 +243,13 @@ type ResourceThresholdSettings struct {
 	// kernel's 100 ms cfsQuota suppression made LS p99 2.7-3.0x solo where 1 s made it 1.1-1.6x
 	// (bench/colocation, docs/colocation.md).
 	BECFSPeriodMicros int64 `json:"beCFSPeriodMicros"`
+	// LSWaitGuard is Tandem's: whether BE is held back while LS pods wait for a CPU (their run-queue
+	// latency, from the eBPF collector) and given back when holding it did not help (metrics/interference).
+	// Off by default. Like the steal headroom it runs whatever Enable says.
+	LSWaitGuard bool `json:"lsWaitGuard"`
+	// LSWaitThresholdMicros is Tandem's: the LS run-queue p99 above which LS suffers, in microseconds
+	// (counted from the next power of two); 4000 by default.
+	LSWaitThresholdMicros int64 `json:"lsWaitThresholdMicros"`
 }
 
 // StealHeadroomMode switches the steal-aware BE headroom.

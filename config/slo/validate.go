@@ -221,6 +221,7 @@ func (v *validator) threshold(s *ResourceThresholdSettings) {
 	v.oneOf(".stealHeadroom", string(s.StealHeadroom), string(StealHeadroomAuto), string(StealHeadroomOn), string(StealHeadroomOff))
 	v.percent(".stealThresholdPercent", s.StealThresholdPercent)
 	v.between(".beCFSPeriodMicros", s.BECFSPeriodMicros, 1000, 1000000)
+	v.between(".lsWaitThresholdMicros", s.LSWaitThresholdMicros, 1, 1000000)
 
 	v.below("", "memoryEvictLowerPercent", s.MemoryEvictLowerPercent, "memoryEvictThresholdPercent", s.MemoryEvictThresholdPercent)
 	v.below("", "cpuEvictLowerPercent", s.CPUEvictLowerPercent, "cpuEvictThresholdPercent", s.CPUEvictThresholdPercent)

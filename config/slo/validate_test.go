@@ -45,9 +45,9 @@ func TestValidate(t *testing.T) {
 		},
 		{
 			name: "steal headroom mode misspelt",
-			data: map[string]string{ResourceThresholdConfigKey: `{"clusterStrategy": {"stealHeadroom": "yes", "stealThresholdPercent": 101, "beCFSPeriodMicros": 2000000}}`},
+			data: map[string]string{ResourceThresholdConfigKey: `{"clusterStrategy": {"stealHeadroom": "yes", "stealThresholdPercent": 101, "beCFSPeriodMicros": 2000000, "lsWaitThresholdMicros": 0}}`},
 			want: []string{"resource-threshold-config.clusterStrategy.stealHeadroom: *", "resource-threshold-config.clusterStrategy.stealThresholdPercent: 101 is not a percentage; use 0 to 100",
-				"resource-threshold-config.clusterStrategy.beCFSPeriodMicros: *"},
+				"resource-threshold-config.clusterStrategy.beCFSPeriodMicros: *", "resource-threshold-config.clusterStrategy.lsWaitThresholdMicros: *"},
 		},
 		{
 			name: "yielding threads for a latency-sensitive class",

@@ -52,6 +52,7 @@ import (
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/headroom"
 	"github.com/tandemkit/tandem/metrics/reporter"
+	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/metrics/yield"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/proxy/store"
@@ -637,8 +638,18 @@ func run(ctx context.Context, b Binary, args []string) error {
 	logger.Info("Serving the debug endpoints to root", "socket", st.debugSocket)
 	_, canYield := yield.Mechanism()
 	vm, vmWhy := headroom.DetectVM("/proc", "/sys")
-	facts := nodeFacts{cgroups: cgroups, resctrl: rdt != nil, yield: canYield, policies: st.policy.Enabled, vm: vm, vmWhy: vmWhy}
+	facts := nodeFacts{cgroups: cgroups, resctrl: rdt != nil, yield: canYield, policies: st.policy.Enabled, vm: vm, vmWhy: vmWhy, runQueue: st.runQueue}
 	hr, err := newHeadroom(ctx, st, vm, vmWhy, reg)
+	if err != nil {
+		return err
+	}
+	// The node loops: measure, suppress and evict; where connected, publish what batch work may reclaim.
+	col, err := collector.New(collectorConfig(st), collector.Deps{ProcRoot: "/proc", CgroupRoot: st.cgroupRoot,
+		Targets: collectorTargets(fe.Store(), st.policy.QoS.StaticCPUManager), Registerer: reg})
+	if err != nil {
+		return err
+	}
+	lw, err := newLSWaitGuard(ctx, st, col, reg, cons)
 	if err != nil {
 		return err
 	}
@@ -650,17 +661,17 @@ func run(ctx context.Context, b Binary, args []string) error {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(hr.Status())
 	})
+	dmux.HandleFunc("/debug/interference", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(lw.Status())
+	})
 	defer serveHTTP(ctx, dlis, dmux)()
-	// The node loops: measure, suppress and evict; where connected, publish what batch work may reclaim.
-	col, err := collector.New(collectorConfig(st), collector.Deps{ProcRoot: "/proc", CgroupRoot: st.cgroupRoot,
-		Targets: collectorTargets(fe.Store(), st.policy.QoS.StaticCPUManager), Registerer: reg})
-	if err != nil {
-		return err
-	}
 	loops.Go("collector", col.Run)
 	loops.Go("heap-release", heaprelease.New(st.heapRelease).Run)
 	evictor := newSwitchEvictor(evict.NewCRIEvictor(stopper))
-	if err := startNodeLoops(ctx, loops, st, col, cpus, cgroups, policyDeps.PoolsChanged, evictor, fe, reg, cons, hr); err != nil {
+	if err := startNodeLoops(ctx, loops, st, col, cpus, cgroups, policyDeps.PoolsChanged, evictor, fe, reg, cons, []suppress.Limiter{hr, lw}); err != nil {
 		return err
 	}
 	cons.setHeadroom(ctx, hr, headroom.DefaultConfig(), vm, vmWhy)
@@ -681,7 +692,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 	// API access comes when it can: the CRI socket never waits for it.
 	loops.Once("connect-api", func(ctx context.Context) error {
 		if client := connectAPI(ctx, st.podSpec.Kubeconfig, st.podSpec.NodeName, st.apiRetry); client != nil {
-			startAPI(ctx, loops, st, client, cons, evictor, fileSource, col, fe, reg, hr)
+			startAPI(ctx, loops, st, client, cons, evictor, fileSource, col, fe, reg, lowestCeiling(hr, lw))
 		}
 		return nil
 	})
@@ -692,7 +703,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 // evictions through the Eviction API, the node reporter and, without a file, the slo-controller-config
 // ConfigMap.
 func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *kubeclient.Client, cons *consumers, evictor *switchEvictor,
-	fileSource *source.Source, col *collector.Collector, fe FrontEnd, reg prometheus.Registerer, hr *headroom.Controller) {
+	fileSource *source.Source, col *collector.Collector, fe FrontEnd, reg prometheus.Registerer, beCeiling func() (int64, bool)) {
 	logger := klog.FromContext(ctx)
 	if pods, err := podspec.NewForClient(client, st.podSpec); err != nil {
 		logger.Error(err, "Pod specs not read; batch resources come from annotations only")
@@ -718,7 +729,7 @@ func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *
 	rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
 		Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(fe.Store(), st.policy.QoS.StaticCPUManager),
 		Settings: func() slo.ColocationSettings { return st.colocation.Load().Colocation }, Registerer: reg,
-		BECeiling: hr.Ceiling,
+		BECeiling: beCeiling,
 	})
 	if err != nil {
 		logger.Error(err, "Node reporter not started")

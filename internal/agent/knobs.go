@@ -2,13 +2,16 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
@@ -24,6 +27,8 @@ type nodeFacts struct {
 	// vm says whether the node is a virtual machine (metrics/headroom.DetectVM); vmWhy from what.
 	vm    bool
 	vmWhy string
+	// runQueue says whether --run-queue-latency switched the eBPF run-queue collector on.
+	runQueue bool
 }
 
 func (f nodeFacts) policy(name string) bool { return slices.Contains(f.policies, name) }
@@ -122,6 +127,8 @@ func knobRules() map[string]knobRule {
 		"resource-threshold-config/stealHeadroom":                      stealRule,
 		"resource-threshold-config/stealThresholdPercent":              stealRule,
 		"resource-threshold-config/beCFSPeriodMicros":                  periodRule,
+		"resource-threshold-config/lsWaitGuard":                        lsWaitRule,
+		"resource-threshold-config/lsWaitThresholdMicros":              lsWaitRule,
 
 		// resource-qos-config.
 		"resource-qos-config/policies.cpuPolicy":     fixed(knob.Unsupported, "the mechanism follows the kernel: group identity (cpu.bvt_warp_ns) where offered, cpu.idle for BE pods in any case"),
@@ -204,6 +211,22 @@ func stealRule(r slo.Resolved, f nodeFacts, _ string) (knob.State, string) {
 		return knob.Applied, "auto, and this node is a virtual machine: " + f.vmWhy
 	}
 	return knob.Applied, ""
+}
+
+// lsWaitRule says whether the LS wait guard runs: it needs the run-queue collector's samples and a
+// cgroup hierarchy to hold BE back with, whatever resource-threshold-config.enable says.
+func lsWaitRule(r slo.Resolved, f nodeFacts, _ string) (knob.State, string) {
+	th := r.ResourceThreshold
+	switch {
+	case !th.LSWaitGuard:
+		return knob.Off, ""
+	case f.cgroups == nil:
+		return knob.Ignored, "no cgroup hierarchy to hold BE back with"
+	case !f.runQueue:
+		return knob.Ignored, "needs LS pods' run-queue latency: start tandem-proxy with --run-queue-latency (and tracefs mounted)"
+	}
+	return knob.Applied, fmt.Sprintf("BE held back while more than 1%% of LS waits for a CPU last %v or longer (tandemctl interference)",
+		collector.RunQueueBound(time.Duration(th.LSWaitThresholdMicros)*time.Microsecond))
 }
 
 // periodRule says whether cfsQuota suppression puts a quota on the BE parent, whose period

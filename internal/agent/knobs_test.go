@@ -65,6 +65,10 @@ func TestBaseKnobs(t *testing.T) {
 	cpusetOn.ResourceThreshold.Enable = true
 	stealOn := base
 	stealOn.ResourceThreshold.StealHeadroom = slo.StealHeadroomOn
+	guardOn := base
+	guardOn.ResourceThreshold.LSWaitGuard = true
+	withRunQueue := mainline
+	withRunQueue.runQueue = true
 	tests := []struct {
 		name         string
 		r            slo.Resolved
@@ -92,6 +96,9 @@ func TestBaseKnobs(t *testing.T) {
 		{"blkio of BE without cgroups", blkioOn, nodeFacts{}, "resource-qos-config", "beClass.blkioQOS.enable", knob.Ignored, "true"},
 		{"blkio of LS is not Koordinator's", blkioOn, anolis, "resource-qos-config", "lsClass.blkioQOS.enable", knob.Unsupported, "false"},
 		{"blkio of the root's iocost model", blkioOn, anolis, "resource-qos-config", "cgroupRoot.blkioQOS.enable", knob.Unsupported, "false"},
+		{"LS wait guard off by default", base, withRunQueue, "resource-threshold-config", "lsWaitGuard", knob.Off, "false"},
+		{"LS wait guard without the run-queue collector", guardOn, mainline, "resource-threshold-config", "lsWaitGuard", knob.Ignored, "true"},
+		{"LS wait guard with it", guardOn, withRunQueue, "resource-threshold-config", "lsWaitThresholdMicros", knob.Applied, "4000"},
 		{"burst without its reporter", on, anolis, "cpu-burst-config", "policy", knob.Ignored, `"none"`},
 		{"steal headroom on a VM", base, vm, "resource-threshold-config", "stealHeadroom", knob.Applied, `"auto"`},
 		{"steal headroom on bare metal", base, mainline, "resource-threshold-config", "stealHeadroom", knob.Off, `"auto"`},

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
@@ -17,6 +18,7 @@ import (
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/headroom"
+	"github.com/tandemkit/tandem/metrics/interference"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
 	"github.com/tandemkit/tandem/metrics/suppress"
@@ -109,11 +111,11 @@ func podRequests(st *store.Store, staticCPUManager bool) func() []reporter.PodRe
 // startNodeLoops starts CPU suppression and eviction, configured by resource-threshold-config (off unless
 // the operator enables it, as in Koordinator) and reconfigured by cons on every change of it.
 func startNodeLoops(ctx context.Context, loops *supervise.Group, st settings, col *collector.Collector, cpus *alloc.Allocator,
-	cgroups cgroup.Writer, poolsChanged func(), evictor evict.Evictor, fe FrontEnd, reg prometheus.Registerer, cons *consumers, hr *headroom.Controller) error {
+	cgroups cgroup.Writer, poolsChanged func(), evictor evict.Evictor, fe FrontEnd, reg prometheus.Registerer, cons *consumers, limiters []suppress.Limiter) error {
 	logger := klog.FromContext(ctx)
 	thresholds := st.colocation.Load().ResourceThreshold
 	sdeps := suppress.Deps{Latest: col.Latest, Updates: col.Updates(), PoolsChanged: poolsChanged, Refresh: fe.Refresh,
-		Cgroups: cgroups, Registerer: reg, Limiters: []suppress.Limiter{hr}}
+		Cgroups: cgroups, Registerer: reg, Limiters: limiters}
 	if cpus != nil {
 		sdeps.CPUs = cpus
 	}
@@ -165,6 +167,42 @@ func newHeadroom(ctx context.Context, st settings, vm bool, vmWhy string, reg pr
 	}
 	klog.FromContext(ctx).Info("Steal headroom", "enable", cfg.Enable, "why", why, "stealThresholdMilli", cfg.StealThresholdMilli)
 	return hr, nil
+}
+
+// newLSWaitGuard builds the LS wait guard for resource-threshold-config's lsWaitGuard, reconfigured by
+// cons on every change of it.
+func newLSWaitGuard(ctx context.Context, st settings, col *collector.Collector, reg prometheus.Registerer, cons *consumers) (*interference.Controller, error) {
+	base := interference.DefaultConfig()
+	cfg := interference.Resolve(base, st.colocation.Load().ResourceThreshold)
+	lw, err := interference.New(cfg, col.RunQueue, reg)
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("LS wait guard", "enable", cfg.Enable, "waitThreshold", cfg.WaitThreshold, "runQueueSource", st.runQueue)
+	cons.follow(ctx, func(ctx context.Context, r slo.Resolved) {
+		cfg := interference.Resolve(base, r.ResourceThreshold)
+		was := lw.Status().Enabled
+		if err := lw.Reconfigure(cfg); err != nil {
+			klog.FromContext(ctx).Error(err, "LS wait guard settings refused; the ones in force stay")
+		} else if was != cfg.Enable {
+			klog.FromContext(ctx).Info("LS wait guard switched", "enable", cfg.Enable, "waitThreshold", cfg.WaitThreshold)
+		}
+	})
+	return lw, nil
+}
+
+// lowestCeiling is the lowest of the limiters' BE ceilings, which the published batch capacity never
+// exceeds.
+func lowestCeiling(hr *headroom.Controller, lw *interference.Controller) func() (int64, bool) {
+	return func() (int64, bool) {
+		var lowest int64
+		for _, f := range []func() (int64, bool){hr.Ceiling, lw.Ceiling} {
+			if m, ok := f(); ok && (lowest == 0 || m < lowest) {
+				lowest = m
+			}
+		}
+		return lowest, lowest > 0
+	}
 }
 
 // startYield starts the loop that makes BE threads yield to every other thread (metrics/yield), switched by resource-qos-config's

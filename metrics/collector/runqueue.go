@@ -194,7 +194,9 @@ type RunQueueHistogram struct {
 func (h *RunQueueHistogram) Waits() uint64 { return h.hist.count() }
 
 // Waited is the time they waited, in all.
-func (h *RunQueueHistogram) Waited() time.Duration { return time.Duration(min(h.hist.sumNanos, math.MaxInt64)) }
+func (h *RunQueueHistogram) Waited() time.Duration {
+	return time.Duration(min(h.hist.sumNanos, math.MaxInt64))
+}
 
 // AtLeast counts the waits of d or longer, to the histogram's resolution: d is taken up to the next
 // bucket bound, a power of two microseconds, which RunQueueBound returns.

@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	"github.com/tandemkit/tandem/resource/qos"
@@ -442,4 +443,15 @@ func describeCeiling(m int64) string {
 // and not the system or unclassified pods.
 func latencySensitive(c qos.Class) bool {
 	return c == qos.LSE || c == qos.LSR || c == qos.LS
+}
+
+// Resolve turns resource-threshold-config's lsWaitGuard and lsWaitThresholdMicros into base's Enable
+// and threshold.
+func Resolve(base Config, r slo.ResourceThresholdSettings) Config {
+	out := base
+	out.Enable = r.LSWaitGuard
+	if r.LSWaitThresholdMicros > 0 {
+		out.WaitThreshold = time.Duration(r.LSWaitThresholdMicros) * time.Microsecond
+	}
+	return out
 }

@@ -104,7 +104,9 @@ func TestStealHeadroom(t *testing.T) {
 // fixedLimit is a limiter whose ceiling the test sets.
 type fixedLimit struct{ milli, period int64 }
 
-func (f *fixedLimit) Limit(context.Context, *collector.Snapshot) (int64, int64) { return f.milli, f.period }
+func (f *fixedLimit) Limit(context.Context, *collector.Snapshot) (int64, int64) {
+	return f.milli, f.period
+}
 
 // TestLimiters checks how the loop combines its limiters with suppression disabled: the lowest ceiling
 // clamps the BE parent, in the period its limiter asked for, or beCFSPeriodMicros' when it asked for
