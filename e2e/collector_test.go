@@ -19,7 +19,7 @@ func metricValue(text, name string, want ...string) (float64, bool) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") {
+		if !strings.HasPrefix(line, name+"{") && (len(want) > 0 || !strings.HasPrefix(line, name+" ")) {
 			continue
 		}
 		ok := true

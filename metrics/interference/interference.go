@@ -12,8 +12,9 @@
 //     (with SlowPercent 1: its run-queue p99 is above the threshold), counted over at least MinWaits waits.
 //   - Hold: when LS suffers while BE ran (BEActiveMilli on average since the last sample), the ceiling
 //     drops to BackoffPercent of what BE used (or of the ceiling in force), never below the floor.
-//   - Verify: VerifySamples samples after a hold, LS's slow waits per second must have fallen by
-//     VerifyDropPercent. If they did, BE was the cause and the hold stays (and deepens while LS still
+//   - Verify: VerifySamples samples after a hold, the time LS waited per second must have fallen by
+//     VerifyDropPercent (the time, not the count of slow waits: a clamp that lets BE run part of each
+//     period removes waits in proportion to the CPU it takes away, where slices keep their length). If they did, BE was the cause and the hold stays (and deepens while LS still
 //     suffers). If they did not, BE was not the cause (LS's own threads, the system, an interrupt storm):
 //     the ceiling goes back to what it was before the hold, and LS waits do not hold BE again for
 //     IgnoreFor. A loop that only took CPU away would starve batch work on a node whose LS pods are
@@ -58,7 +59,7 @@ type Config struct {
 	BackoffPercent int64 `json:"backoffPercent"`
 	// VerifySamples is how many samples after a hold the loop judges whether it helped.
 	VerifySamples int `json:"verifySamples"`
-	// VerifyDropPercent is how much LS's slow waits per second must fall for the hold to have helped.
+	// VerifyDropPercent is how much the time LS waits per second must fall for the hold to have helped.
 	VerifyDropPercent int64 `json:"verifyDropPercent"`
 	// RaiseAfterSamples is how many samples in a row without LS suffering raise the ceiling one step.
 	RaiseAfterSamples int `json:"raiseAfterSamples"`
@@ -151,6 +152,8 @@ type Status struct {
 	// Waits and SlowWaits are LS pods' waits in the interval and those at or above the threshold.
 	Waits     uint64 `json:"waits"`
 	SlowWaits uint64 `json:"slowWaits"`
+	// Waited is the time LS pods' threads waited for a CPU in the interval, in all.
+	Waited time.Duration `json:"waited"`
 	// Worst names the LS container with the most slow waits, "namespace/pod/container".
 	Worst string `json:"worst,omitempty"`
 	// BEUsedMilli is BE's average use over the interval; CapacityMilli the node's CPUs × 1000.
@@ -181,7 +184,10 @@ func (s Status) SlowPercent() float64 {
 }
 
 // lsCount is one LS container's cumulative counts at the last sample.
-type lsCount struct{ waits, slow uint64 }
+type lsCount struct {
+	waits, slow uint64
+	waited      time.Duration
+}
 
 // Controller decides the BE ceiling. Limit runs from one goroutine (the suppress loop); Ceiling and
 // Status are safe for concurrent use.
@@ -199,10 +205,10 @@ type Controller struct {
 	// beSum and beN average BE's use over the usage snapshots between two run-queue samples.
 	beSum, beN int64
 	// verify counts the samples since the hold being judged; 0 when none is. before is the ceiling the
-	// hold replaced, slowRate LS's slow waits per second at the hold.
+	// hold replaced, waitRate the time LS waited per second at the hold.
 	verify   int
 	before   int64
-	slowRate float64
+	waitRate float64
 	calm     int
 
 	ceilingGauge, slowGauge      prometheus.Gauge
@@ -254,8 +260,9 @@ func (c *Controller) Reconfigure(cfg Config) error {
 	c.status.Enabled = cfg.Enable
 	c.status.ThresholdMicros = collector.RunQueueBound(cfg.WaitThreshold).Microseconds()
 	if !cfg.Enable {
+		// Switched on again, the guard starts afresh: a hold that did not help then says nothing now.
 		c.ceiling, c.verify, c.calm = 0, 0, 0
-		c.status.Limited, c.status.CeilingMilli = false, 0
+		c.status.Limited, c.status.CeilingMilli, c.status.IgnoreUntil = false, 0, time.Time{}
 	}
 	return nil
 }
@@ -321,19 +328,21 @@ func (c *Controller) observe(ctx context.Context, rq *collector.RunQueueSample, 
 
 	now := make(map[string]lsCount, len(rq.Containers))
 	var waits, slow, worstSlow uint64
+	var waited time.Duration
 	worst := ""
 	for i := range rq.Containers {
 		h := &rq.Containers[i]
 		if !latencySensitive(h.QoS) {
 			continue
 		}
-		cur := lsCount{waits: h.Waits(), slow: h.AtLeast(cfg.WaitThreshold)}
+		cur := lsCount{waits: h.Waits(), slow: h.AtLeast(cfg.WaitThreshold), waited: h.Waited()}
 		now[h.ContainerID] = cur
 		// A container first seen here counts from when the source started watching it: one interval.
 		p := c.prev[h.ContainerID]
 		dw, ds := cur.waits-min(p.waits, cur.waits), cur.slow-min(p.slow, cur.slow)
 		waits += dw
 		slow += ds
+		waited += cur.waited - min(p.waited, cur.waited)
 		if ds > worstSlow {
 			worstSlow, worst = ds, h.Namespace+"/"+h.Pod+"/"+h.Container
 		}
@@ -341,7 +350,7 @@ func (c *Controller) observe(ctx context.Context, rq *collector.RunQueueSample, 
 	c.prev = now
 	s := Status{
 		Enabled: cfg.Enable, Time: rq.Time, Interval: interval, ThresholdMicros: collector.RunQueueBound(cfg.WaitThreshold).Microseconds(),
-		Waits: waits, SlowWaits: slow, Worst: worst, BEUsedMilli: be, CapacityMilli: capacity,
+		Waits: waits, SlowWaits: slow, Waited: waited, Worst: worst, BEUsedMilli: be, CapacityMilli: capacity,
 		Holds: c.status.Holds, Releases: c.status.Releases, LastHold: c.status.LastHold, LastHoldReason: c.status.LastHoldReason,
 		LastVerdict: c.status.LastVerdict, IgnoreUntil: c.status.IgnoreUntil, Decision: DecisionNone,
 	}
@@ -356,7 +365,8 @@ func (c *Controller) observe(ctx context.Context, rq *collector.RunQueueSample, 
 		c.status = s
 		return
 	}
-	rate := float64(slow) / interval.Seconds()
+	// Milliseconds of wait per second.
+	rate := float64(waited.Microseconds()) / 1000 / interval.Seconds()
 	judged := waits >= max(cfg.MinWaits, 1)
 	suffers := judged && slow*100 > uint64(cfg.SlowPercent)*waits
 	floor := max(cgroup.Scale(capacity, cfg.MinPercent, 100), 100)
@@ -369,18 +379,18 @@ func (c *Controller) observe(ctx context.Context, rq *collector.RunQueueSample, 
 			return
 		}
 		c.verify = 0
-		if rate <= c.slowRate*float64(100-cfg.VerifyDropPercent)/100 {
-			s.LastVerdict = fmt.Sprintf("BE's doing: LS slow waits fell from %.1f/s to %.1f/s with BE held to %dm", c.slowRate, rate, c.ceiling)
+		if rate <= c.waitRate*float64(100-cfg.VerifyDropPercent)/100 {
+			s.LastVerdict = fmt.Sprintf("BE's doing: LS waited %.0f ms per second at the hold, %.0f ms with BE held to %dm", c.waitRate, rate, c.ceiling)
 			s.Decision = DecisionConfirm
-			logger.Info("LS waits fell with BE held back: the hold stays", "fromPerSecond", c.slowRate, "toPerSecond", rate, "ceilingMilli", c.ceiling)
+			logger.Info("LS waits fell with BE held back: the hold stays", "fromMsPerSecond", c.waitRate, "toMsPerSecond", rate, "ceilingMilli", c.ceiling)
 		} else {
-			s.LastVerdict = fmt.Sprintf("not BE's doing: LS slow waits went from %.1f/s to %.1f/s with BE held to %dm; BE given back %s and not held for LS waits until %s",
-				c.slowRate, rate, c.ceiling, describeCeiling(c.before), rq.Time.Add(cfg.IgnoreFor).Format(time.TimeOnly))
+			s.LastVerdict = fmt.Sprintf("not BE's doing: LS waited %.0f ms per second at the hold, %.0f ms with BE held to %dm; BE given back %s and not held for LS waits until %s",
+				c.waitRate, rate, c.ceiling, describeCeiling(c.before), rq.Time.Add(cfg.IgnoreFor).Format(time.TimeOnly))
 			s.Decision = DecisionRelease
 			s.Releases++
 			s.IgnoreUntil = rq.Time.Add(cfg.IgnoreFor)
 			c.releases.Inc()
-			logger.Info("LS waits did not fall with BE held back: not BE's doing, BE given back", "fromPerSecond", c.slowRate, "toPerSecond", rate,
+			logger.Info("LS waits did not fall with BE held back: not BE's doing, BE given back", "fromMsPerSecond", c.waitRate, "toMsPerSecond", rate,
 				"heldMilli", c.ceiling, "restoredMilli", c.before, "worst", worst, "ignoreFor", cfg.IgnoreFor)
 			c.ceiling, c.calm = c.before, 0
 			c.status = s
@@ -400,14 +410,14 @@ func (c *Controller) observe(ctx context.Context, rq *collector.RunQueueSample, 
 		next := max(cgroup.Scale(from, cfg.BackoffPercent, 100), floor)
 		if c.ceiling == 0 || next < c.ceiling {
 			c.before, c.ceiling = c.ceiling, next
-			c.slowRate, c.verify, c.calm = rate, 1, 0
+			c.waitRate, c.verify, c.calm = rate, 1, 0
 			s.Holds++
 			s.LastHold = rq.Time
 			s.LastHoldReason = fmt.Sprintf("%d of %d LS waits (%.1f%%) were %v or longer (worst %s) while BE used %dm: BE held to %dm",
 				slow, waits, s.SlowPercent(), collector.RunQueueBound(cfg.WaitThreshold), worst, be, next)
 			s.Decision = DecisionHold
 			c.holds.Inc()
-			logger.Info("BE held back: LS pods wait for a CPU while BE runs", "reason", s.LastHoldReason, "slowPerSecond", rate, "ceilingMilli", next)
+			logger.Info("BE held back: LS pods wait for a CPU while BE runs", "reason", s.LastHoldReason, "waitedMsPerSecond", rate, "ceilingMilli", next)
 		}
 	case suffers:
 		c.calm = 0

@@ -85,7 +85,7 @@ func TestController(t *testing.T) {
 				{be: 1000, fast: 1000, slow: 5, decision: DecisionNone, ceiling: 1000},
 				{be: 1000, fast: 1000, slow: 5, decision: DecisionRaise, ceiling: 1400},
 			},
-			want: []string{"BE's doing: LS slow waits fell from 5.0/s to 0.5/s with BE held to 1000m"},
+			want: []string{"BE's doing: LS waited 60 ms per second at the hold, 15 ms with BE held to 1000m"},
 		},
 		{
 			name: "the hold does not help: BE given back and LS waits ignored for a while",
@@ -96,7 +96,7 @@ func TestController(t *testing.T) {
 				{be: 1500, fast: 1000, slow: 45, decision: DecisionRelease, ceiling: 0},
 				{be: 3000, fast: 1000, slow: 50, decision: DecisionIgnore, ceiling: 0},
 			},
-			want: []string{"not BE's doing: LS slow waits went from 5.0/s to 4.5/s with BE held to 1500m; BE given back the whole node"},
+			want: []string{"not BE's doing: LS waited 60 ms per second at the hold, 55 ms with BE held to 1500m; BE given back the whole node"},
 		},
 		{
 			name: "LS suffers with BE idle: nothing to hold",
@@ -111,7 +111,7 @@ func TestController(t *testing.T) {
 			steps: []step{warm,
 				{be: 4000, fast: 1000, slow: 100, decision: DecisionHold, ceiling: 2000},
 				{be: 2000, fast: 1000, slow: 60, decision: DecisionWait, ceiling: 2000},
-				// Judged: fell from 10/s to 4/s, and 4 % of waits are still slow: held again.
+				// Judged: LS waited 110 ms a second at the hold, 50 now, and 4 % of waits are still slow: held again.
 				{be: 2000, fast: 1000, slow: 40, decision: DecisionHold, ceiling: 1000},
 				{be: 1000, fast: 1000, slow: 30, decision: DecisionWait, ceiling: 1000},
 				{be: 1000, fast: 1000, slow: 20, decision: DecisionHold, ceiling: 500},
@@ -119,7 +119,7 @@ func TestController(t *testing.T) {
 				{be: 500, fast: 1000, slow: 12, decision: DecisionHold, ceiling: 400},
 				{be: 400, fast: 1000, slow: 10, decision: DecisionWait, ceiling: 400},
 				// At the floor (10 % of 4 CPUs): no lower, whatever LS does.
-				{be: 400, fast: 1000, slow: 8, decision: DecisionConfirm, ceiling: 400},
+				{be: 400, fast: 1000, slow: 4, decision: DecisionConfirm, ceiling: 400},
 				{be: 400, fast: 1000, slow: 20, decision: DecisionNone, ceiling: 400},
 			},
 		},

@@ -47,7 +47,8 @@ func WriteInterference(w io.Writer, s *interference.Status, format Format) error
 	if s.Worst != "" {
 		worst = ", most in " + s.Worst
 	}
-	fmt.Fprintf(tw, "LS waits\t%d in %v, %d (%.1f%%) slow%s\n", s.Waits, s.Interval.Round(time.Millisecond), s.SlowWaits, s.SlowPercent(), worst)
+	fmt.Fprintf(tw, "LS waits\t%d in %v, %v waited in all, %d (%.1f%%) slow%s\n", s.Waits, s.Interval.Round(time.Millisecond),
+		s.Waited.Round(time.Millisecond), s.SlowWaits, s.SlowPercent(), worst)
 	fmt.Fprintf(tw, "BE use\t%s CPUs\n", cores(s.BEUsedMilli))
 	fmt.Fprintf(tw, "last sample\t%s: %s\n", s.Time.Format(time.TimeOnly), s.Decision)
 	if s.Holds > 0 {
