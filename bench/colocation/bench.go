@@ -12,10 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -89,6 +92,14 @@ func runBench(ctx context.Context, o options) (retErr error) {
 			retErr = errors.Join(retErr, fmt.Errorf("remove work dir: %w", err))
 		}
 	}()
+
+	if slices.Contains(o.settings, settingLSWait) {
+		unmount, err := ensureTracefs(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { retErr = errors.Join(retErr, unmount()) }()
+	}
 
 	logger.Info("Building the agent and tandem-proxy")
 	if b.agent, err = buildAgent(ctx, filepath.Join(dir, "bin")); err != nil {
@@ -217,7 +228,58 @@ func sloConfig(setting string, threshold int) string {
 	if setting == settingNoSteal {
 		s += "resource-threshold-config: '{\"clusterStrategy\": {\"stealHeadroom\": \"off\"}}'\n"
 	}
+	if setting == settingLSWait {
+		s += "resource-threshold-config: '{\"clusterStrategy\": {\"lsWaitGuard\": true}}'\n"
+	}
 	return s
+}
+
+// proxyArgs are the tandem-proxy flags a Tandem setting adds.
+func proxyArgs(setting string) []string {
+	if setting == settingLSWait {
+		return []string{"--run-queue-latency", "--run-queue-interval=2s"}
+	}
+	return nil
+}
+
+// ensureTracefs mounts tracefs where tandem-proxy's run-queue collector looks first when no tracefs
+// with the sched tracepoints is mounted, and returns what undoes it (nothing, if the machine had it).
+func ensureTracefs(ctx context.Context) (func() error, error) {
+	for _, dir := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
+		if _, err := os.Stat(dir + "/events/sched/sched_switch"); err == nil {
+			return func() error { return nil }, nil
+		}
+	}
+	const dir = "/sys/kernel/tracing"
+	if err := unix.Mount("nodev", dir, "tracefs", 0, ""); err != nil {
+		return nil, fmt.Errorf("mount tracefs on %s for the tandem-lswait setting (or leave that setting out): %w", dir, err)
+	}
+	klog.FromContext(ctx).Info("Mounted tracefs for the run-queue collector; unmounted at the end", "dir", dir)
+	return func() error {
+		if err := unix.Unmount(dir, 0); err != nil {
+			return fmt.Errorf("unmount the tracefs the bench mounted (umount %s by hand): %w", dir, err)
+		}
+		return nil
+	}, nil
+}
+
+// logGuard logs what the LS wait guard did in a round, from tandem-proxy's metrics.
+func logGuard(ctx context.Context, p *framework.Proxy, round int) {
+	logger := klog.FromContext(ctx)
+	text, err := p.Metrics(ctx)
+	if err != nil {
+		logger.Error(err, "LS wait guard's counters not read")
+		return
+	}
+	kv := []any{"round", round}
+	for _, name := range []string{"tandem_interference_holds_total", "tandem_interference_releases_total", "tandem_interference_raises_total"} {
+		for _, line := range strings.Split(text, "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				kv = append(kv, strings.TrimPrefix(strings.TrimSuffix(name, "_total"), "tandem_interference_"), v)
+			}
+		}
+	}
+	logger.Info("LS wait guard in this round", kv...)
 }
 
 // runSetting measures one setting in one round: both loads in the pod view, the host view, and the
@@ -244,8 +306,8 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 		}
 		p, err := framework.StartProxy(ctx, framework.ProxyOptions{
 			Binary: b.proxyBin, RuntimeEndpoint: b.ctrd.Endpoint, Dir: pdir,
-			ExtraArgs: []string{"--slo-config", slo, "--kubelet-cgroup-root", b.root,
-				"--hooks-dir", filepath.Join(pdir, "hooks"), "--node-name", "coloc-bench"},
+			ExtraArgs: append([]string{"--slo-config", slo, "--kubelet-cgroup-root", b.root,
+				"--hooks-dir", filepath.Join(pdir, "hooks"), "--node-name", "coloc-bench"}, proxyArgs(setting)...),
 		})
 		if err != nil {
 			return err
@@ -254,6 +316,9 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 			// After the pods are gone (defers run last-in first-out).
 			cctx, cancel := cleanupCtx()
 			defer cancel()
+			if setting == settingLSWait {
+				logGuard(cctx, p, round)
+			}
 			if code, err := p.Stop(cctx); err != nil || code != 0 {
 				retErr = errors.Join(retErr, fmt.Errorf("stop tandem-proxy (exit %d, log %s): %w", code, p.LogPath, err))
 			}

@@ -20,6 +20,10 @@
 //	tandem-cfsquota through tandem-proxy, cfsQuota suppression at -suppress-threshold percent
 //	tandem-cfsquota-100ms the same with resource-threshold-config's beCFSPeriodMicros at the kernel's 100 ms
 //	                (1 s by default: at 100 ms LS pods paid 2.7-3.0x solo at p99)
+//	tandem-lswait   Tandem's defaults plus the LS wait guard (resource-threshold-config lsWaitGuard, off
+//	                by default) on the eBPF run-queue collector (--run-queue-latency, 2 s interval; tracefs is
+//	                mounted for the run if it is not, and unmounted after): what turning it on costs or gives
+//	                LS pods; the guard's holds and releases are logged at the end of each round
 //
 // The host view measures the same with the load client as a process in the bench's own cgroup (the
 // root cgroup when run from a root shell, where node daemons such as kubelet live), at -host-rate;
@@ -71,9 +75,10 @@ const (
 	settingCFSQuota  = "tandem-cfsquota"
 	settingCFSQ100ms = "tandem-cfsquota-100ms"
 	settingNoSteal   = "tandem-noheadroom"
+	settingLSWait    = "tandem-lswait"
 )
 
-var allSettings = []string{settingSolo, settingPlain, settingTandem, settingNoSteal, settingYield, settingCPUSet, settingCFSQuota, settingCFSQ100ms}
+var allSettings = []string{settingSolo, settingPlain, settingTandem, settingNoSteal, settingYield, settingCPUSet, settingCFSQuota, settingCFSQ100ms, settingLSWait}
 
 type options struct {
 	flavor            string

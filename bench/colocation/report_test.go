@@ -222,6 +222,7 @@ func TestSLOConfig(t *testing.T) {
 		{settingYield, "colocation-config: '{\"enable\": true}'\nresource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": true}}}}'\n"},
 		{settingCPUSet, "colocation-config: '{\"enable\": true}'\nresource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": 65, \"cpuSuppressPolicy\": \"cpuset\"}}'\n"},
 		{settingCFSQuota, "colocation-config: '{\"enable\": true}'\nresource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": 65, \"cpuSuppressPolicy\": \"cfsQuota\"}}'\n"},
+		{settingLSWait, "colocation-config: '{\"enable\": true}'\nresource-threshold-config: '{\"clusterStrategy\": {\"lsWaitGuard\": true}}'\n"},
 	} {
 		if got := sloConfig(tc.setting, 65); got != tc.want {
 			t.Errorf("sloConfig(%s) =\n%s\nwant\n%s", tc.setting, got, tc.want)
