@@ -100,14 +100,22 @@ func parseServed(b []byte) (served, bool) {
 	return served{cpuFrom: int(v[0]), cpuTo: int(v[1]), from: v[2], to: v[3]}, true
 }
 
-// serveMain serves GET / on addr, burning work of CPU per request, until ctx ends.
-func serveMain(ctx context.Context, addr string, work time.Duration) error {
+// serveMain serves GET / on addr, burning work of CPU and reading touch bytes of its working set per
+// request, until ctx ends.
+func serveMain(ctx context.Context, addr string, work time.Duration, touch int) error {
+	var table touchTable
+	if touch > 0 {
+		table = newTouchTable()
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		// Two getcpu calls (0.2 µs each here) and two vDSO clock reads, next to a 200 µs burn. The
 		// body is built in a fixed buffer: no more allocation than the formatted string before.
 		s := served{from: time.Now().UnixNano(), cpuFrom: getcpu()}
 		x := burn(work)
+		if touch > 0 {
+			x += table.touch(uint64(s.from), touch)
+		}
 		s.cpuTo, s.to = getcpu(), time.Now().UnixNano()
 		var buf [96]byte
 		w.Header().Set("Content-Type", "text/plain")

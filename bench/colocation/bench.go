@@ -41,6 +41,14 @@ const lsShares = 512
 // CPU the limit (a spinning shell is one thread, so the limit never binds by itself).
 const beSpec = `{"containers":{"c0":{"requests":{"kubernetes.io/batch-cpu":"500"},"limits":{"kubernetes.io/batch-cpu":"1k"}}}}`
 
+// beContainer is a BE pod's container: the -antagonist, the CPU one a shell, the others this binary.
+func (b *bench) beContainer(agentMounts []*runtimeapi.Mount) *runtimeapi.ContainerConfig {
+	if b.o.antagonist == antagonistCPU {
+		return b.container("c0", 2, nil, spinCommand...)
+	}
+	return b.container("c0", 2, agentMounts, agentMount+"/coloc", "antagonist", b.o.antagonist)
+}
+
 // spinCommand spins one CPU and exits at once on SIGTERM.
 var spinCommand = []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while :; do :; done"}
 
@@ -165,7 +173,7 @@ func runBench(ctx context.Context, o options) (retErr error) {
 	b.rep = report{
 		Date: time.Now().UTC(), Flavor: o.flavor, Capacity: float64(runtime.NumCPU()),
 		Duration: o.duration.String(), Rounds: o.rounds,
-		WorkUs: float64(o.work) / float64(time.Microsecond), HostCgroup: ownCgroup(),
+		WorkUs: float64(o.work) / float64(time.Microsecond), TouchBytes: o.touch, Antagonist: o.antagonist, HostCgroup: ownCgroup(),
 	}
 	for r := 1; r <= o.rounds; r++ {
 		for i := range o.settings {
@@ -353,7 +361,7 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 	}
 
 	server, _, err := b.runPod(ctx, rs, "ls-server", "LS", []*runtimeapi.ContainerConfig{
-		b.container("server", lsShares, agentMounts, agentMount+"/coloc", "serve", "--addr", b.addr, "--work", b.o.work.String()),
+		b.container("server", lsShares, agentMounts, agentMount+"/coloc", "serve", "--addr", b.addr, "--work", b.o.work.String(), "--touch", strconv.Itoa(b.o.touch)),
 	}, nil)
 	if server.id != "" {
 		pods = append(pods, server)
@@ -375,7 +383,7 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 	if setting != settingSolo {
 		for i := range b.o.be {
 			p, _, err := b.runPod(ctx, rs, fmt.Sprintf("be-%d", i), "BE", []*runtimeapi.ContainerConfig{
-				b.container("c0", 2, nil, spinCommand...),
+				b.beContainer(agentMounts),
 			}, map[string]string{"node.koordinator.sh/extended-resource-spec": beSpec})
 			if p.id != "" {
 				pods = append(pods, p)

@@ -4,8 +4,11 @@
 // An LS pod (Burstable, 500m) serves HTTP, burning 0.2 ms of CPU per request (-work, on its thread's CPU clock). A second
 // LS pod runs the load client, which sends requests open-loop at a fixed rate (-light, -heavy) and
 // measures each latency from the request's intended send time, so a stalled client or server cannot
-// hide its queue (no coordinated omission). Next to them run -be CPU-bound BE pods (one spinning shell
-// each). Each setting is measured at both loads, for -duration, in -rounds interleaved rounds whose
+// hide its queue (no coordinated omission). Next to them run -be BE pods, each one antagonist
+// (-antagonist): a spinning shell (cpu, the default), or this binary streaming memory (memory: copies
+// between two 64 MiB buffers) or thrashing the last-level cache (cache: random reads of a 64 MiB
+// buffer); with the last two the LS service also reads 256 KiB of a 16 MiB working set per request
+// (-touch), so that it has a cache to lose. Each setting is measured at both loads, for -duration, in -rounds interleaved rounds whose
 // order rotates so that noise lands on all:
 //
 //	solo            the LS pods alone (the baseline of every ratio, measured in the same round)
@@ -89,6 +92,8 @@ type options struct {
 	hostRate          float64
 	be                int
 	work              time.Duration
+	antagonist        string
+	touch             int
 	suppressThreshold int
 	podStarts         int
 	maxSteal          time.Duration
@@ -107,6 +112,13 @@ func main() {
 		stop()
 	}()
 	var err error
+	if len(os.Args) > 2 && os.Args[1] == "antagonist" {
+		if err := antagonistMain(ctx, os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "load") {
 		err = agentMain(ctx, os.Args[1], os.Args[2:])
 		if err != nil {
@@ -127,7 +139,9 @@ func main() {
 	fs.Float64Var(&o.light, "light", 400, "light LS load, requests per second")
 	fs.Float64Var(&o.heavy, "heavy", 1200, "heavy LS load, requests per second")
 	fs.Float64Var(&o.hostRate, "host-rate", 400, "load of the host view's client, requests per second (0 skips the host view)")
-	fs.IntVar(&o.be, "be", 3, "BE pods, each one spinning shell")
+	fs.IntVar(&o.be, "be", 3, "BE pods, each one antagonist")
+	fs.StringVar(&o.antagonist, "antagonist", antagonistCPU, "what each BE pod runs: cpu (a spinning shell), memory (copies between two 64 MiB buffers), cache (random reads of a 64 MiB buffer, twice the L3 here)")
+	fs.IntVar(&o.touch, "touch", -1, "bytes of its 16 MiB working set the LS service reads per request (random lines); -1: 0 with the cpu antagonist, 256 KiB with the others")
 	fs.DurationVar(&o.work, "work", 200*time.Microsecond, "CPU time the LS service burns per request (measured on the serving thread's own clock)")
 	fs.IntVar(&o.suppressThreshold, "suppress-threshold", 65, "cpuSuppressThresholdPercent of the suppression settings")
 	fs.IntVar(&o.podStarts, "pod-starts", 5, "pod starts timed per setting and round (0 skips them)")
@@ -161,6 +175,15 @@ func (o *options) validate() error {
 			errs = append(errs, fmt.Errorf("-settings: unknown %q: use %s", s, strings.Join(allSettings, ", ")))
 		}
 	}
+	if !slices.Contains([]string{antagonistCPU, antagonistMemory, antagonistCache}, o.antagonist) {
+		errs = append(errs, fmt.Errorf("-antagonist %q: use %s, %s or %s", o.antagonist, antagonistCPU, antagonistMemory, antagonistCache))
+	}
+	if o.touch < 0 {
+		o.touch = 0
+		if o.antagonist != antagonistCPU {
+			o.touch = 256 << 10
+		}
+	}
 	if !slices.Contains(o.settings, settingSolo) {
 		o.settings = append([]string{settingSolo}, o.settings...)
 	}
@@ -175,6 +198,7 @@ func agentMain(ctx context.Context, mode string, args []string) error {
 	fs := flag.NewFlagSet(mode, flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "serve: listen address")
 	work := fs.Duration("work", 200*time.Microsecond, "serve: CPU burnt per request")
+	touch := fs.Int("touch", 0, "serve: bytes of its 16 MiB working set read per request, in random 64-byte lines")
 	url := fs.String("url", "", "load: URL to GET")
 	rate := fs.Float64("rate", 400, "load: requests per second")
 	warmup := fs.Duration("warmup", time.Second, "load: unmeasured lead-in")
@@ -185,7 +209,7 @@ func agentMain(ctx context.Context, mode string, args []string) error {
 		return err
 	}
 	if mode == "serve" {
-		return serveMain(ctx, *addr, *work)
+		return serveMain(ctx, *addr, *work, *touch)
 	}
 	if *url == "" || *out == "" {
 		return errors.New("load needs -url and -out")
