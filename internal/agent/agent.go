@@ -655,18 +655,8 @@ func run(ctx context.Context, b Binary, args []string) error {
 	}
 	dmux := debugMux(fe, cpus)
 	dmux.Handle("/debug/config", configHandler(st.podSpec.NodeName, cons, facts))
-	dmux.HandleFunc("/debug/headroom", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(hr.Status())
-	})
-	dmux.HandleFunc("/debug/interference", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(lw.Status())
-	})
+	dmux.Handle("/debug/headroom", statusHandler(func() any { return hr.Status() }))
+	dmux.Handle("/debug/interference", statusHandler(func() any { return lw.Status() }))
 	defer serveHTTP(ctx, dlis, dmux)()
 	loops.Go("collector", col.Run)
 	loops.Go("heap-release", heaprelease.New(st.heapRelease).Run)
@@ -818,6 +808,16 @@ func configFrom(v flagValues) (proxy.Config, error) {
 }
 
 // metricsMux serves what any local user, or Prometheus over the network, may read.
+// statusHandler serves a loop's status as indented JSON, for tandemctl.
+func statusHandler(status func() any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(status())
+	})
+}
+
 func metricsMux(fe FrontEnd, reg *prometheus.Registry, loops *supervise.Group) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
