@@ -26,6 +26,7 @@ import (
 	"github.com/tandemkit/tandem/bench/internal/hostinfo"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/hooks/policy"
 )
 
 // Inside the pods: where the agent binary and the results directory are mounted.
@@ -246,6 +247,15 @@ func sloConfig(setting string, threshold int) string {
 func proxyArgs(setting string) []string {
 	if setting == settingLSWait {
 		return []string{"--run-queue-latency", "--run-queue-interval=2s"}
+	}
+	if drop, ok := withoutPolicy[setting]; ok {
+		var keep []string
+		for _, n := range policy.Names() {
+			if !slices.Contains(drop, n) {
+				keep = append(keep, n)
+			}
+		}
+		return []string{"--policies=" + strings.Join(keep, ",")}
 	}
 	return nil
 }

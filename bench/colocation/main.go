@@ -23,6 +23,10 @@
 //	tandem-cfsquota through tandem-proxy, cfsQuota suppression at -suppress-threshold percent
 //	tandem-cfsquota-100ms the same with resource-threshold-config's beCFSPeriodMicros at the kernel's 100 ms
 //	                (1 s by default: at 100 ms LS pods paid 2.7-3.0x solo at p99)
+//	tandem-nopolicies, tandem-nocpuidle, tandem-nocpuset, tandem-nobatch
+//	                Tandem's defaults with no built-in policy, or without one of cpuidle (BE pods' cpu.idle),
+//	                cpuset (the pools) or batchresource (BE containers' shares and quota from batch-cpu):
+//	                which part of the defaults an LS cell's difference from plain comes from
 //	tandem-lswait   Tandem's defaults plus the LS wait guard (resource-threshold-config lsWaitGuard, off
 //	                by default) on the eBPF run-queue collector (--run-queue-latency, 2 s interval; tracefs is
 //	                mounted for the run if it is not, and unmounted after): what turning it on costs or gives
@@ -67,6 +71,10 @@ import (
 
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/hooks/policy"
+	"github.com/tandemkit/tandem/hooks/policy/batchresource"
+	"github.com/tandemkit/tandem/hooks/policy/cpuidle"
+	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 )
 
 // The settings, in the order of the first round.
@@ -79,9 +87,19 @@ const (
 	settingCFSQ100ms = "tandem-cfsquota-100ms"
 	settingNoSteal   = "tandem-noheadroom"
 	settingLSWait    = "tandem-lswait"
+	settingNoPolicy  = "tandem-nopolicies"
+	settingNoIdle    = "tandem-nocpuidle"
+	settingNoCPUSet  = "tandem-nocpuset"
+	settingNoBatch   = "tandem-nobatch"
 )
 
-var allSettings = []string{settingSolo, settingPlain, settingTandem, settingNoSteal, settingYield, settingCPUSet, settingCFSQuota, settingCFSQ100ms, settingLSWait}
+// withoutPolicy are the settings that run Tandem's defaults less built-in policies, and those policies.
+var withoutPolicy = map[string][]string{
+	settingNoPolicy: policy.Names(), settingNoIdle: {cpuidle.Name}, settingNoCPUSet: {cpuset.Name}, settingNoBatch: {batchresource.Name},
+}
+
+var allSettings = []string{settingSolo, settingPlain, settingTandem, settingNoSteal, settingYield, settingCPUSet, settingCFSQuota, settingCFSQ100ms, settingLSWait,
+	settingNoPolicy, settingNoIdle, settingNoCPUSet, settingNoBatch}
 
 type options struct {
 	flavor            string
