@@ -248,6 +248,9 @@ func proxyArgs(setting string) []string {
 	if setting == settingLSWait {
 		return []string{"--run-queue-latency", "--run-queue-interval=2s"}
 	}
+	if only, ok := strings.CutPrefix(setting, settingWith); ok {
+		return []string{"--policies=" + strings.ReplaceAll(only, "+", ",")}
+	}
 	if drop, ok := withoutPolicy[setting]; ok {
 		var keep []string
 		for _, n := range policy.Names() {
@@ -411,6 +414,9 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 	rates := []float64{b.o.light, b.o.heavy}
 	if round%2 == 0 {
 		rates[0], rates[1] = rates[1], rates[0]
+	}
+	if b.o.hostOnly {
+		rates = nil
 	}
 	for _, rate := range rates {
 		c, err := b.measure(ctx, cell{Round: round, View: viewPod, Rate: rate, Setting: setting}, func(c *cell) error {

@@ -27,6 +27,7 @@
 //	                Tandem's defaults with no built-in policy, or without one of cpuidle (BE pods' cpu.idle),
 //	                cpuset (the pools) or batchresource (BE containers' shares and quota from batch-cpu):
 //	                which part of the defaults an LS cell's difference from plain comes from
+//	tandem-with-P1+P2 Tandem's defaults with only built-in policies P1, P2, ... (e.g. tandem-with-qos+cpuidle)
 //	tandem-lswait   Tandem's defaults plus the LS wait guard (resource-threshold-config lsWaitGuard, off
 //	                by default) on the eBPF run-queue collector (--run-queue-latency, 2 s interval; tracefs is
 //	                mounted for the run if it is not, and unmounted after): what turning it on costs or gives
@@ -91,6 +92,8 @@ const (
 	settingNoIdle    = "tandem-nocpuidle"
 	settingNoCPUSet  = "tandem-nocpuset"
 	settingNoBatch   = "tandem-nobatch"
+	// settingWith prefixes a setting that runs only the policies it names, joined by "+".
+	settingWith = "tandem-with-"
 )
 
 // withoutPolicy are the settings that run Tandem's defaults less built-in policies, and those policies.
@@ -111,6 +114,7 @@ type options struct {
 	be                int
 	work              time.Duration
 	antagonist        string
+	hostOnly          bool
 	touch             int
 	suppressThreshold int
 	podStarts         int
@@ -157,6 +161,7 @@ func main() {
 	fs.Float64Var(&o.light, "light", 400, "light LS load, requests per second")
 	fs.Float64Var(&o.heavy, "heavy", 1200, "heavy LS load, requests per second")
 	fs.Float64Var(&o.hostRate, "host-rate", 400, "load of the host view's client, requests per second (0 skips the host view)")
+	fs.BoolVar(&o.hostOnly, "host-only", false, "measure the host view only (no pod view)")
 	fs.IntVar(&o.be, "be", 3, "BE pods, each one antagonist")
 	fs.StringVar(&o.antagonist, "antagonist", antagonistCPU, "what each BE pod runs: cpu (a spinning shell), memory (copies between two 64 MiB buffers), cache (random reads of a 64 MiB buffer, twice the L3 here)")
 	fs.IntVar(&o.touch, "touch", -1, "bytes of its 16 MiB working set the LS service reads per request (random lines); -1: 0 with the cpu antagonist, 256 KiB with the others")
@@ -189,6 +194,14 @@ func (o *options) validate() error {
 		errs = append(errs, fmt.Errorf("-suppress-threshold %d: a percentage in 1..100", o.suppressThreshold))
 	}
 	for _, s := range o.settings {
+		if only, ok := strings.CutPrefix(s, settingWith); ok {
+			for _, p := range strings.Split(only, "+") {
+				if !slices.Contains(policy.Names(), p) {
+					errs = append(errs, fmt.Errorf("-settings %s: unknown policy %q: use %s", s, p, strings.Join(policy.Names(), ", ")))
+				}
+			}
+			continue
+		}
 		if !slices.Contains(allSettings, s) {
 			errs = append(errs, fmt.Errorf("-settings: unknown %q: use %s", s, strings.Join(allSettings, ", ")))
 		}
