@@ -51,10 +51,11 @@ func TestLSWaitGuard(t *testing.T) {
 		g := startGuard(t, "lsw-a")
 		spinPod(t, g.ctx, g.e, "web", shared, 1)
 		bePod, beCtr := g.bePod(t, "batch", shared, 1)
-		// Undemotable BE: the pod group competes as an equal of LS.
-		for file, v := range map[string]string{"cpu.idle": "0", "cpu.shares": "1024"} {
-			if err := os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", bePod, file), []byte(v), 0); err != nil {
-				t.Fatalf("%s of the BE pod: %v", file, err)
+		// Undemotable BE: the pod group competes as an equal of LS. cpu.idle first: an idle group refuses
+		// writes to its shares (EINVAL).
+		for _, w := range [][2]string{{"cpu.idle", "0"}, {"cpu.shares", "1024"}} {
+			if err := os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", bePod, w[0]), []byte(w[1]), 0); err != nil {
+				t.Fatalf("%s of the BE pod: %v", w[0], err)
 			}
 		}
 		t.Logf("web (LS) and batch (BE, container %s) spin one thread each on CPU %d; the BE pod competes at cpu.idle 0, shares 1024", beCtr[:12], shared)
