@@ -12,8 +12,9 @@
 //     (with SlowPercent 1: its run-queue p99 is above the threshold), counted over at least MinWaits waits.
 //   - Hold: when LS suffers while BE ran (BEActiveMilli on average since the last sample), the ceiling
 //     drops to BackoffPercent of what BE used (or of the ceiling in force), never below the floor.
-//   - Verify: VerifySamples samples after a hold, the time LS waited per second must have fallen by
-//     VerifyDropPercent (the time, not the count of slow waits: a clamp that lets BE run part of each
+//   - Verify: over the VerifySamples samples after a hold, the least time LS waited per second must have
+//     fallen by VerifyDropPercent (the least: whatever else wakes on LS's CPUs only adds waits, so one
+//     busy sample must not pass for a hold that did not help) (the time, not the count of slow waits: a clamp that lets BE run part of each
 //     period removes waits in proportion to the CPU it takes away, where slices keep their length). If they did, BE was the cause and the hold stays (and deepens while LS still
 //     suffers). If they did not, BE was not the cause (LS's own threads, the system, an interrupt storm):
 //     the ceiling goes back to what it was before the hold, and LS waits do not hold BE again for
@@ -30,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -205,11 +207,11 @@ type Controller struct {
 	// beSum and beN average BE's use over the usage snapshots between two run-queue samples.
 	beSum, beN int64
 	// verify counts the samples since the hold being judged; 0 when none is. before is the ceiling the
-	// hold replaced, waitRate the time LS waited per second at the hold.
-	verify   int
-	before   int64
-	waitRate float64
-	calm     int
+	// hold replaced, waitRate the time LS waited per second at the hold, minRate the least since.
+	verify            int
+	before            int64
+	waitRate, minRate float64
+	calm              int
 
 	ceilingGauge, slowGauge      prometheus.Gauge
 	holds, releases, raisesCount prometheus.Counter
@@ -373,12 +375,14 @@ func (c *Controller) observe(ctx context.Context, rq *collector.RunQueueSample, 
 
 	if c.verify > 0 {
 		c.verify++
+		c.minRate = min(c.minRate, rate)
 		if c.verify <= cfg.VerifySamples {
 			s.Decision = DecisionWait
 			c.status = s
 			return
 		}
 		c.verify = 0
+		rate := c.minRate
 		if rate <= c.waitRate*float64(100-cfg.VerifyDropPercent)/100 {
 			s.LastVerdict = fmt.Sprintf("BE's doing: LS waited %.0f ms per second at the hold, %.0f ms with BE held to %dm", c.waitRate, rate, c.ceiling)
 			s.Decision = DecisionConfirm
@@ -410,7 +414,7 @@ func (c *Controller) observe(ctx context.Context, rq *collector.RunQueueSample, 
 		next := max(cgroup.Scale(from, cfg.BackoffPercent, 100), floor)
 		if c.ceiling == 0 || next < c.ceiling {
 			c.before, c.ceiling = c.ceiling, next
-			c.waitRate, c.verify, c.calm = rate, 1, 0
+			c.waitRate, c.minRate, c.verify, c.calm = rate, math.Inf(1), 1, 0
 			s.Holds++
 			s.LastHold = rq.Time
 			s.LastHoldReason = fmt.Sprintf("%d of %d LS waits (%.1f%%) were %v or longer (worst %s) while BE used %dm: BE held to %dm",

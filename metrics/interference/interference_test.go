@@ -99,6 +99,17 @@ func TestController(t *testing.T) {
 			want: []string{"not BE's doing: LS waited 60 ms per second at the hold, 55 ms with BE held to 1500m; BE given back the whole node"},
 		},
 		{
+			name: "one busy sample after the hold does not undo it: the least wait is what BE left",
+			cfg:  on,
+			steps: []step{warm,
+				{be: 3000, fast: 1000, slow: 50, decision: DecisionHold, ceiling: 1500},
+				{be: 1500, fast: 1000, slow: 10, decision: DecisionWait, ceiling: 1500},
+				// Something else woke on LS's CPUs: 55 ms a second, but 20 in the sample before.
+				{be: 1500, fast: 1000, slow: 45, decision: DecisionHold, ceiling: 750},
+			},
+			want: []string{"BE's doing: LS waited 60 ms per second at the hold, 20 ms with BE held to 1500m"},
+		},
+		{
 			name: "LS suffers with BE idle: nothing to hold",
 			cfg:  on,
 			steps: []step{warm,
