@@ -226,7 +226,7 @@ func (c *Controller) Status() Status {
 // 100 ms, whatever beCFSPeriodMicros says for suppression, since a host that limits the VM at 100 ms
 // would steal during the burst a longer period lets BE run at the start of each one. Unmeasured either
 // way here (no stealing host at hand), so the period the headroom was built with stays.
-const PeriodMicros = 100000
+const PeriodMicros = cgroup.DefaultPeriod
 
 // Limit is Observe for metrics/suppress: the ceiling (0: none) and its period, with a log line for
 // each hold.

@@ -290,18 +290,20 @@ func (c *Controller) Status() Status {
 func (c *Controller) Limit(ctx context.Context, snap *collector.Snapshot) (milli, periodMicros int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var be int64
-	for _, ctr := range snap.Containers {
-		if ctr.QoS == qos.BE {
-			be = cgroup.Add(be, max(ctr.CPUMilli, 0))
+	if c.cfg.Enable {
+		var be int64
+		for _, ctr := range snap.Containers {
+			if ctr.QoS == qos.BE {
+				be = cgroup.Add(be, max(ctr.CPUMilli, 0))
+			}
 		}
+		c.beSum, c.beN = cgroup.Add(c.beSum, be), c.beN+1
 	}
-	c.beSum, c.beN = cgroup.Add(c.beSum, be), c.beN+1
 	rq := c.runQueue()
 	switch {
 	case !c.cfg.Enable:
 		// Switched on later, the loop starts afresh: counts from before would make one long interval.
-		c.ceiling, c.verify, c.last, c.prev = 0, 0, time.Time{}, nil
+		c.ceiling, c.verify, c.last, c.prev, c.beSum, c.beN = 0, 0, time.Time{}, nil, 0, 0
 	case rq == nil:
 		c.status.Why = "no run-queue samples: the guard needs tandem-proxy started with --run-queue-latency and tracefs mounted (docs/node-loops.md)"
 	case rq.Seq != c.seq:
@@ -382,19 +384,19 @@ func (c *Controller) observe(ctx context.Context, rq *collector.RunQueueSample, 
 			return
 		}
 		c.verify = 0
-		rate := c.minRate
-		if rate <= c.waitRate*float64(100-cfg.VerifyDropPercent)/100 {
-			s.LastVerdict = fmt.Sprintf("BE's doing: LS waited %.0f ms per second at the hold, %.0f ms with BE held to %dm", c.waitRate, rate, c.ceiling)
+		least := c.minRate
+		if least <= c.waitRate*float64(100-cfg.VerifyDropPercent)/100 {
+			s.LastVerdict = fmt.Sprintf("BE's doing: LS waited %.0f ms per second at the hold, %.0f ms with BE held to %dm", c.waitRate, least, c.ceiling)
 			s.Decision = DecisionConfirm
-			logger.Info("LS waits fell with BE held back: the hold stays", "fromMsPerSecond", c.waitRate, "toMsPerSecond", rate, "ceilingMilli", c.ceiling)
+			logger.Info("LS waits fell with BE held back: the hold stays", "fromMsPerSecond", c.waitRate, "toMsPerSecond", least, "ceilingMilli", c.ceiling)
 		} else {
 			s.LastVerdict = fmt.Sprintf("not BE's doing: LS waited %.0f ms per second at the hold, %.0f ms with BE held to %dm; BE given back %s and not held for LS waits until %s",
-				c.waitRate, rate, c.ceiling, describeCeiling(c.before), rq.Time.Add(cfg.IgnoreFor).Format(time.TimeOnly))
+				c.waitRate, least, c.ceiling, describeCeiling(c.before), rq.Time.Add(cfg.IgnoreFor).Format(time.TimeOnly))
 			s.Decision = DecisionRelease
 			s.Releases++
 			s.IgnoreUntil = rq.Time.Add(cfg.IgnoreFor)
 			c.releases.Inc()
-			logger.Info("LS waits did not fall with BE held back: not BE's doing, BE given back", "fromMsPerSecond", c.waitRate, "toMsPerSecond", rate,
+			logger.Info("LS waits did not fall with BE held back: not BE's doing, BE given back", "fromMsPerSecond", c.waitRate, "toMsPerSecond", least,
 				"heldMilli", c.ceiling, "restoredMilli", c.before, "worst", worst, "ignoreFor", cfg.IgnoreFor)
 			c.ceiling, c.calm = c.before, 0
 			c.status = s
