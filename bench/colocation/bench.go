@@ -147,6 +147,12 @@ func runBench(ctx context.Context, o options) (retErr error) {
 		return err
 	}
 	b.direct = direct
+	if o.ls == lsNginx {
+		logger.Info("Building and importing the nginx image")
+		if err := b.importNginx(ctx, images); err != nil {
+			return err
+		}
+	}
 	defer func() {
 		cctx, cancel := cleanupCtx()
 		defer cancel()
@@ -174,7 +180,7 @@ func runBench(ctx context.Context, o options) (retErr error) {
 	b.rep = report{
 		Date: time.Now().UTC(), Flavor: o.flavor, Capacity: float64(runtime.NumCPU()),
 		Duration: o.duration.String(), Rounds: o.rounds,
-		WorkUs: float64(o.work) / float64(time.Microsecond), TouchBytes: o.touch, Antagonist: o.antagonist, HostCgroup: ownCgroup(),
+		WorkUs: float64(o.work) / float64(time.Microsecond), TouchBytes: o.touch, Antagonist: o.antagonist, LS: o.ls, HostCgroup: ownCgroup(),
 	}
 	for r := 1; r <= o.rounds; r++ {
 		for i := range o.settings {
@@ -373,9 +379,12 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 		{ContainerPath: outMount, HostPath: out},
 	}
 
-	server, _, err := b.runPod(ctx, rs, "ls-server", "LS", []*runtimeapi.ContainerConfig{
-		b.container("server", lsShares, agentMounts, agentMount+"/coloc", "serve", "--addr", b.addr, "--work", b.o.work.String(), "--touch", strconv.Itoa(b.o.touch)),
-	}, nil)
+	serverCtr := b.container("server", lsShares, agentMounts, agentMount+"/coloc", "serve", "--addr", b.addr, "--work", b.o.work.String(), "--touch", strconv.Itoa(b.o.touch))
+	if b.o.ls == lsNginx {
+		serverCtr = b.container("server", lsShares, nil, nginxCommand()...)
+		serverCtr.Image = &runtimeapi.ImageSpec{Image: nginxImage, UserSpecifiedImage: nginxImage}
+	}
+	server, _, err := b.runPod(ctx, rs, "ls-server", "LS", []*runtimeapi.ContainerConfig{serverCtr}, nil)
 	if server.id != "" {
 		pods = append(pods, server)
 	}

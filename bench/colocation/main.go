@@ -114,6 +114,7 @@ type options struct {
 	be                int
 	work              time.Duration
 	antagonist        string
+	ls                string
 	hostOnly          bool
 	touch             int
 	suppressThreshold int
@@ -164,6 +165,7 @@ func main() {
 	fs.BoolVar(&o.hostOnly, "host-only", false, "measure the host view only (no pod view)")
 	fs.IntVar(&o.be, "be", 3, "BE pods, each one antagonist")
 	fs.StringVar(&o.antagonist, "antagonist", antagonistCPU, "what each BE pod runs: cpu (a spinning shell), memory (copies between two 64 MiB buffers), cache (random reads of a 64 MiB buffer, twice the L3 here)")
+	fs.StringVar(&o.ls, "ls", lsGo, "the LS service: go (this binary's server, -work and -touch per request) or nginx (Debian's nginx serving a 4 KiB page, its image built here from the package)")
 	fs.IntVar(&o.touch, "touch", -1, "bytes of its 16 MiB working set the LS service reads per request (random lines); -1: 0 with the cpu antagonist, 256 KiB with the others")
 	fs.DurationVar(&o.work, "work", 200*time.Microsecond, "CPU time the LS service burns per request (measured on the serving thread's own clock)")
 	fs.IntVar(&o.suppressThreshold, "suppress-threshold", 65, "cpuSuppressThresholdPercent of the suppression settings")
@@ -208,6 +210,9 @@ func (o *options) validate() error {
 	}
 	if !slices.Contains([]string{antagonistCPU, antagonistMemory, antagonistCache}, o.antagonist) {
 		errs = append(errs, fmt.Errorf("-antagonist %q: use %s, %s or %s", o.antagonist, antagonistCPU, antagonistMemory, antagonistCache))
+	}
+	if o.ls != lsGo && o.ls != lsNginx {
+		errs = append(errs, fmt.Errorf("-ls %q: use %s or %s", o.ls, lsGo, lsNginx))
 	}
 	if o.touch < 0 {
 		o.touch = 0

@@ -100,6 +100,7 @@ type report struct {
 	WorkUs     float64     `json:"workUsPerRequest"`
 	TouchBytes int         `json:"touchBytesPerRequest"`
 	Antagonist string      `json:"antagonist"`
+	LS         string      `json:"lsService,omitempty"`
 	HostCgroup string      `json:"hostClientCgroup"`
 	Load       string      `json:"loadAverageAfter"`
 	Cells      []cell      `json:"cells"`
@@ -228,8 +229,12 @@ func fmtRatio(r float64) string {
 // writeTables prints the run: the definitions and targets, one table per round, and a summary
 // across rounds shaped like the issue's table.
 func writeTables(w io.Writer, rep report) {
-	fmt.Fprintf(w, "colocation bench: containerd %s, %.0f CPUs, %s per cell, %d round(s), %.0f µs of CPU and %d KiB of working set read per request, BE antagonist %s\n",
-		rep.Flavor, rep.Capacity, rep.Duration, rep.Rounds, rep.WorkUs, rep.TouchBytes>>10, cmp.Or(rep.Antagonist, antagonistCPU))
+	service := fmt.Sprintf("%.0f µs of CPU and %d KiB of working set read per request", rep.WorkUs, rep.TouchBytes>>10)
+	if rep.LS == lsNginx {
+		service = fmt.Sprintf("LS service nginx (Debian's package) serving a %d KiB page", nginxPageBytes>>10)
+	}
+	fmt.Fprintf(w, "colocation bench: containerd %s, %.0f CPUs, %s per cell, %d round(s), %s, BE antagonist %s\n",
+		rep.Flavor, rep.Capacity, rep.Duration, rep.Rounds, service, cmp.Or(rep.Antagonist, antagonistCPU))
 	fmt.Fprintf(w, "latency from each request's intended send time (open loop); ratios are to solo in the same round\n")
 	fmt.Fprintf(w, "idle filled = BE cores / (capacity - LS-side cores of solo at that load): the share of the CPU LS leaves idle that BE used\n")
 	fmt.Fprintf(w, "view pod: the client is an LS peer pod; view host: the client is a process in the bench's cgroup (%s)\n", rep.HostCgroup)
