@@ -127,15 +127,24 @@ bench: bench-unit
 	-$(GO) run ./bench/admission
 	-$(GO) run ./bench/nrilatency
 
-## bench-colocation: first whether the machine itself stalls busy CPUs (hypervisor steal), then LS
-## latency and BE throughput, solo and colocated, with and without Tandem, then a node daemon's wakeup
-## delay next to BE placed and scheduled each way (root; about 20 minutes at the defaults, longer when
-## cells are measured again for steal; docs/colocation.md). COLOCATION_FLAGS passes flags, e.g.
-## "-duration 5s -rounds 1".
+## bench-colocation: issue 41's table. First whether the machine itself stalls busy CPUs (hypervisor
+## steal); then LS latency and BE throughput, solo and colocated, for plain Kubernetes, Tandem's defaults
+## and Tandem without the steal headroom, with each BE antagonist (CPU, memory, cache) against the Go
+## LS service and the CPU antagonist against nginx; then an LS disk reader against a BE writer; then a
+## node daemon's wakeup delay next to BE (root; about 35 minutes; docs/colocation.md). COLOCATION_FLAGS
+## passes flags to every bench/colocation run, e.g. "-duration 5s -rounds 1".
+COLOCATION_SETTINGS ?= plain,tandem,tandem-noheadroom
+COLOCATION_FLAGS ?= -duration 12s -pod-starts 0
 .PHONY: bench-colocation
 bench-colocation:
 	$(GO) run ./bench/stalls
-	$(GO) run ./bench/colocation $(COLOCATION_FLAGS)
+	@for a in cpu memory cache; do \
+	  echo "== bench/colocation: BE antagonist $$a, LS service go"; \
+	  $(GO) run ./bench/colocation -settings $(COLOCATION_SETTINGS) -antagonist $$a $(COLOCATION_FLAGS) || exit 1; \
+	done
+	@echo "== bench/colocation: BE antagonist cpu, LS service nginx"
+	$(GO) run ./bench/colocation -settings $(COLOCATION_SETTINGS) -ls nginx $(COLOCATION_FLAGS)
+	$(GO) run ./bench/iolimit -duration 15s -rounds 2
 	$(GO) run ./bench/wakeup
 
 bench-unit:
