@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -113,6 +114,9 @@ func TestVMNode(t *testing.T) {
 	// tests after them fill most of that lifetime rather than a wait.
 	var started time.Time
 	var startCert vmCert
+	// The restart in the next subtest starts tandem-proxy with its eBPF run-queue collector on, the LS
+	// wait guard's signal, which the CPU hog below shows measuring on cgroup v2.
+	enableVMRunQueue(ctx, t)
 	t.Run("SIGTERM of tandem-proxy lifts a clamp in force", func(t *testing.T) {
 		started, startCert = checkVMClampLiftedOnStop(ctx, t, cs, seed["vm-be"])
 	})
@@ -141,7 +145,49 @@ func TestVMNode(t *testing.T) {
 		}
 		checkCertRotation(ctx, t, cs, started, startCert)
 	})
+	vmRun(ctx, t, "rm -r "+path.Dir(runQueueDropIn)+" && systemctl daemon-reload")
 	t.Run("uninstall as docs/install.md says", func(t *testing.T) { checkVMUninstall(ctx, t, cs, running) })
+}
+
+// runQueueDropIn switches tandem-proxy's --run-queue-latency on through its environment variable, as an
+// operator's drop-in would.
+const runQueueDropIn = "/etc/systemd/system/tandem-proxy.service.d/10-run-queue.conf"
+
+// enableVMRunQueue writes runQueueDropIn for tandem-proxy's next start, with tracefs mounted (systemd
+// mounts it at boot; a node without it gets it mounted here, as docs/node-loops.md tells operators).
+func enableVMRunQueue(ctx context.Context, t *testing.T) {
+	vmRun(ctx, t, "mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; "+
+		"mkdir -p "+path.Dir(runQueueDropIn)+" && printf '[Service]\\nEnvironment=TANDEM_RUN_QUEUE_LATENCY=true\\n' > "+runQueueDropIn+
+		" && systemctl daemon-reload")
+}
+
+// checkVMRunQueue checks that tandem-proxy measures, with eBPF, how long the CPU hog's threads wait for a
+// CPU on the VM's cgroup v2 (the series the LS wait guard reads): four spinners on the VM's CPUs beside
+// kubelet and the system wait for one another many times a second.
+func checkVMRunQueue(ctx context.Context, t *testing.T, pod string) {
+	var last string
+	waitVM(ctx, t, 90*time.Second, "run-queue waits of "+pod+" in tandem-proxy's /metrics", func(ctx context.Context) (bool, string) {
+		last = vmRun(ctx, t, `curl -s 127.0.0.1:9316/metrics | grep -E '^tandem_container_runqueue_latency_seconds_(sum|count)\{' | grep -F 'pod="`+pod+`"' || true`)
+		var sum, count float64
+		for _, line := range strings.Split(strings.TrimSpace(last), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(f[0], "tandem_container_runqueue_latency_seconds_sum{"):
+				sum += v
+			case strings.HasPrefix(f[0], "tandem_container_runqueue_latency_seconds_count{"):
+				count += v
+			}
+		}
+		return count >= 100 && sum > 0, fmt.Sprintf("%.0f waits, %.3f s waited: %s", count, sum, last)
+	})
+	t.Logf("run-queue series of %s on cgroup v2:\n%s", pod, last)
 }
 
 // copyBinaries puts this checkout's tandemctl and tandem-proxy side by side on the VM node, as step
@@ -911,6 +957,7 @@ func checkPrioritizeAcrossKernels(ctx context.Context, t *testing.T, cs kubernet
 	if got := placedPod(ctx, t, cs, "prio-hog"); got != cluster.NodeA {
 		t.Errorf("with a CPU hog on %s the pod went to %s, want %s", cluster.NodeVM, got, cluster.NodeA)
 	}
+	t.Run("the hog's run-queue waits measured with eBPF on cgroup v2", func(t *testing.T) { checkVMRunQueue(ctx, t, "vm-hog") })
 	deletePodIn(ctx, t, cs, metav1.NamespaceDefault, "vm-hog")
 }
 
