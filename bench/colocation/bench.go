@@ -59,6 +59,8 @@ type bench struct {
 	root     string // the private cgroup root, kubelet's cgroupRoot for these pods
 	agent    string // the static agent binary, host path
 	proxyBin string
+	// proxyPID is the running setting's tandem-proxy, 0 without one: its CPU is measured per cell.
+	proxyPID int
 	ctrd     *framework.Containerd
 	direct   internalapi.RuntimeService
 	addr     string // the LS service's address (host network)
@@ -339,7 +341,9 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 		if err != nil {
 			return err
 		}
+		b.proxyPID = p.PID()
 		defer func() {
+			b.proxyPID = 0
 			// After the pods are gone (defers run last-in first-out).
 			cctx, cancel := cleanupCtx()
 			defer cancel()
@@ -558,7 +562,7 @@ func (b *bench) measurePod(ctx context.Context, rs internalapi.RuntimeService, c
 		defer cancel()
 		_ = b.direct.RemoveContainer(cctx, id)
 	}()
-	w, err := startWindow(be, []string{server.parent, client.parent})
+	w, err := startWindow(be, []string{server.parent, client.parent}, b.proxyPID)
 	if err != nil {
 		return err
 	}
@@ -580,7 +584,7 @@ func (b *bench) measurePod(ctx context.Context, rs internalapi.RuntimeService, c
 func (b *bench) measureHost(ctx context.Context, c *cell, server pod, be []string, out string) error {
 	file := filepath.Join(out, fmt.Sprintf("r%d-%s-%s-%.0f.json", c.Round, c.View, c.Setting, c.Rate))
 	cmd := exec.CommandContext(ctx, b.agent, b.loadArgs("", c.Rate, file)[1:]...)
-	w, err := startWindow(be, []string{server.parent})
+	w, err := startWindow(be, []string{server.parent}, b.proxyPID)
 	if err != nil {
 		return err
 	}
@@ -610,14 +614,20 @@ func (b *bench) loadArgs(bin string, rate float64, out string) []string {
 type window struct {
 	be, ls   []string
 	beU, lsU time.Duration
-	steal    float64
-	start    time.Time
-	sampler  *stealSampler
+	// proxy is tandem-proxy's pid (0 without one), proxyU its CPU time at the start.
+	proxy   int
+	proxyU  time.Duration
+	steal   float64
+	start   time.Time
+	sampler *stealSampler
 }
 
-func startWindow(be, ls []string) (*window, error) {
-	w := &window{be: be, ls: ls, start: time.Now()}
+func startWindow(be, ls []string, proxy int) (*window, error) {
+	w := &window{be: be, ls: ls, proxy: proxy, start: time.Now()}
 	var err error
+	if w.proxyU, err = processCPU(proxy); err != nil {
+		return nil, err
+	}
 	if w.steal, err = stealSeconds(); err != nil {
 		return nil, err
 	}
@@ -656,7 +666,12 @@ func (w *window) end(c *cell, extraLS time.Duration) (stalls, error) {
 	if err != nil {
 		return nil, err
 	}
+	proxyU, err := processCPU(w.proxy)
+	if err != nil {
+		return nil, err
+	}
 	wall := time.Since(w.start).Seconds()
+	c.ProxyCores = (proxyU - w.proxyU).Seconds() / wall
 	// Rounded: the counter moves in 10 ms units, and 20 ms read as 20.000000000003 would exceed a
 	// -max-steal of 20ms.
 	c.StealMs = math.Round((steal - w.steal) * 1000)
@@ -664,6 +679,24 @@ func (w *window) end(c *cell, extraLS time.Duration) (stalls, error) {
 	c.LSCores = (lsU - w.lsU + extraLS).Seconds() / wall
 	c.StealIntervals, c.SamplerCores, c.SampleMaxGapMs = n, samplerCPU.Seconds()/wall, float64(gap)/float64(time.Millisecond)
 	return st, nil
+}
+
+// processCPU is the CPU time (user and system) process pid has used, 0 for pid 0. tandem-proxy is a
+// process of the host, beside the host view's client: what it uses is the node agent's cost, and the
+// host client competes with it.
+func processCPU(pid int) (time.Duration, error) {
+	if pid == 0 {
+		return 0, nil
+	}
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, fmt.Errorf("find tandem-proxy (pid %d): %w", pid, err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("read tandem-proxy's CPU time: %w", err)
+	}
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
 }
 
 // stealSeconds is the CPU time the hypervisor has taken from this machine's CPUs since boot (the
