@@ -158,9 +158,9 @@ func TestWriteTables(t *testing.T) {
 			{Round: 1, View: viewPod, Rate: 400, Setting: settingSolo, P50Ms: 1, P99Ms: 2, P999Ms: 3, LSCores: 0.2, Sent: 8000, Attempts: 1,
 				CleanP50Ms: 1, CleanP99Ms: 2, CleanP999Ms: 3, SamplerCores: 0.0012},
 			{Round: 1, View: viewPod, Rate: 400, Setting: settingCFSQuota, P50Ms: 2, P99Ms: 6.2, P999Ms: 9, P99Ratio: 3.1, P999Ratio: 3, BECores: 1.16, IdleFilled: 0.644, Sent: 8000, StealMs: 30, Attempts: 3,
-				Stalled: 41, CleanP50Ms: 1.9, CleanP99Ms: 2.4, CleanP999Ms: 3.3, CleanP99Ratio: 1.2, CleanP999Ratio: 1.1, SamplerCores: 0.0021},
+				Stalled: 41, CleanP50Ms: 1.9, CleanP99Ms: 2.4, CleanP999Ms: 3.3, CleanP99Ratio: 1.2, CleanP999Ratio: 1.1, SamplerCores: 0.0021, ProxyCores: 0.0123},
 			{Round: 2, View: viewPod, Rate: 400, Setting: settingCFSQuota, P99Ratio: 4.0, P999Ratio: 3.5, BECores: 1.2, IdleFilled: 0.66,
-				Sent: 8000, Stalled: 8000},
+				Sent: 8000, Stalled: 8000, ProxyCores: 0.0081},
 		},
 		PodStarts: []podStarts{{Round: 1, Setting: settingPlain, P50Ms: 150, MaxMs: 180, Ratio: 1.38}},
 	}
@@ -168,7 +168,7 @@ func TestWriteTables(t *testing.T) {
 	writeTables(&buf, rep)
 	out := buf.String()
 	for _, want := range []string{
-		"targets (issue 13): p99 <= 1.10x solo, p99.9 <= 1.5x solo, idle filled >= 80%, host p99 <= 1.5x solo",
+		"targets (issue 41): p99 <= 1.10x solo (1.25x with the memory and cache antagonists), p99.9 <= 1.5x solo, idle filled >= 80%, host p99 <= 1.5x solo",
 		"idle filled = BE cores / (capacity - LS-side cores of solo at that load)",
 		"round 1\n",
 		"round 2\n",
@@ -180,14 +180,15 @@ func TestWriteTables(t *testing.T) {
 	}
 	// One row per cell, its figures in order.
 	for _, want := range [][]string{
-		{"pod", "400", "tandem-cfsquota", "2.00", "6.20", "9.00", "3.10", "3.00", "0.00", "1.16", "64%", "0/8000", "0.0", "30", "3", "41", "1.90", "2.40", "3.30"},
-		{"pod", "400", "solo", "1.00", "2.00", "3.00", "-", "-", "0.20", "0.00", "-", "0/8000", "0.0", "0", "1", "0", "1.00", "2.00", "3.00"},
+		{"pod", "400", "tandem-cfsquota", "2.00", "6.20", "9.00", "3.10", "3.00", "0.00", "1.16", "64%", "0/8000", "0.0", "30", "3", "41", "1.90", "2.40", "3.30", "12.3"},
+		// Solo and plain run no tandem-proxy.
+		{"pod", "400", "solo", "1.00", "2.00", "3.00", "-", "-", "0.20", "0.00", "-", "0/8000", "0.0", "0", "1", "0", "1.00", "2.00", "3.00", "-"},
 		// Every request stalled: no clean figures rather than zeros.
-		{"pod", "400", "tandem-cfsquota", "0.00", "0.00", "0.00", "4.00", "3.50", "0.00", "1.20", "66%", "0/8000", "0.0", "0", "0", "8000", "-", "-", "-"},
+		{"pod", "400", "tandem-cfsquota", "0.00", "0.00", "0.00", "4.00", "3.50", "0.00", "1.20", "66%", "0/8000", "0.0", "0", "0", "8000", "-", "-", "-", "8.1"},
 		{"plain", "150", "180", "1.38"},
 		// The summary: ranges over the rounds, like the issue's table; the clean ratios of the cells
 		// that have any.
-		{"pod", "400", "tandem-cfsquota", "3.10-4.00", "3.00-3.50", "1.16-1.20", "64-66%", "1.20", "1.10", "41-8000"},
+		{"pod", "400", "tandem-cfsquota", "3.10-4.00", "3.00-3.50", "1.16-1.20", "64-66%", "1.20", "1.10", "41-8000", "8.1-12.3"},
 	} {
 		if !hasRow(out, want) {
 			t.Errorf("output has no row %v:\n%s", want, out)
