@@ -151,7 +151,7 @@ func runBench(ctx context.Context, o options) (retErr error) {
 	b.direct = direct
 	if o.ls == lsNginx {
 		logger.Info("Building and importing the nginx image")
-		if err := b.importNginx(ctx, images); err != nil {
+		if err := b.importNginx(ctx); err != nil {
 			return err
 		}
 	}
@@ -383,10 +383,12 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 		{ContainerPath: outMount, HostPath: out},
 	}
 
-	serverCtr := b.container("server", lsShares, agentMounts, agentMount+"/coloc", "serve", "--addr", b.addr, "--work", b.o.work.String(), "--touch", strconv.Itoa(b.o.touch))
+	var serverCtr *runtimeapi.ContainerConfig
 	if b.o.ls == lsNginx {
 		serverCtr = b.container("server", lsShares, nil, nginxCommand()...)
 		serverCtr.Image = &runtimeapi.ImageSpec{Image: nginxImage, UserSpecifiedImage: nginxImage}
+	} else {
+		serverCtr = b.container("server", lsShares, agentMounts, agentMount+"/coloc", "serve", "--addr", b.addr, "--work", b.o.work.String(), "--touch", strconv.Itoa(b.o.touch))
 	}
 	server, _, err := b.runPod(ctx, rs, "ls-server", "LS", []*runtimeapi.ContainerConfig{serverCtr}, nil)
 	if server.id != "" {

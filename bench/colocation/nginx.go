@@ -12,12 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
-	internalapi "k8s.io/cri-api/pkg/apis"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 	"github.com/tandemkit/tandem/internal/ociimage"
 )
@@ -68,7 +63,7 @@ func nginxCommand() []string {
 
 // importNginx builds nginxImage for a server listening on addr and imports it into the bench's
 // containerd, waiting until CRI lists it.
-func (b *bench) importNginx(ctx context.Context, images internalapi.ImageManagerService) error {
+func (b *bench) importNginx(ctx context.Context) error {
 	bin, err := nginxBinary(ctx, filepath.Join(framework.CacheDir(), "nginx"))
 	if err != nil {
 		return err
@@ -77,22 +72,7 @@ func (b *bench) importNginx(ctx context.Context, images internalapi.ImageManager
 	if err != nil {
 		return err
 	}
-	if _, err := b.ctrd.Ctr(ctx, "images", "import", tarball); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err := images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: nginxImage}, false)
-		if err == nil && st.GetImage() != nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("imported image %s is not visible through CRI (last error: %v): see %s", nginxImage, err, b.ctrd.LogPath)
-		}
-		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return b.ctrd.ImportImage(ctx, tarball, nginxImage)
 }
 
 // nginxBinary returns Debian's nginx binary, downloaded and unpacked under cache once. The package

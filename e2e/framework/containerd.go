@@ -249,13 +249,18 @@ func (c *Containerd) Ctr(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// importTestImage loads TestImage and waits until the CRI plugin lists it;
-// the CRI plugin learns of imported images from an event, not at once.
+// importTestImage loads TestImage.
 func (c *Containerd) importTestImage(ctx context.Context) error {
 	tarball, err := BuildTestImage(ctx, filepath.Join(c.Dir, "image"))
 	if err != nil {
 		return err
 	}
+	return c.ImportImage(ctx, tarball, TestImage)
+}
+
+// ImportImage loads the OCI image-layout tarball holding image and waits until the CRI plugin lists
+// it; the CRI plugin learns of imported images from an event, not at once.
+func (c *Containerd) ImportImage(ctx context.Context, tarball, image string) error {
 	if _, err := c.Ctr(ctx, "images", "import", tarball); err != nil {
 		return err
 	}
@@ -267,12 +272,12 @@ func (c *Containerd) importTestImage(ctx context.Context) error {
 	is := runtimeapi.NewImageServiceClient(conn)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := is.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: TestImage}})
+		resp, err := is.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
 		if err == nil && resp.GetImage() != nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("imported image %s is not visible through CRI (last error: %v): see %s", TestImage, err, c.LogPath)
+			return fmt.Errorf("imported image %s is not visible through CRI (last error: %v): see %s", image, err, c.LogPath)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
