@@ -19,11 +19,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/e2e/framework"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )

@@ -29,7 +29,7 @@ func quotaBurstConfig(period, threshold int) string {
 }
 
 // TestCFSQuotaBurst runs the CFS quota burst in the real tandem-proxy against real containerd: an LS pod
-// with a 200m limit spins, so the kernel really throttles it, and the loop (metrics/quotaburst) raises its
+// with a 200m limit spins, so the kernel really throttles it, and the loop (actuate/quotaburst) raises its
 // container's real cpu.cfs_quota_us, and its pod's, above the 20000 µs the limit gives:
 //
 //  1. sharePoolThresholdPercent 100, so the pool is idle unless the machine is saturated: the quota

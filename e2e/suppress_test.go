@@ -19,17 +19,18 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/evict"
+	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/e2e/framework"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/evict"
-	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/proxy"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/topology"
+	"github.com/tandemkit/tandem/store"
 )
 
 // TestSuppressAndEvict runs tandem-proxy in-process in front of real containerd with the qos and cpuset
@@ -403,7 +404,7 @@ func (u *usageReader) targets() []collector.Target {
 	var out []collector.Target
 	for _, c := range st.Containers {
 		pod, ok := pods[c.PodSandboxID]
-		if !ok || c.State != runtimeapi.ContainerState_CONTAINER_RUNNING.String() {
+		if !ok || c.State != store.ContainerRunning {
 			continue
 		}
 		out = append(out, collector.Target{Namespace: pod.Namespace, Pod: pod.Name, PodUID: pod.UID, Container: c.Name, ContainerID: c.ID,

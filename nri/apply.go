@@ -7,8 +7,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
+	"github.com/tandemkit/tandem/store"
 )
 
 // What NRI cannot carry the plugin writes itself, as the proxy does: pod-level cgroup settings, unified

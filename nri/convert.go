@@ -6,10 +6,9 @@ import (
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/store"
 )
 
 // resourcesFromNRI converts NRI's Linux resources into the hooks' shape; nil stays nil.
@@ -57,7 +56,7 @@ func containerResources(c *api.Container) *hooks.Resources {
 func podFromNRI(p *api.PodSandbox) *store.Pod {
 	return &store.Pod{
 		ID: p.GetId(), Name: p.GetName(), Namespace: p.GetNamespace(), UID: p.GetUid(),
-		State:          runtimeapi.PodSandboxState_SANDBOX_READY.String(),
+		State:          store.PodReady,
 		CgroupParent:   p.GetLinux().GetCgroupParent(),
 		RuntimeHandler: p.GetRuntimeHandler(),
 		Labels:         maps.Clone(p.GetLabels()),
@@ -79,16 +78,16 @@ func containerFromNRI(c *api.Container) *store.Container {
 }
 
 // containerState names NRI's states as CRI does, which is what the store and the node loops read.
-func containerState(s api.ContainerState) string {
+func containerState(s api.ContainerState) store.ContainerState {
 	switch s {
 	case api.ContainerState_CONTAINER_CREATED:
-		return runtimeapi.ContainerState_CONTAINER_CREATED.String()
+		return store.ContainerCreated
 	case api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_PAUSED:
-		return runtimeapi.ContainerState_CONTAINER_RUNNING.String()
+		return store.ContainerRunning
 	case api.ContainerState_CONTAINER_STOPPED:
-		return runtimeapi.ContainerState_CONTAINER_EXITED.String()
+		return store.ContainerExited
 	}
-	return runtimeapi.ContainerState_CONTAINER_UNKNOWN.String()
+	return store.ContainerUnknown
 }
 
 // sandboxInfo is what PreRunPodSandbox hooks see of a sandbox NRI reports.

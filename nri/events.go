@@ -7,11 +7,10 @@ import (
 
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/nri/pkg/api"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/store"
 )
 
 // The stub finds the events the plugin handles by these interfaces, and subscribes to those alone.
@@ -114,8 +113,8 @@ func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	ctx, cancel := p.eventContext(ctx, "StopPodSandbox", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
 	defer cancel()
 	id := sb.GetId()
-	p.store.UpdatePod(id, func(pod *store.Pod) { pod.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY.String() })
-	p.store.UpdatePodContainers(id, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
+	p.store.UpdatePod(id, func(pod *store.Pod) { pod.State = store.PodNotReady })
+	p.store.UpdatePodContainers(id, func(c *store.Container) { c.State = store.ContainerExited })
 	if pod, ok := p.store.Pod(id); ok {
 		_, _ = p.runHooks(ctx, hooks.PostStopPodSandbox, pod.HookInfo(), nil)
 	}
@@ -183,7 +182,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 		ctr.Labels = mergeMap(ctr.Labels, adj.Labels)
 		ctr.Resources = hooks.ApplyResources(ctr.Resources, adj.Resources)
 	}
-	ctr.State = runtimeapi.ContainerState_CONTAINER_CREATED.String()
+	ctr.State = store.ContainerCreated
 	p.store.PutContainer(ctr)
 	p.applyPodResources(ctx, pod, adj)
 	klog.FromContext(ctx).V(2).Info("Container adjusted", "resources", ctr.Resources)
@@ -246,7 +245,7 @@ func (p *Plugin) PostStartContainer(ctx context.Context, sb *api.PodSandbox, c *
 	defer cancel()
 	defer p.lockContainer(c.GetId())()
 	pod := p.podFor(sb)
-	p.store.UpdateContainer(c.GetId(), func(sc *store.Container) { sc.State = runtimeapi.ContainerState_CONTAINER_RUNNING.String() })
+	p.store.UpdateContainer(c.GetId(), func(sc *store.Container) { sc.State = store.ContainerRunning })
 	stored, ok := p.store.Container(c.GetId())
 	if !ok {
 		stored = containerFromNRI(c)
@@ -308,7 +307,7 @@ func (p *Plugin) PostUpdateContainer(ctx context.Context, sb *api.PodSandbox, c 
 	ctx, cancel := p.eventContext(ctx, "PostUpdateContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
 	defer cancel()
 	defer p.lockContainer(c.GetId())()
-	if stored, ok := p.store.Container(c.GetId()); ok && stored.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String() {
+	if stored, ok := p.store.Container(c.GetId()); ok && stored.State == store.ContainerRunning {
 		p.applyUnsent(ctx, p.podFor(sb), stored, p.v1Files(stored.Resources))
 	}
 	return nil
@@ -319,7 +318,7 @@ func (p *Plugin) StopContainer(ctx context.Context, sb *api.PodSandbox, c *api.C
 	start := time.Now()
 	ctx, cancel := p.eventContext(ctx, "StopContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
 	defer cancel()
-	p.store.UpdateContainer(c.GetId(), func(sc *store.Container) { sc.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
+	p.store.UpdateContainer(c.GetId(), func(sc *store.Container) { sc.State = store.ContainerExited })
 	if stored, ok := p.store.Container(c.GetId()); ok {
 		_, _ = p.runHooks(ctx, hooks.PostStopContainer, p.podFor(sb).HookInfo(), stored.HookInfo())
 	}

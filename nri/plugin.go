@@ -16,8 +16,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
+	"github.com/tandemkit/tandem/store"
 )
 
 // Config configures the plugin.

@@ -26,11 +26,11 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	resqos "github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
+	"github.com/tandemkit/tandem/store"
 )
 
 // The tests drive the plugin through containerd's own side of NRI (nri/pkg/adaptation, what containerd

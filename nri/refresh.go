@@ -7,11 +7,10 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/store"
 )
 
 // refreshLoop re-applies policy to live containers whenever a policy says its decisions moved
@@ -64,7 +63,7 @@ func (p *Plugin) refreshAll(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING.String() && c.State != runtimeapi.ContainerState_CONTAINER_CREATED.String() {
+		if !c.State.Live() {
 			continue
 		}
 		pod, ok := p.store.Pod(c.PodSandboxID)
@@ -139,7 +138,7 @@ func (p *Plugin) plan(ctx context.Context, pod *store.Pod, c *store.Container) (
 	if adj == nil {
 		adj = &hooks.Adjustment{}
 	}
-	pd := pending{pod: pod, ctr: c, adj: adj, running: c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()}
+	pd := pending{pod: pod, ctr: c, adj: adj, running: c.State == store.ContainerRunning}
 	want := adj.Resources
 	if want != nil && !changes(c.Resources, want) {
 		want = nil
@@ -170,7 +169,7 @@ func (p *Plugin) recordLocked(ctx context.Context, pd pending) {
 	var running bool
 	p.store.UpdateContainer(pd.ctr.ID, func(sc *store.Container) {
 		sc.Resources = pd.applied
-		running = sc.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()
+		running = sc.State == store.ContainerRunning
 	})
 	switch {
 	case pd.update != nil && !pd.running:

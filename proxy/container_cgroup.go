@@ -10,8 +10,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
+	"github.com/tandemkit/tandem/store"
 )
 
 // What the runtime cannot carry of a container's resources, the proxy applies itself: the unified cgroup
@@ -71,7 +71,7 @@ func (s *Server) v1Files(r *hooks.Resources) map[string]string {
 func (s *Server) update(ctx context.Context, pod *store.Pod, c *store.Container, req *runtimeapi.UpdateContainerResourcesRequest,
 	a *hooks.ResourceAdjustment, opts []grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	// A created container has no cgroup yet: what the runtime cannot carry waits for the start.
-	running := pod != nil && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()
+	running := pod != nil && c.State == store.ContainerRunning
 	var before map[string]string
 	if running && a != nil && s.writeBeforeUpdate(ctx, pod, c.ID, a.Unified) {
 		before = a.Unified

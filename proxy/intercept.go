@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/store"
 )
 
 // interceptors maps each lifecycle method to its handler.
@@ -177,7 +177,7 @@ func (s *Server) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	}
 	pod := podFromConfig(resp.GetPodSandboxId(), req.GetConfig())
 	pod.RuntimeHandler = req.GetRuntimeHandler()
-	pod.State = runtimeapi.PodSandboxState_SANDBOX_READY.String()
+	pod.State = store.PodReady
 	s.store.PutPod(pod)
 	s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
 	s.persist(ctx)
@@ -191,13 +191,13 @@ func (s *Server) stopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 		return nil, err
 	}
 	id := req.GetPodSandboxId()
-	known := s.store.UpdatePod(id, func(p *store.Pod) { p.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY.String() })
+	known := s.store.UpdatePod(id, func(p *store.Pod) { p.State = store.PodNotReady })
 	if !known {
 		klog.FromContext(ctx).V(2).Info("Stopped pod sandbox unknown to the store", "podSandboxID", id)
 		return resp, nil
 	}
 	// Stopping a sandbox stops its containers.
-	s.store.UpdatePodContainers(id, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
+	s.store.UpdatePodContainers(id, func(c *store.Container) { c.State = store.ContainerExited })
 	s.persist(ctx)
 	if pod, ok := s.store.Pod(id); ok {
 		ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name)))
@@ -271,7 +271,7 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		return nil, err
 	}
 	ctr := containerFromConfig(resp.GetContainerId(), req.GetPodSandboxId(), req.GetConfig())
-	ctr.State = runtimeapi.ContainerState_CONTAINER_CREATED.String()
+	ctr.State = store.ContainerCreated
 	if known {
 		var a *hooks.ResourceAdjustment
 		if adj != nil {
@@ -310,7 +310,7 @@ func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContai
 		return nil, err
 	}
 	if ctr != nil {
-		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_RUNNING.String() })
+		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.State = store.ContainerRunning })
 		s.persist(ctx)
 		if c, ok := s.store.Container(ctr.ID); ok && pod != nil {
 			if c.Resources != nil {
@@ -330,9 +330,9 @@ func (s *Server) stopContainer(ctx context.Context, req *runtimeapi.StopContaine
 		return nil, err
 	}
 	if ctr != nil {
-		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.State = runtimeapi.ContainerState_CONTAINER_EXITED.String() })
+		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.State = store.ContainerExited })
 		s.persist(ctx)
-		ctr.State = runtimeapi.ContainerState_CONTAINER_EXITED.String()
+		ctr.State = store.ContainerExited
 		s.postHooks(ctx, hooks.PostStopContainer, pod, ctr)
 	}
 	klog.FromContext(ctx).V(2).Info("Container stopped")

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/store"
 )
 
 // Recover loads the checkpoint and reconciles it with the runtime. A corrupt checkpoint is set aside and
@@ -126,7 +126,7 @@ func (s *Server) listRuntime(ctx context.Context) (*store.Snapshot, error) {
 		md := p.GetMetadata()
 		pod := &store.Pod{
 			ID: p.GetId(), Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), Attempt: md.GetAttempt(),
-			State: p.GetState().String(), RuntimeHandler: p.GetRuntimeHandler(),
+			State: store.PodState(p.GetState().String()), RuntimeHandler: p.GetRuntimeHandler(),
 			Labels: p.GetLabels(), Annotations: p.GetAnnotations(), CreatedAt: p.GetCreatedAt(),
 		}
 		if old, ok := s.store.Pod(pod.ID); ok && old.CgroupParent != "" {
@@ -139,7 +139,7 @@ func (s *Server) listRuntime(ctx context.Context) (*store.Snapshot, error) {
 	for _, c := range ctrs.GetContainers() {
 		ctr := &store.Container{
 			ID: c.GetId(), PodSandboxID: c.GetPodSandboxId(), Name: c.GetMetadata().GetName(), Attempt: c.GetMetadata().GetAttempt(),
-			State: c.GetState().String(), Image: c.GetImage().GetImage(),
+			State: store.ContainerState(c.GetState().String()), Image: c.GetImage().GetImage(),
 			Labels: c.GetLabels(), Annotations: c.GetAnnotations(), CreatedAt: c.GetCreatedAt(),
 		}
 		if _, ok := s.store.Container(ctr.ID); !ok {

@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/store"
 )
 
 // refreshLoop re-applies policy to live containers whenever a policy says its decisions moved.
@@ -47,7 +47,7 @@ func (s *Server) refreshAll(ctx context.Context) int {
 		if ctx.Err() != nil {
 			break
 		}
-		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING.String() && c.State != runtimeapi.ContainerState_CONTAINER_CREATED.String() {
+		if !c.State.Live() {
 			continue
 		}
 		pod, ok := s.store.Pod(c.PodSandboxID)

@@ -24,8 +24,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
+	"github.com/tandemkit/tandem/store"
 )
 
 // Deps are the collaborators a Server uses; tests pass their own.

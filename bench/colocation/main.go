@@ -18,7 +18,7 @@
 //	                the host takes CPU back
 //	tandem-noheadroom the same with resource-threshold-config's stealHeadroom off
 //	tandem-yield    the same with beClass.cpuQOS.yieldThreads on (off by default): BE threads on the
-//	                BE thread scheduling loop's (metrics/yield) SCHED_BATCH, measured against the default
+//	                BE thread scheduling loop's (actuate/yield) SCHED_BATCH, measured against the default
 //	tandem-cpuset   through tandem-proxy, cpuset suppression at -suppress-threshold percent
 //	tandem-cfsquota through tandem-proxy, cfsQuota suppression at -suppress-threshold percent
 //	tandem-cfsquota-100ms the same with resource-threshold-config's beCFSPeriodMicros at the kernel's 100 ms

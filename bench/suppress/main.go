@@ -3,7 +3,7 @@
 //
 // Everything but the container runtime is real and in-process: the load is a real spinning thread, the
 // usage comes from /proc (node from /proc/stat, the "LS container" is this process, from getrusage),
-// sampled every -interval like the collector's usage source, and the decision is metrics/suppress's
+// sampled every -interval like the collector's usage source, and the decision is actuate/suppress's
 // Loop on the real cpuset allocator of this machine's topology. Where the proxy would run its refresh
 // (PreUpdateContainerResources → UpdateContainerResources), a stub runtime writes the new BE pool into
 // a real cgroup v1 cpuset (/sys/fs/cgroup/cpuset/tandem-bench-<pid>, when this is a cgroup v1 host and
@@ -36,8 +36,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/suppress"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"

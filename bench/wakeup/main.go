@@ -2,7 +2,7 @@
 // shell, where kubelet, containerd and the node's other daemons live) waits to run when it wakes while
 // BE threads spin, for each way of placing and scheduling the BE threads: below a kubepods-like cgroup
 // that weighs the node's capacity, as kubelet places BE pods, with and without cpu.idle, SCHED_IDLE
-// and metrics/yield's SCHED_BATCH with a long slice; and at the top level. It is the experiment
+// and actuate/yield's SCHED_BATCH with a long slice; and at the top level. It is the experiment
 // behind docs/colocation.md.
 //
 // The measuring thread sleeps 1 ms (clock_nanosleep) in a loop for -duration per variant; the figure
@@ -63,7 +63,7 @@ func variants() []variant {
 		{name: "kubepods/besteffort/pod (kubelet)", spin: true},
 		{name: "  + pod cpu.idle 1", spin: true, podIdle: true},
 		{name: "  + SCHED_IDLE threads", spin: true, attr: &idle},
-		// What Tandem does: the cpuidle policy's pod cpu.idle, and metrics/yield's threads (SCHED_IDLE
+		// What Tandem does: the cpuidle policy's pod cpu.idle, and actuate/yield's threads (SCHED_IDLE
 		// before Linux 6.12, SCHED_BATCH with a 20 ms slice from then on).
 		{name: "  + pod cpu.idle 1, SCHED_IDLE threads", spin: true, podIdle: true, attr: &idle},
 		{name: "  + pod cpu.idle 1, SCHED_BATCH 20 ms", spin: true, podIdle: true, attr: &batch20},

@@ -22,14 +22,14 @@
 //     sit beside the inline cluster strategy. Consumed by the node loops (metrics/collector, reporter,
 //     reclaim).
 //   - resource-threshold-config: BE CPU suppression (cpuset or cfsQuota) and BE eviction on memory usage and
-//     on CPU satisfaction. Consumed by the node loops (metrics/suppress, metrics/evict).
+//     on CPU satisfaction. Consumed by the node loops (actuate/suppress, actuate/evict).
 //   - system-config: node-wide sysctls (min_free_kbytes and watermark_scale_factor factors, the memcg
 //     reaper) and Anolis scheduler knobs. Parsed, validated and resolved, but not yet applied by Tandem;
 //     unset knobs resolve to nil so that nothing is written the operator did not ask for.
 //   - host-application-config: processes outside Kubernetes (Koordinator's HostApplicationSpec: name,
 //     priority, qos LS or BE, cgroupPath {base, parentDir, relativePath}) whose cgroups get their class's
 //     treatment. Written inline, like colocation-config, beside nodeConfigs; a matching node config
-//     replaces the list whole. Consumed by metrics/hostapp (docs/host-applications.md).
+//     replaces the list whole. Consumed by actuate/hostapp (docs/host-applications.md).
 //
 // Sections are read one by one: a section that does not parse (its JSON is bad, a key is misspelt or written
 // twice, a value has the wrong type) or does not validate is refused and reported by Config.Refused, naming the key, while

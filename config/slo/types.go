@@ -97,7 +97,7 @@ type Resolved struct {
 	CPUBurst          CPUBurstSettings
 	System            SystemSettings
 	// HostApplications lists the processes outside Kubernetes that get a QoS class's treatment
-	// (metrics/hostapp). Unlike the other sections, a matching node config replaces the cluster's list
+	// (actuate/hostapp). Unlike the other sections, a matching node config replaces the cluster's list
 	// whole, as in Koordinator.
 	HostApplications HostApplicationSettings
 
@@ -206,7 +206,7 @@ const (
 )
 
 // ResourceThresholdSettings is resource-threshold-config's strategy: BE CPU suppression and BE eviction
-// (metrics/suppress, metrics/evict).
+// (actuate/suppress, actuate/evict).
 type ResourceThresholdSettings struct {
 	Enable                      bool  `json:"enable"`
 	CPUSuppressThresholdPercent int64 `json:"cpuSuppressThresholdPercent"`
@@ -332,7 +332,7 @@ type CPUQOSSettings struct {
 	CoreExpeller  bool  `json:"coreExpeller"`
 	// YieldThreads is Tandem's, not Koordinator's: give every thread of the class's pods the
 	// scheduling that makes batch work yield at once to any other thread on the node, host daemons
-	// included (metrics/yield: SCHED_BATCH with a 20 ms slice; Linux 6.12+, nothing on older kernels).
+	// included (actuate/yield: SCHED_BATCH with a 20 ms slice; Linux 6.12+, nothing on older kernels).
 	// beClass only; on by default there.
 	YieldThreads bool `json:"yieldThreads"`
 }
@@ -513,7 +513,7 @@ const (
 )
 
 // Cgroup returns the application's cgroup below its base, cleaned and without a leading slash, and the
-// base: what metrics/hostapp maps to a path for the node's cgroup driver.
+// base: what actuate/hostapp maps to a path for the node's cgroup driver.
 func (a HostApplication) Cgroup() (CgroupBase, string) {
 	if a.CgroupPath == nil {
 		dir := HostLSParentDir

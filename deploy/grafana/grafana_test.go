@@ -35,10 +35,10 @@ var otherTandemMetrics = map[string]string{
 	"tandem_node_reclaimable_cpu_cores":    "metrics/reporter",
 	"tandem_node_reclaimable_memory_bytes": "metrics/reporter",
 	"tandem_reporter_patches_total":        "metrics/reporter",
-	"tandem_suppress_be_cpus":              "metrics/suppress",
-	"tandem_suppress_changes_total":        "metrics/suppress",
-	"tandem_evictions_total":               "metrics/evict",
-	"tandem_eviction_refusals_total":       "metrics/evict",
+	"tandem_suppress_be_cpus":              "actuate/suppress",
+	"tandem_suppress_changes_total":        "actuate/suppress",
+	"tandem_evictions_total":               "actuate/evict",
+	"tandem_eviction_refusals_total":       "actuate/evict",
 }
 
 type datasourceRef struct {

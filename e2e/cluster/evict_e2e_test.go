@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/e2e/cluster"
-	"github.com/tandemkit/tandem/metrics/evict"
 )
 
 // TestEvictThroughAPI turns memory eviction on in the slo-controller-config

@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/e2e/cluster"
 	"github.com/tandemkit/tandem/kubeclient"
-	"github.com/tandemkit/tandem/metrics/evict"
 )
 
 // TestKubeclientOnRealAPIServer runs what tandem-proxy asks of the API server through its own client

@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/cpuset"
 
+	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/e2e/cluster"
 	"github.com/tandemkit/tandem/e2e/framework"
-	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
@@ -412,7 +412,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 // checkVMHeadroom checks that the steal headroom runs on the VM node because it is a virtual machine
 // (the ConfigMap leaves it at auto there, off on the host nodes), and that it holds nothing while the
 // guest counts no steal: under TCG the guest has no steal clock, so this node shows the detection and
-// the wiring, and metrics/suppress's TestRealStealHeadroom shows a hold on real cgroups.
+// the wiring, and actuate/suppress's TestRealStealHeadroom shows a hold on real cgroups.
 func checkVMHeadroom(ctx context.Context, t *testing.T) {
 	t.Helper()
 	var out string

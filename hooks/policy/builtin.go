@@ -63,7 +63,7 @@ type Deps struct {
 	// which batchresource caps BE quotas at so that BE containers start while BE is suppressed on cgroup
 	// v1; nil is no ceiling.
 	BEQuotaCeiling func() (cgroup.CPUMax, bool)
-	// BEStarted is told, without blocking, that a BE container started (metrics/yield sweeps);
+	// BEStarted is told, without blocking, that a BE container started (actuate/yield sweeps);
 	// optional.
 	BEStarted func()
 	// MemoryRequests gives memory requests from the pod spec; optional.

@@ -36,6 +36,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/evict"
+	"github.com/tandemkit/tandem/actuate/suppress"
+	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
 	"github.com/tandemkit/tandem/hooks"
@@ -49,17 +52,14 @@ import (
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/headroom"
 	"github.com/tandemkit/tandem/metrics/reporter"
-	"github.com/tandemkit/tandem/metrics/suppress"
-	"github.com/tandemkit/tandem/metrics/yield"
 	"github.com/tandemkit/tandem/proxy"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/resctrl"
 	"github.com/tandemkit/tandem/resource/topology"
+	"github.com/tandemkit/tandem/store"
 )
 
 // Binary describes one of the agent's binaries.
@@ -770,7 +770,7 @@ func recordedCPUs(snap *store.Snapshot) []cpuset.Recorded {
 	var out []cpuset.Recorded
 	for _, c := range snap.Containers {
 		class := qos.Class(&hooks.PodInfo{}, &hooks.ContainerInfo{Annotations: c.Annotations})
-		if !class.Exclusive() || c.Resources == nil || c.Resources.CpusetCpus == "" || c.State == "CONTAINER_EXITED" {
+		if !class.Exclusive() || c.Resources == nil || c.Resources.CpusetCpus == "" || c.State == store.ContainerExited {
 			continue
 		}
 		p, ok := pods[c.PodSandboxID]

@@ -15,10 +15,10 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
-	"github.com/tandemkit/tandem/proxy/store"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	resqos "github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
+	"github.com/tandemkit/tandem/store"
 )
 
 func kubeconfigFor(server string) []byte {

@@ -14,13 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/evict"
+	"github.com/tandemkit/tandem/actuate/suppress"
+	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/evict"
-	"github.com/tandemkit/tandem/metrics/suppress"
-	"github.com/tandemkit/tandem/metrics/yield"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/sched"
 	"github.com/tandemkit/tandem/resource/topology"
@@ -156,7 +156,7 @@ func TestConsumersFollowSLO(t *testing.T) {
 }
 
 // TestYieldFollowsSLO: beClass.cpuQOS.yieldThreads, off by default, switches BE threads between
-// SCHED_OTHER and the BE scheduling (metrics/yield) at run time.
+// SCHED_OTHER and the BE scheduling (actuate/yield) at run time.
 func TestYieldFollowsSLO(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)

@@ -6,17 +6,17 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/hostapp"
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/hostapp"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
 
 // startHostApps starts the loop that treats host-application-config's applications as pods of their
-// class (metrics/hostapp), follows the configuration, has the collector sample their cgroups and reports
+// class (actuate/hostapp), follows the configuration, has the collector sample their cgroups and reports
 // their keys. It runs after startNodeLoops: the BE CFS ceiling comes from the suppress loop.
 func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgroups cgroup.Writer, cpus *alloc.Allocator,
 	col *collector.Collector, poolsChanged <-chan struct{}, cons *consumers) error {

@@ -108,7 +108,7 @@ func knobRules() map[string]knobRule {
 		"colocation-config/midStaticMemoryReservedPercent": fixed(knob.Unsupported, "Tandem publishes no mid-tier resources"),
 		"colocation-config/extensions":                     fixed(knob.Unsupported, "third-party extensions are accepted and not read"),
 
-		// resource-threshold-config: CPU suppression and eviction (metrics/suppress, metrics/evict).
+		// resource-threshold-config: CPU suppression and eviction (actuate/suppress, actuate/evict).
 		"resource-threshold-config/enable": switchRule(func(r slo.Resolved) bool { return r.ResourceThreshold.Enable },
 			"CPU suppression and BE eviction run", "no CPU suppression and no BE eviction; the keys below wait for it"),
 		"resource-threshold-config/cpuSuppressThresholdPercent":        threshold,

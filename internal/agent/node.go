@@ -10,23 +10,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/evict"
+	"github.com/tandemkit/tandem/actuate/suppress"
+	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/headroom"
 	"github.com/tandemkit/tandem/metrics/interference"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
-	"github.com/tandemkit/tandem/metrics/suppress"
-	"github.com/tandemkit/tandem/metrics/yield"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	resqos "github.com/tandemkit/tandem/resource/qos"
+	"github.com/tandemkit/tandem/store"
 )
 
 // perContainer maps the store's containers (with their pods) through f, rebuilt only when the store
@@ -93,7 +93,7 @@ func podRequests(st *store.Store, staticCPUManager bool) func() []reporter.PodRe
 		}
 		for _, c := range snap.Containers {
 			pr, ok := byPod[c.PodSandboxID]
-			if !ok || c.Resources == nil || c.State == "CONTAINER_EXITED" {
+			if !ok || c.Resources == nil || c.State == store.ContainerExited {
 				continue
 			}
 			r := reclaim.RequestFromLinux(c.Resources.CPUShares, c.Resources.CPUQuota, c.Resources.CPUPeriod, c.Resources.MemoryLimitInBytes)
@@ -205,7 +205,7 @@ func lowestCeiling(hr *headroom.Controller, lw *interference.Controller) func() 
 	}
 }
 
-// startYield starts the loop that makes BE threads yield to every other thread (metrics/yield), switched by resource-qos-config's
+// startYield starts the loop that makes BE threads yield to every other thread (actuate/yield), switched by resource-qos-config's
 // beClass.cpuQOS.yieldThreads and reconfigured by cons on every change of it. A node without a cgroup
 // hierarchy has no BE cgroup to sweep.
 func startYield(ctx context.Context, loops *supervise.Group, st settings, cgroups cgroup.Writer, kick <-chan struct{},

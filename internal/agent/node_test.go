@@ -5,8 +5,8 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
-	"github.com/tandemkit/tandem/proxy/store"
 	resqos "github.com/tandemkit/tandem/resource/qos"
+	"github.com/tandemkit/tandem/store"
 )
 
 func TestPodMeta(t *testing.T) {

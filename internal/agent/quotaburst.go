@@ -5,22 +5,21 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/quotaburst"
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/quotaburst"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	resqos "github.com/tandemkit/tandem/resource/qos"
+	"github.com/tandemkit/tandem/store"
 )
 
-// startQuotaBurst starts the CFS quota burst loop (metrics/quotaburst), driven by cpu-burst-config and
+// startQuotaBurst starts the CFS quota burst loop (actuate/quotaburst), driven by cpu-burst-config and
 // reconfigured on every change of it, and reports cpu-burst-config's keys. It reads the collector's
 // snapshots on its own ticker, not through col.Updates: that channel has one slot, and the suppress loop,
 // which must react within a second, waits on it.
@@ -75,7 +74,7 @@ func startQuotaBurst(ctx context.Context, loops *supervise.Group, st settings, c
 func burstContainers(st *store.Store, staticCPUManager bool) func() []quotaburst.Container {
 	return perContainer(st, staticCPUManager, func(p *store.Pod, c *store.Container, class resqos.Class) quotaburst.Container {
 		bc := quotaburst.Container{ID: c.ID, Name: c.Name, PodID: p.ID, Namespace: p.Namespace, Pod: p.Name, Class: class,
-			PodCgroupParent: p.CgroupParent, Running: c.State == runtimeapi.ContainerState_CONTAINER_RUNNING.String()}
+			PodCgroupParent: p.CgroupParent, Running: c.State == store.ContainerRunning}
 		if c.Resources != nil {
 			bc.Quota, bc.Period = c.Resources.CPUQuota, c.Resources.CPUPeriod
 		}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/quotaburst"
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
@@ -20,10 +21,9 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy/qos"
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/quotaburst"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	resqos "github.com/tandemkit/tandem/resource/qos"
+	"github.com/tandemkit/tandem/store"
 )
 
 // storeFrontEnd is a front end that is only its store.
@@ -60,7 +60,7 @@ func TestBurstContainers(t *testing.T) {
 
 // TestQuotaBurstFollowsSLO: the loop is started as run() starts it, follows cpu-burst-config and reports
 // its keys; without a cgroup hierarchy the keys say it is ignored. The loop's decisions and writes are
-// metrics/quotaburst's tests; the real node is e2e/quotaburst_test.go's.
+// actuate/quotaburst's tests; the real node is e2e/quotaburst_test.go's.
 func TestQuotaBurstFollowsSLO(t *testing.T) {
 	t.Parallel()
 	// A fake cgroup v1 tree with the burst file: cgroup files cannot be made outside the kernel's hierarchy.

@@ -12,6 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/evict"
+	"github.com/tandemkit/tandem/actuate/suppress"
+	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
@@ -19,10 +22,7 @@ import (
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/metrics/headroom"
-	"github.com/tandemkit/tandem/metrics/suppress"
-	"github.com/tandemkit/tandem/metrics/yield"
 )
 
 // consumers hands each new slo-config, and the API access when it comes, to everything that reads them:

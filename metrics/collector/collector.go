@@ -31,13 +31,13 @@ import (
 )
 
 // Target is a container the node runs, as the proxy's store knows it; internal/agent builds the list
-// from proxy/store (pod namespace/name/uid, container name/id, QoS class from annotation
+// from store (pod namespace/name/uid, container name/id, QoS class from annotation
 // tandem.io/qos-class, pod cgroup parent).
 type Target struct {
 	Namespace, Pod, PodUID, Container, ContainerID string
 	QoS                                            qos.Class // "" when unknown
 	CgroupParent                                   string    // the pod's cgroup parent as kubelet named it
-	// Cgroup is set for what is not a pod's container (a host application, metrics/hostapp): its
+	// Cgroup is set for what is not a pod's container (a host application, actuate/hostapp): its
 	// cgroup as a path from the hierarchy's root, read as it is instead of looking for ContainerID
 	// under CgroupParent. Namespace, Pod and PodUID are empty then; ContainerID still keys it.
 	Cgroup string

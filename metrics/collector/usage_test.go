@@ -200,7 +200,7 @@ func TestCPUMilli(t *testing.T) {
 	}
 }
 
-// A host application (metrics/hostapp) is sampled at its own cgroup, named by Target.Cgroup, and its
+// A host application (actuate/hostapp) is sampled at its own cgroup, named by Target.Cgroup, and its
 // usage leaves System like a pod's; a container ID alone would never find it.
 func TestUsageHostApplication(t *testing.T) {
 	t.Parallel()

@@ -22,7 +22,7 @@
 //     (until KneeMemory has passed), so BE converges on what the host gives instead of oscillating
 //     around it. Once it reaches the node's capacity the ceiling is gone.
 //
-// The Controller decides; it writes nothing. metrics/suppress applies the ceiling to the BE cgroups,
+// The Controller decides; it writes nothing. actuate/suppress applies the ceiling to the BE cgroups,
 // and metrics/reporter caps the published batch capacity at it.
 package headroom
 
@@ -228,7 +228,7 @@ func (c *Controller) Status() Status {
 // way here (no stealing host at hand), so the period the headroom was built with stays.
 const PeriodMicros = cgroup.DefaultPeriod
 
-// Limit is Observe for metrics/suppress: the ceiling (0: none) and its period, with a log line for
+// Limit is Observe for actuate/suppress: the ceiling (0: none) and its period, with a log line for
 // each hold.
 func (c *Controller) Limit(ctx context.Context, snap *collector.Snapshot) (milli, periodMicros int64) {
 	st := c.Observe(snap)

@@ -1,7 +1,7 @@
 // Package interference holds best-effort (BE) work back when latency-sensitive (LS) pods wait for a CPU
 // while it runs, and gives the CPU back when holding BE back did not help.
 //
-// CPU suppression (metrics/suppress) sizes BE by node CPU use: below its threshold it does nothing,
+// CPU suppression (actuate/suppress) sizes BE by node CPU use: below its threshold it does nothing,
 // however LS fares. The run-queue latency of LS pods (metrics/collector's eBPF source) is the interference
 // itself: a thread of an LS pod that is runnable and not running, whatever holds the CPU (BE threads,
 // kernel threads working for BE, the host's own). It works on stock kernels, cgroup v1 and v2.
@@ -23,7 +23,7 @@
 //   - Raise: while LS does not suffer, the ceiling rises by RaiseStepPercent of the node every
 //     RaiseAfterSamples samples, and goes once it reaches the node's capacity.
 //
-// The Controller decides; it writes nothing. metrics/suppress applies the ceiling to the BE cgroups and
+// The Controller decides; it writes nothing. actuate/suppress applies the ceiling to the BE cgroups and
 // metrics/reporter caps the published batch capacity at it.
 package interference
 

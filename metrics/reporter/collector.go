@@ -26,7 +26,7 @@ func FromSnapshot(s *collector.Snapshot) *Sample {
 	for _, c := range s.Containers {
 		uid := c.PodUID
 		if c.Cgroup != "" {
-			// A host application (metrics/hostapp) counts as a pod of its class: an LS one is
+			// A host application (actuate/hostapp) counts as a pod of its class: an LS one is
 			// high-priority use, no longer system use; ContainerID keys it apart from every pod.
 			uid = c.ContainerID
 		}

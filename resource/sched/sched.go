@@ -2,7 +2,7 @@
 // class (SCHED_OTHER, SCHED_BATCH, SCHED_IDLE) and the slice the thread asks EEVDF for
 // (sched_attr.sched_runtime, honoured since Linux 6.12).
 //
-// metrics/yield uses it to make batch work yield to every other thread on the node; its package doc
+// actuate/yield uses it to make batch work yield to every other thread on the node; its package doc
 // says which attributes and why. The attributes are inherited across fork and clone, so once a
 // container's threads have them, what they start has them too; threads that enter the cgroup from
 // outside (an exec into the container) or were forked while a sweep ran are caught by the next sweep.

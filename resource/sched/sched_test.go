@@ -47,7 +47,7 @@ func policyOf(t *testing.T, tid int) Policy {
 	return a.Policy
 }
 
-// mechanism is what BE threads get on this kernel (metrics/yield.Mechanism without the import).
+// mechanism is what BE threads get on this kernel (actuate/yield.Mechanism without the import).
 func mechanism(t *testing.T) Attr {
 	t.Helper()
 	ok, err := CustomSlices()
@@ -112,7 +112,7 @@ func TestCustomSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !ok {
-		t.Skip("kernel before 6.12: no slice requests (metrics/yield does not run there)")
+		t.Skip("kernel before 6.12: no slice requests (actuate/yield does not run there)")
 	}
 	tid := child(t)
 	if _, err := Set(tid, Attr{Policy: Batch, Slice: MaxSlice}); err != nil {

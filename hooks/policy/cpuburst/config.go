@@ -12,7 +12,7 @@ type Policy = slo.CPUBurstPolicy
 
 // The policies, as Koordinator defines them: auto runs the CFS burst (cpu.cfs_burst_us, set by this
 // hook) and the CFS quota burst (cpu.cfs_quota_us raised while the shared pool is idle, by the node loop
-// metrics/quotaburst with QuotaBurst's decisions); cpuBurstOnly the first, cfsQuotaBurstOnly the second,
+// actuate/quotaburst with QuotaBurst's decisions); cpuBurstOnly the first, cfsQuotaBurstOnly the second,
 // none neither.
 const (
 	PolicyNone              = slo.CPUBurstNone

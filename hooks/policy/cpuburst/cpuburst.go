@@ -8,7 +8,7 @@
 //
 // The CFS quota burst (raising cpu.cfs_quota_us of throttled LS containers up to cfsQuotaBurstPercent
 // while the shared pool is idle) needs the pool's usage and each container's throttling over time, and
-// writes running cgroups: a node loop does it (metrics/quotaburst), with QuotaBurst deciding each step.
+// writes running cgroups: a node loop does it (actuate/quotaburst), with QuotaBurst deciding each step.
 package cpuburst
 
 import (

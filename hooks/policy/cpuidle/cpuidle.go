@@ -2,7 +2,7 @@
 // SCHED_IDLE for cgroups, which lets the pod's siblings preempt batch work at once. It is the
 // vanilla-kernel answer to Alibaba's group identity; where the kernel is Anolis and offers
 // cpu.bvt_warp_ns, the hook sets group identity by class too. When a BE container has started it tells
-// the node loop that makes BE threads yield (metrics/yield), so the container's threads yield to
+// the node loop that makes BE threads yield (actuate/yield), so the container's threads yield to
 // every other thread on the node from their first milliseconds, not from the loop's next sweep.
 package cpuidle
 

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/tandemkit/tandem/proxy/store"
 	resqos "github.com/tandemkit/tandem/resource/qos"
+	"github.com/tandemkit/tandem/store"
 )
 
 // ErrPoolsOff is returned by Client.Pools when tandem-proxy runs without the cpuset policy.

@@ -10,10 +10,10 @@ import (
 
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
-	"github.com/tandemkit/tandem/proxy/store"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	resqos "github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
+	"github.com/tandemkit/tandem/store"
 )
 
 // Field is one setting of a container as the kernel holds it and as tandem-proxy last applied it.
@@ -55,8 +55,6 @@ type Pods struct {
 	Containers    []Container `json:"containers"`
 }
 
-const exited = "CONTAINER_EXITED"
-
 // BuildPods joins the proxy's store with the kernel's cgroup files, one row per container, sorted by
 // namespace, pod and container. Exited containers are left out unless all is set: their cgroups are
 // gone, so they would show nothing but what the proxy once applied.
@@ -67,7 +65,7 @@ func BuildPods(snap *store.Snapshot, k *Kernel, all bool) *Pods {
 	}
 	out := &Pods{CgroupRoot: k.root, CgroupVersion: k.version, Containers: []Container{}}
 	for _, c := range snap.Containers {
-		if c.State == exited && !all {
+		if c.State == store.ContainerExited && !all {
 			continue
 		}
 		p, ok := pods[c.PodSandboxID]
@@ -97,10 +95,10 @@ func buildContainer(p *store.Pod, c *store.Container, k *Kernel) Container {
 		res = &hooks.Resources{}
 	}
 	podInfo := &hooks.PodInfo{ID: p.ID, Name: p.Name, Namespace: p.Namespace, UID: p.UID, Labels: p.Labels, Annotations: p.Annotations, CgroupParent: p.CgroupParent}
-	files := k.container(p.CgroupParent, c.ID, c.State == exited)
+	files := k.container(p.CgroupParent, c.ID, c.State == store.ContainerExited)
 	row := Container{
 		Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID, PodID: p.ID,
-		Name: c.Name, ID: c.ID, State: c.State,
+		Name: c.Name, ID: c.ID, State: string(c.State),
 		QoS:    qos.Class(podInfo, &hooks.ContainerInfo{Annotations: c.Annotations}),
 		Cgroup: files.path(),
 	}

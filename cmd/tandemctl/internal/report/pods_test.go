@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy/store"
+	"github.com/tandemkit/tandem/store"
 )
 
 // The cgroup trees here are fake because these are unit tests: they run without root and on any

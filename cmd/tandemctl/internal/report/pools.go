@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tandemkit/tandem/proxy/store"
 	resqos "github.com/tandemkit/tandem/resource/qos"
 	"github.com/tandemkit/tandem/resource/topology"
+	"github.com/tandemkit/tandem/store"
 )
 
 // Pool is one class's CPU pool.

@@ -6,7 +6,7 @@
 //     hold exclusively, and follows the pool when those pods come and go.
 //   - BE: cpuset.cpus is the BE pool, which CPU suppression narrows under the cpuset policy; cpu.idle = 1
 //     where the kernel has it; and under the cfsQuota policy the CFS ceiling that suppression puts on
-//     the BE pods' parent (metrics/suppress QuotaCeiling) is put on the application's cgroup too.
+//     the BE pods' parent (actuate/suppress QuotaCeiling) is put on the application's cgroup too.
 //
 // The application's usage is counted as its class's by suppress and reclaim: the agent adds Targets to
 // the collector, which samples each cgroup beside the pods' (an LS application's CPU is high-priority

@@ -7,7 +7,7 @@
 //
 // The decisions are hooks/policy/cpuburst's QuotaBurst, one per container per usage snapshot; this
 // package measures what they need and writes the cgroups. It is a loop and not a policy because it acts
-// on running containers between lifecycle calls, as metrics/suppress does.
+// on running containers between lifecycle calls, as actuate/suppress does.
 //
 // # What it reads
 //

@@ -7,9 +7,9 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/headroom"
-	"github.com/tandemkit/tandem/metrics/suppress"
 )
 
 // TestStealHeadroom runs the loop with suppression disabled and the steal headroom on, against a

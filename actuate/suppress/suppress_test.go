@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/qos"

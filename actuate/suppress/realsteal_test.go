@@ -13,9 +13,9 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/metrics/headroom"
-	"github.com/tandemkit/tandem/metrics/suppress"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	"github.com/tandemkit/tandem/resource/qos"
 )

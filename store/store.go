@@ -1,5 +1,6 @@
-// Package store keeps what tandem-proxy knows about the pods and containers on the node: their identity,
-// labels, annotations and cgroup parent, and the resources that were last applied to each container.
+// Package store keeps what Tandem's front ends (tandem-proxy and tandem-nri) know about the pods and
+// containers on the node: their identity, labels, annotations and cgroup parent, and the resources that
+// were last applied to each container. The node loops read it to find the pods they act on.
 //
 // The runtime is the source of truth. The store is rebuilt from it at start and reconciled with it
 // afterwards; the on-disk checkpoint only carries what the runtime cannot tell (the resources that
@@ -30,7 +31,7 @@ type Pod struct {
 	Namespace      string            `json:"namespace"`
 	UID            string            `json:"uid"`
 	Attempt        uint32            `json:"attempt,omitempty"`
-	State          string            `json:"state"`
+	State          PodState          `json:"state"`
 	CgroupParent   string            `json:"cgroupParent,omitempty"`
 	RuntimeHandler string            `json:"runtimeHandler,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
@@ -47,7 +48,7 @@ type Container struct {
 	PodSandboxID string            `json:"podSandboxId"`
 	Name         string            `json:"name"`
 	Attempt      uint32            `json:"attempt,omitempty"`
-	State        string            `json:"state"`
+	State        ContainerState    `json:"state"`
 	Image        string            `json:"image,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Annotations  map[string]string `json:"annotations,omitempty"`

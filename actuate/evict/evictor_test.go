@@ -17,9 +17,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/evict"
 	"github.com/tandemkit/tandem/resource/qos"
 )
 
