@@ -40,7 +40,7 @@ const issue12Spec = `{"containers":{"c0":{"requests":{"kubernetes.io/batch-cpu":
 //     starts under the clamp. The kernel's own refusal is shown: writing its 150000 back fails EINVAL.
 //  2. A reload disables suppression with no new sample: the parent is -1 and both containers are back
 //     at 150000/100000 within seconds.
-//  3. Suppression on again, then the loop stops (SIGTERM): when Run returns the parent is -1 and the
+//  3. Suppression on again, then the loop stops (SIGTERM): once Run returned and Restore lifted, the parent is -1 and the
 //     containers have their limits back.
 //  4. A clamp left by a run that could not lift (SIGKILL) is lifted by the next loop's start.
 //
@@ -235,10 +235,15 @@ func startIssue12Harness(t *testing.T, ctx context.Context, flavor string) *issu
 
 func ptr[T any](v T) *T { return &v }
 
-// run starts the loop and returns a channel closed when Run returned.
+// run starts the loop and returns a channel closed when it stopped as the agent stops it: Run returned
+// and Restore lifted what was in force.
 func (h *issue12Harness) run(ctx context.Context) <-chan struct{} {
 	done := make(chan struct{})
-	go func() { _ = h.loop.Run(ctx); close(done) }()
+	go func() {
+		_ = h.loop.Run(ctx)
+		_ = h.loop.Restore(context.WithoutCancel(ctx))
+		close(done)
+	}()
 	return done
 }
 

@@ -251,7 +251,7 @@ func startSuppressHarness(t *testing.T, ctx context.Context, flavor string) *sup
 		t.Fatal(err)
 	}
 	loopDone := make(chan struct{})
-	go func() { _ = loop.Run(lctx); close(loopDone) }()
+	go func() { _ = loop.Run(lctx); _ = loop.Restore(context.WithoutCancel(lctx)); close(loopDone) }()
 	t.Cleanup(func() {
 		stop()
 		<-loopDone

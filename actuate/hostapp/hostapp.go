@@ -256,8 +256,8 @@ func (l *Loop) Knobs() []knob.Status {
 	return append([]knob.Status(nil), l.status...)
 }
 
-// Run passes over the applications every Config.Interval, on Set and on Kick, until ctx ends; then it
-// writes back what it changed and returns.
+// Run passes over the applications every Config.Interval, on Set and on Kick, until ctx ends; what it
+// changed stays until Restore.
 func (l *Loop) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Host application loop running", "cgroupDriver", l.cfg.CgroupDriver, "interval", l.cfg.Interval)
@@ -267,13 +267,18 @@ func (l *Loop) Run(ctx context.Context) error {
 		l.pass(ctx)
 		select {
 		case <-ctx.Done():
-			l.restoreAll(klog.NewContext(context.WithoutCancel(ctx), logger))
 			return nil
 		case <-t.C:
 		case <-l.wake:
 		case <-l.deps.Kick:
 		}
 	}
+}
+
+// Restore writes back what the loop changed in the applications' cgroups, as the agent stops.
+func (l *Loop) Restore(ctx context.Context) error {
+	l.restoreAll(ctx)
+	return nil
 }
 
 func stateKey(w want) string { return w.app.Name + "\x00" + string(w.app.QoS) + "\x00" + w.cgroup }

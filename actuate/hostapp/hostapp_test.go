@@ -314,6 +314,12 @@ func TestLoopTreatsAndRestores(t *testing.T) {
 					case <-time.After(30 * time.Second):
 						t.Fatal("Run did not return")
 					}
+					if got := tr.read("cpuset", "/host-latency-sensitive/late", "cpuset.cpus"); got == "0-7" {
+						t.Errorf("late cpuset.cpus = %q once Run returned: the loop restores only on Restore", got)
+					}
+					if err := l.Restore(context.Background()); err != nil {
+						t.Fatal(err)
+					}
 					if got := tr.read("cpuset", "/host-latency-sensitive/late", "cpuset.cpus"); got != "0-7" {
 						t.Errorf("late cpuset.cpus = %q, want 0-7 back", got)
 					}

@@ -208,8 +208,7 @@ func (l *Loop) config() (cpuburst.Config, error) {
 	return l.cfg, l.refused
 }
 
-// Run steps on every new snapshot until ctx is done, then puts every raised quota back to its base
-// before it returns.
+// Run steps on every new snapshot until ctx is done; the quotas raised then stay until Restore.
 func (l *Loop) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("quota-burst")
 	ctx = klog.NewContext(ctx, logger)
@@ -232,18 +231,20 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 		case <-ctx.Done():
 			<-followed
-			// With a context of its own, bounded: the quotas must go back even though ctx ended.
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			l.stepMu.Lock()
-			defer l.stepMu.Unlock()
-			if err := l.ResetAll(sctx, "stop"); err != nil {
-				logger.Error(err, "Raised CFS quotas not all put back on stop; the next start puts back what is left")
-				return err
-			}
 			return nil
 		}
 	}
+}
+
+// Restore puts every raised quota back to its base, as the agent stops.
+func (l *Loop) Restore(ctx context.Context) error {
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
+	if err := l.ResetAll(ctx, "stop"); err != nil {
+		klog.FromContext(ctx).Error(err, "Raised CFS quotas not all put back on stop; the next start puts back what is left")
+		return err
+	}
+	return nil
 }
 
 // change is one container quota to write.

@@ -323,8 +323,11 @@ func TestRun(t *testing.T) {
 		undo       func(t *testing.T, h *harness, stop func() error)
 		wantReason string
 	}{
-		{name: "stop puts every raise back", wantReason: "stop", undo: func(t *testing.T, _ *harness, stop func() error) {
+		{name: "stop puts every raise back", wantReason: "stop", undo: func(t *testing.T, h *harness, stop func() error) {
 			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.l.Restore(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}},

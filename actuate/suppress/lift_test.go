@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,7 +133,17 @@ func runLoop(t *testing.T, ctx context.Context, l *suppress.Loop) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
-	stop := func() { cancel(); <-done }
+	// Stopped as the agent stops it: Run returns, then Restore lifts.
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			if err := l.Restore(context.WithoutCancel(ctx)); err != nil {
+				t.Errorf("Restore: %v", err)
+			}
+		})
+	}
 	t.Cleanup(stop)
 	return stop
 }
@@ -156,7 +167,7 @@ func TestRunLifts(t *testing.T) {
 		startQuota  string
 		enable      bool
 		act         func(t *testing.T, l *suppress.Loop, b *beTree, stop func())
-		wantRefresh bool // a synchronous refresh ran after the lift, before Run returned
+		wantRefresh bool // a synchronous refresh ran after the lift, before Restore returned
 	}{
 		{
 			name: "disable wakes the loop", startQuota: "-1", enable: true,
@@ -167,7 +178,7 @@ func TestRunLifts(t *testing.T) {
 			},
 		},
 		{
-			name: "stop lifts and refreshes before Run returns", startQuota: "-1", enable: true,
+			name: "stop lifts and refreshes before Restore returns", startQuota: "-1", enable: true,
 			act:         func(_ *testing.T, _ *suppress.Loop, _ *beTree, stop func()) { stop() },
 			wantRefresh: true,
 		},

@@ -366,9 +366,7 @@ func (l *Loop) AllowedMilli() int64 {
 }
 
 // Run steps on every collector update and every Config.Interval until ctx is done. It first lifts a
-// stale clamp an earlier run left; when ctx is done it lifts what is in force, refreshes through
-// Deps.Refresh and only then returns, so the caller must keep the proxy's runtime connection open until
-// Run returned.
+// stale clamp an earlier run left; what is in force when ctx ends stays until Restore.
 func (l *Loop) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("suppress")
 	ctx = klog.NewContext(ctx, logger)
@@ -408,12 +406,16 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 	}
 	<-followed
-	// ctx is done: lift with a context of its own, bounded, so a stuck runtime cannot hold the stop.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
+	return nil
+}
+
+// Restore gives BE its whole pool back, whatever put the clamp there, and refreshes through
+// Deps.Refresh: the caller keeps the front end's runtime connection open until it returns, and bounds
+// ctx so that a stuck runtime cannot hold the agent's stop.
+func (l *Loop) Restore(ctx context.Context) error {
 	l.stepMu.Lock()
 	defer l.stepMu.Unlock()
-	return l.liftOnStop(sctx)
+	return l.liftOnStop(klog.NewContext(ctx, klog.FromContext(ctx).WithName("suppress")))
 }
 
 // warnCFSQuota says, once each time it is switched on with a CFS period under a second, that cfsQuota
