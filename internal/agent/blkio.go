@@ -12,7 +12,6 @@ import (
 
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
-	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/resource/blkio"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
@@ -26,32 +25,34 @@ const blkioRecord = "blkio-originals.json"
 // write it by hand.
 const blkioReconcile = time.Minute
 
-// startBlkIO applies resource-qos-config's beClass.blkioQOS to the BE pods' parent cgroup and follows
-// every change; when the agent stops, it puts back the lines the parent had.
-func startBlkIO(ctx context.Context, loops *supervise.Group, st settings, cgroups cgroup.Writer, cons *consumers) {
-	if cgroups == nil {
-		return // the knob rule says the keys are ignored without a cgroup hierarchy
+// blkIO applies resource-qos-config's beClass.blkioQOS to the BE pods' parent cgroup and follows every
+// change; when the agent stops, it puts back the lines the parent had.
+func (n *nodeParts) blkIO(ctx context.Context, cons *consumers) component {
+	if n.cgroups == nil {
+		return switchedOff("blkio", nil) // the knob rule says the keys are ignored without a cgroup hierarchy
 	}
-	dir := filepath.Join(st.cgroupRoot, cgroup.Path(st.beParent))
-	if cgroups.Version() == 1 {
-		dir = filepath.Join(st.cgroupRoot, "blkio", cgroup.Path(st.beParent))
+	dir := filepath.Join(n.st.cgroupRoot, cgroup.Path(n.st.beParent))
+	if n.cgroups.Version() == 1 {
+		dir = filepath.Join(n.st.cgroupRoot, "blkio", cgroup.Path(n.st.beParent))
 	}
-	k, err := blkio.New(blkio.Config{Dir: dir, Version: cgroups.Version(), SysRoot: st.sysfsRoot, Record: filepath.Join(st.proxy.StateDir, blkioRecord)})
+	k, err := blkio.New(blkio.Config{Dir: dir, Version: n.cgroups.Version(), SysRoot: n.st.sysfsRoot, Record: filepath.Join(n.st.proxy.StateDir, blkioRecord)})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "beClass.blkioQOS not applied")
-		cons.report(knob.ReporterFunc(func() []knob.Status {
+		return switchedOff("blkio", func(slo.Resolved) []knob.Status {
 			return []knob.Status{{Section: slo.ResourceQOSConfigKey, Key: "beClass.blkioQOS.enable", State: knob.Refused, Detail: err.Error()}}
-		}))
-		return
+		})
 	}
 	b := &blockIO{keeper: k, kick: make(chan struct{}, 1)}
-	cons.follow(ctx, b.set)
-	cons.report(b)
-	var first <-chan struct{}
-	if sloConfigExpected(st) && cons.firstApplied != nil {
-		first = cons.firstApplied
-	}
-	loops.Go("blkio", func(ctx context.Context) error { return b.run(ctx, first, blkioReconcile) })
+	first := cons.first(sloConfigExpected(n.st))
+	return &loop{name: "blkio", knobs: b,
+		configure: func(ctx context.Context, r slo.Resolved) error { b.set(ctx, r); return nil },
+		run:       func(ctx context.Context) error { return b.run(ctx, first, blkioReconcile) },
+		restore: func(ctx context.Context) error {
+			if err := b.keeper.Restore(ctx); err != nil {
+				return fmt.Errorf("BE block I/O limits not all put back; the record keeps them for the next start: %w", err)
+			}
+			return nil
+		}}
 }
 
 // blockIO is the loop that hands beClass.blkioQOS to the keeper, and its knob reporter.
@@ -78,14 +79,9 @@ func (b *blockIO) set(_ context.Context, r slo.Resolved) {
 }
 
 // run applies the configuration after first is closed (nil: at once), at each change and every
-// interval; when ctx ends it puts the BE parent's lines back.
+// interval, until ctx ends.
 func (b *blockIO) run(ctx context.Context, first <-chan struct{}, interval time.Duration) error {
 	logger := klog.FromContext(ctx)
-	defer func() {
-		if err := b.keeper.Restore(context.WithoutCancel(ctx)); err != nil {
-			logger.Error(err, "BE block I/O limits not all put back; the record keeps them for the next start")
-		}
-	}()
 	if first != nil {
 		select {
 		case <-first:

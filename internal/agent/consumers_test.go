@@ -15,15 +15,16 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/actuate/evict"
-	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
 	"github.com/tandemkit/tandem/hooks/policy"
+	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/metrics/collector"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	"github.com/tandemkit/tandem/resource/sched"
 	"github.com/tandemkit/tandem/resource/topology"
+	"github.com/tandemkit/tandem/store"
 )
 
 // recordingEvictor stands in for the Eviction API, which does not run in unit tests (tier 2 has it).
@@ -82,28 +83,39 @@ func TestConsumersFollowSLO(t *testing.T) {
 			{Target: collector.Target{Namespace: "default", Pod: "be", PodUID: "u-be", Container: "c", QoS: "BE"}, Usage: collector.Usage{CPUMilli: 1000, MemoryBytes: 20 * gib}},
 		},
 	}
-	latest := func() *collector.Snapshot { return snap }
 	defaults := resolve(t, nil)
 	colocation := &atomic.Pointer[slo.Resolved]{}
 	colocation.Store(&defaults)
 	cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults}
 
-	supBase := suppress.DefaultConfig()
-	sup, err := suppress.New(suppress.FromSLO(supBase, defaults.ResourceThreshold), suppress.Deps{Latest: latest, CPUs: cpus})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ev := &recordingEvictor{}
-	evBase := evict.DefaultConfig()
-	el, err := evict.New(evict.FromSLO(evBase, defaults.ResourceThreshold), evict.Deps{Latest: latest, Evictor: ev})
-	if err != nil {
-		t.Fatal(err)
-	}
 	col, err := collector.New(collector.DefaultConfig(), collector.Deps{ProcRoot: t.TempDir(), CgroupRoot: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons.setLoops(ctx, col, sup, supBase, el, evBase)
+	// The loops as the agent builds them, from the settings in force; they are stepped by hand below.
+	n := &nodeParts{st: settings{colocation: colocation}, cpus: cpus, col: col, evictor: ev, fe: storeFrontEnd{store.New()},
+		poolsChanged: func() {}}
+	hr, err := n.headroom(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw, err := n.lsWaitGuard(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comps := []component{n.collector(), hr, lw, n.suppress(ctx, cons)}
+	evc, err := n.evict()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range append(comps, evc) {
+		cons.add(ctx, c)
+	}
+	sup, el := n.sup, n.el
+	if sup == nil {
+		t.Fatal("CPU suppression switched off on a node with a CPU topology")
+	}
 	if got := col.UsageInterval(); got != time.Second {
 		t.Errorf("usage sampled every %v with resource-threshold-config off, want the default 1s", got)
 	}
@@ -180,14 +192,17 @@ func TestYieldFollowsSLO(t *testing.T) {
 	cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults}
 	base := yield.DefaultConfig()
 	base.BECgroupDir = root
-	l, err := yield.New(base, yield.Deps{})
+	c, err := newYield(base, defaults, yield.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = l.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
-	cons.setYield(ctx, l, base)
+	cons.add(ctx, c)
+	loops, err := supervise.New(ctx, nil, supervise.Backoff())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start(ctx, loops)
+	defer func() { cancel(); loops.Wait() }()
 
 	waitFor := func(want sched.Policy) {
 		t.Helper()

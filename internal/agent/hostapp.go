@@ -7,43 +7,36 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/actuate/hostapp"
+	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
-	"github.com/tandemkit/tandem/internal/supervise"
-	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
-	alloc "github.com/tandemkit/tandem/resource/cpuset"
 )
 
-// startHostApps starts the loop that treats host-application-config's applications as pods of their
-// class (actuate/hostapp), follows the configuration, has the collector sample their cgroups and reports
-// their keys. It runs after startNodeLoops: the BE CFS ceiling comes from the suppress loop.
-func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgroups cgroup.Writer, cpus *alloc.Allocator,
-	col *collector.Collector, poolsChanged <-chan struct{}, cons *consumers) error {
-	if cgroups == nil {
-		cons.report(knob.ReporterFunc(func() []knob.Status {
-			return []knob.Status{{Section: slo.HostApplicationConfigKey, Key: "applications", State: knob.Ignored,
-				Detail: fmt.Sprintf("no cgroup hierarchy under %s (--cgroup-root)", st.cgroupRoot)}}
-		}))
-		return nil
+// hostApps treats host-application-config's applications as pods of their class (actuate/hostapp) and
+// has the collector sample their cgroups. It is built after suppress: the BE CFS ceiling comes from it.
+func (n *nodeParts) hostApps(ctx context.Context) (component, error) {
+	if n.cgroups == nil {
+		why := fmt.Sprintf("no cgroup hierarchy under %s (--cgroup-root)", n.st.cgroupRoot)
+		return switchedOff("host-applications", func(slo.Resolved) []knob.Status {
+			return []knob.Status{{Section: slo.HostApplicationConfigKey, Key: "applications", State: knob.Ignored, Detail: why}}
+		}), nil
 	}
 	cfg := hostapp.DefaultConfig()
-	cfg.CgroupDriver = st.kubelet.cgroupDriver
-	cfg.KubeletCgroupRoot = st.kubeletCgroupRoot
-	deps := hostapp.Deps{Cgroups: cgroups, BEQuotaCeiling: beQuotaCeiling(st, cgroups, cons), Kick: poolsChanged}
-	if cpus != nil {
-		deps.CPUs = cpus
+	cfg.CgroupDriver = n.st.kubelet.cgroupDriver
+	cfg.KubeletCgroupRoot = n.st.kubeletCgroupRoot
+	deps := hostapp.Deps{Cgroups: n.cgroups, BEQuotaCeiling: beQuotaCeiling(n.st.beParent, n.cgroups, n.sup), Kick: n.poolsKick}
+	if n.cpus != nil {
+		deps.CPUs = n.cpus
 	}
 	l, err := hostapp.New(cfg, deps)
 	if err != nil {
-		return fmt.Errorf("host application loop: %w", err)
+		return nil, fmt.Errorf("host application loop: %w", err)
 	}
-	col.AddTargets(l.Targets)
-	cons.follow(ctx, func(_ context.Context, r slo.Resolved) { l.Set(r.HostApplications.Applications) })
-	cons.report(l)
-	loops.Go("host-applications", l.Run)
-	klog.FromContext(ctx).V(2).Info("Host application loop started", "cgroupDriver", cfg.CgroupDriver, "kubeletCgroupRoot", cfg.KubeletCgroupRoot)
-	return nil
+	n.col.AddTargets(l.Targets)
+	klog.FromContext(ctx).V(2).Info("Host application loop", "cgroupDriver", cfg.CgroupDriver, "kubeletCgroupRoot", cfg.KubeletCgroupRoot)
+	return &loop{name: "host-applications", run: l.Run, restore: l.Restore, knobs: l,
+		configure: func(_ context.Context, r slo.Resolved) error { l.Set(r.HostApplications.Applications); return nil }}, nil
 }
 
 // beQuotaCeiling is the CFS limit BE pods are under now, for BE host applications: on cgroup v1 the
@@ -51,10 +44,7 @@ func startHostApps(ctx context.Context, loops *supervise.Group, st settings, cgr
 // reads what is in force rather than the configuration, so whatever holds BE through the parent's quota
 // (cfsQuota suppression, the steal headroom) holds BE host applications alike; the cpuset policy and a
 // disabled loop leave the parent unlimited.
-func beQuotaCeiling(st settings, cgroups cgroup.Writer, cons *consumers) func() (cgroup.CPUMax, bool) {
-	cons.mu.Lock()
-	sup := cons.sup
-	cons.mu.Unlock()
+func beQuotaCeiling(beParent string, cgroups cgroup.Writer, sup *suppress.Loop) func() (cgroup.CPUMax, bool) {
 	tree, _ := cgroups.(cgroup.Tree)
 	return func() (cgroup.CPUMax, bool) {
 		if sup != nil {
@@ -63,7 +53,7 @@ func beQuotaCeiling(st settings, cgroups cgroup.Writer, cons *consumers) func() 
 			}
 		}
 		if tree != nil {
-			if m, err := tree.CPUMax(st.beParent); err == nil && !m.Unlimited() {
+			if m, err := tree.CPUMax(beParent); err == nil && !m.Unlimited() {
 				return m, true
 			}
 		}

@@ -2,12 +2,13 @@ package agent
 
 import (
 	"encoding/json"
-	"k8s.io/utils/ptr"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"k8s.io/utils/ptr"
 
 	"k8s.io/klog/v2/ktesting"
 
@@ -143,9 +144,9 @@ func TestConfigEndpointSaysRefused(t *testing.T) {
 	colocation := &atomic.Pointer[slo.Resolved]{}
 	colocation.Store(&defaults)
 	cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults}
-	cons.report(knob.ReporterFunc(func() []knob.Status {
+	cons.add(ctx, &loop{name: "system-config", knobs: knob.ReporterFunc(func() []knob.Status {
 		return []knob.Status{{Section: slo.SystemConfigKey, Key: "minFreeKbytesFactor", State: knob.Off, Detail: "unset"}}
-	}))
+	})})
 	cons.apply(ctx, source.Update{Config: cfg, Resolved: r, Origin: "test"})
 	rec := httptest.NewRecorder()
 	configHandler("node-a", cons, nodeFacts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/config", nil))

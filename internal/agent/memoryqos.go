@@ -14,19 +14,14 @@ import (
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
-// startMemoryQoS reports what each memoryQOS key of resource-qos-config does on this node (tandemctl
+// newMemoryQoS reports what each memoryQOS key of resource-qos-config does on this node (tandemctl
 // config), from the configuration the built-in policies run with and the files the kernel offers, and logs
 // one line whenever the configuration in force sets files this kernel lacks. The memoryqos hook itself
 // returns only the files the kernel offers; this is where an operator learns about the rest.
-func startMemoryQoS(ctx context.Context, cons *consumers, cgroups cgroup.Prober) {
-	cons.report(knob.ReporterFunc(func() []knob.Status {
-		cons.mu.Lock()
-		cfg, on := cons.memoryQoSLocked()
-		cons.mu.Unlock()
-		return memoryQoSKnobs(cfg, on, cgroups)
-	}))
+func newMemoryQoS(cons *consumers, cgroups cgroup.Prober) component {
 	var last string // the settings last logged as ignored; read and written under cons.mu
-	cons.follow(ctx, func(ctx context.Context, _ slo.Resolved) {
+	// Configure runs under cons.mu, which memoryQoSLocked needs.
+	configure := func(ctx context.Context, _ slo.Resolved) error {
 		cfg, on := cons.memoryQoSLocked()
 		var missing []string
 		if on {
@@ -40,13 +35,13 @@ func startMemoryQoS(ctx context.Context, cons *consumers, cgroups cgroup.Prober)
 		}
 		now := strings.Join(keys, ",")
 		if now == last {
-			return
+			return nil
 		}
 		last = now
 		logger := klog.FromContext(ctx)
 		if len(keys) == 0 {
 			logger.V(2).Info("Every memory QoS setting in force has its cgroup file on this node")
-			return
+			return nil
 		}
 		version := 0
 		if cgroups != nil {
@@ -54,7 +49,14 @@ func startMemoryQoS(ctx context.Context, cons *consumers, cgroups cgroup.Prober)
 		}
 		logger.Info("Memory QoS settings ignored: this kernel lacks their cgroup files", "cgroupVersion", version,
 			"missingFiles", missing, "keys", keys)
-	})
+		return nil
+	}
+	return &loop{name: "memory-qos", configure: configure, knobs: knob.ReporterFunc(func() []knob.Status {
+		cons.mu.Lock()
+		cfg, on := cons.memoryQoSLocked()
+		cons.mu.Unlock()
+		return memoryQoSKnobs(cfg, on, cgroups)
+	})}
 }
 
 // memoryQoSLocked returns the memory QoS configuration the built-in policies are built with, as builtin

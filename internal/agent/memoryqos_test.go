@@ -94,7 +94,7 @@ func TestMemoryQoSReport(t *testing.T) {
 			base := policy.DefaultConfig()
 			base.Enabled = tt.policies
 			cons, ctx, logs := newMemoryQoSConsumers(t, base)
-			startMemoryQoS(ctx, cons, tt.cgroups)
+			cons.add(ctx, newMemoryQoS(cons, tt.cgroups))
 			reports := cons.knobReports()
 			if len(reports) != 1 {
 				t.Fatalf("%d reports registered, want 1", len(reports))
@@ -147,7 +147,7 @@ func TestMemoryQoSReportCoversTheTable(t *testing.T) {
 	base := policy.DefaultConfig()
 	cons, ctx, _ := newMemoryQoSConsumers(t, base)
 	cons.apply(ctx, source.Update{Resolved: r})
-	startMemoryQoS(ctx, cons, cgroups)
+	cons.add(ctx, newMemoryQoS(cons, cgroups))
 	ours := byKey(cons.knobReports()[0])
 	var n int
 	for _, s := range baseKnobs(r, nodeFacts{cgroups: cgroups, policies: base.Enabled}) {
@@ -180,7 +180,7 @@ func TestMemoryQoSReportThisHost(t *testing.T) {
 	}
 	cons, ctx, _ := newMemoryQoSConsumers(t, policy.DefaultConfig())
 	cons.apply(ctx, source.Update{Resolved: resolve(t, map[string]string{slo.ResourceQOSConfigKey: memoryQOSConfig})})
-	startMemoryQoS(ctx, cons, w)
+	cons.add(ctx, newMemoryQoS(cons, w))
 	got := byKey(cons.knobReports()[0])
 	files := map[string]string{"wmarkRatio": "memory.wmark_ratio", "wmarkScalePermill": "memory.wmark_scale_factor",
 		"wmarkMinAdj": "memory.wmark_min_adj", "priorityEnable": "memory.use_priority_oom", "priority": "memory.priority",

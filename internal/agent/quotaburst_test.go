@@ -108,17 +108,19 @@ func TestQuotaBurstFollowsSLO(t *testing.T) {
 			def := resolve(t, nil)
 			st.colocation.Store(&def)
 			cons := &consumers{colocation: st.colocation, resolved: def, firstApplied: make(chan struct{})}
-			if err := startQuotaBurst(ctx, loops, st, col, nil, tt.cgroups, storeFrontEnd{store.New()}, prometheus.NewRegistry(), cons); err != nil {
-				t.Fatal(err)
-			}
-			if len(cons.reporters) != 1 {
-				t.Fatalf("%d reporters registered, want 1", len(cons.reporters))
+			n := &nodeParts{st: st, col: col, cgroups: tt.cgroups, fe: storeFrontEnd{store.New()}, reg: prometheus.NewRegistry()}
+			c := n.quotaBurst(ctx)
+			cons.add(ctx, c)
+			c.Start(ctx, loops)
+			reporter, ok := c.(knob.Reporter)
+			if !ok {
+				t.Fatalf("the CFS quota burst (%T) reports no keys", c)
 			}
 			for _, policy := range []slo.CPUBurstPolicy{slo.CPUBurstNone, slo.CPUBurstAuto, slo.CFSQuotaBurstOnly} {
 				r := resolve(t, map[string]string{slo.CPUBurstConfigKey: `{"clusterStrategy": {"policy": "` + string(policy) + `", "cfsQuotaBurstPercent": 400}}`})
 				cons.apply(ctx, source.Update{Resolved: r, Origin: "test"})
 				err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-					k := burstKnobs(cons.reporters[0])
+					k := burstKnobs(reporter)
 					for key, states := range tt.want {
 						if k[key].State != states[policy] {
 							return false, nil
@@ -127,7 +129,7 @@ func TestQuotaBurstFollowsSLO(t *testing.T) {
 					return k["policy"].Value == `"`+string(policy)+`"` && k["cfsQuotaBurstPercent"].Value == "400", nil
 				})
 				if err != nil {
-					t.Fatalf("policy %s: knobs %+v, want %v", policy, burstKnobs(cons.reporters[0]), tt.want)
+					t.Fatalf("policy %s: knobs %+v, want %v", policy, burstKnobs(reporter), tt.want)
 				}
 			}
 		})

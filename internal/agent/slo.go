@@ -13,21 +13,17 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/actuate/evict"
-	"github.com/tandemkit/tandem/actuate/suppress"
-	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/kubeclient"
-	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/metrics/headroom"
 )
 
 // consumers hands each new slo-config, and the API access when it comes, to everything that reads them:
-// the built-in policies (rebuilt and swapped into the dispatcher), the reporter (through colocation), the
-// suppress and evict loops (Reconfigure). Each applies the change at once; the loops at their next sample.
+// the built-in policies (rebuilt and swapped into the dispatcher), the reporter (through colocation) and
+// the node loops (components). Each applies the change at once; the loops at their next turn.
 type consumers struct {
 	dispatcher *hooks.Dispatcher
 	colocation *atomic.Pointer[slo.Resolved]
@@ -45,52 +41,24 @@ type consumers struct {
 	// capacity off the Node at every restart until the ConfigMap's copy came in.
 	firstApplied chan struct{}
 	firstOnce    sync.Once
-	// col is told how often to sample usage: suppression and eviction react on each sample.
-	col     *collector.Collector
-	sup     *suppress.Loop
-	supBase suppress.Config
-	el      *evict.Loop
-	evBase  evict.Config
-	yl      *yield.Loop
-	ylBase  yield.Config
-	// hr is the steal headroom; hrBase its configuration before resource-threshold-config, vm and vmWhy
-	// what stealHeadroom "auto" decides on.
-	hr     *headroom.Controller
-	hrBase headroom.Config
-	vm     bool
-	vmWhy  string
-	// followers are handed every configuration in force, the first when they register (see follow).
-	followers []func(context.Context, slo.Resolved)
-	// reporters say what each slo-config key they act on does on this node (/debug/config).
-	reporters []knob.Reporter
+	// comps are the node loops, in the order they started; each is handed every configuration.
+	comps []component
 	// refused are the sections the configuration in force refused (/debug/config says so).
 	refused []slo.SectionError
 }
 
-// follow registers f to be handed the configuration in force now and every later one, under mu: f must
-// not block (a loop it feeds picks the change up at its next turn).
-func (c *consumers) follow(ctx context.Context, f func(context.Context, slo.Resolved)) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.followers = append(c.followers, f)
-	f(ctx, c.resolved)
-}
-
-// report registers r for /debug/config.
-func (c *consumers) report(r knob.Reporter) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reporters = append(c.reporters, r)
-}
-
-// knobReports returns every registered reporter's keys.
+// knobReports returns what every node loop says of the keys it acts on.
 func (c *consumers) knobReports() [][]knob.Status {
 	c.mu.Lock()
-	rs := slices.Clone(c.reporters)
+	comps := slices.Clone(c.comps)
 	c.mu.Unlock()
-	out := make([][]knob.Status, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, r.Knobs())
+	out := make([][]knob.Status, 0, len(comps))
+	for _, comp := range comps {
+		if r, ok := comp.(knob.Reporter); ok {
+			if ks := r.Knobs(); len(ks) > 0 {
+				out = append(out, ks)
+			}
+		}
 	}
 	return out
 }
@@ -119,6 +87,15 @@ func (c *consumers) rebuild(ctx context.Context) {
 	}
 }
 
+// first is what a loop that must not act on the defaults waits for: the first configuration, when a
+// source will hand one over (expected); nil otherwise.
+func (c *consumers) first(expected bool) <-chan struct{} {
+	if !expected || c.firstApplied == nil {
+		return nil
+	}
+	return c.firstApplied
+}
+
 // releaseFirst lets those waiting for the first configuration go: it came, or none will.
 func (c *consumers) releaseFirst() {
 	c.firstOnce.Do(func() {
@@ -137,9 +114,8 @@ func (c *consumers) apply(ctx context.Context, u source.Update) {
 	c.refused = u.Config.Refused()
 	c.colocation.Store(&u.Resolved)
 	c.rebuild(ctx)
-	c.reconfigureLoops(ctx)
-	for _, f := range c.followers {
-		f(ctx, u.Resolved)
+	for _, comp := range c.comps {
+		c.configure(ctx, comp)
 	}
 	// Only now: the reporter wakes on it and reads the colocation settings at once. Released earlier, a
 	// restarted agent published Koordinator's defaults (colocation off) and took its node's batch
@@ -153,77 +129,6 @@ func (c *consumers) apply(ctx context.Context, u source.Update) {
 	th := u.Resolved.ResourceThreshold
 	logger.Info("slo-config applied", "origin", u.Origin, "colocation", u.Resolved.Colocation.Enable,
 		"resourceThreshold", th.Enable, "cpuSuppressPolicy", th.CPUSuppressPolicy, "cpuBurst", u.Resolved.CPUBurst.Policy)
-}
-
-// suppressInterval is how often usage is sampled while resource-threshold-config is enabled: CPU
-// suppression reacts on each sample and must react within a second. Sampling that fast always would cost
-// a node with 100 containers 0.98 % of a core instead of 0.52 % (docs/node-loops.md), so the default
-// second applies while suppression and eviction are off.
-const suppressInterval = 500 * time.Millisecond
-
-// reconfigureLoops hands resource-threshold-config to the node loops; the caller holds mu.
-func (c *consumers) reconfigureLoops(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	th := c.resolved.ResourceThreshold
-	if c.col != nil {
-		every := collector.DefaultConfig().Usage.Interval
-		if th.Enable {
-			every = suppressInterval
-		}
-		if err := c.col.SetUsageInterval(every); err != nil {
-			logger.Error(err, "Usage sampling interval not changed")
-		}
-	}
-	if c.sup != nil {
-		if err := c.sup.Reconfigure(suppress.FromSLO(c.supBase, th)); err != nil {
-			logger.Error(err, "CPU suppression settings refused; the ones in force stay")
-		}
-	}
-	if c.el != nil {
-		if err := c.el.Reconfigure(evict.FromSLO(c.evBase, th)); err != nil {
-			logger.Error(err, "Eviction settings refused; the ones in force stay")
-		}
-	}
-	if c.hr != nil {
-		cfg, why := headroom.Resolve(c.hrBase, th, c.vm, c.vmWhy)
-		was := c.hr.Status().Enabled
-		if err := c.hr.Reconfigure(cfg, why); err != nil {
-			logger.Error(err, "Steal headroom settings refused; the ones in force stay")
-		} else if was != cfg.Enable {
-			logger.Info("Steal headroom switched", "enable", cfg.Enable, "why", why, "stealThresholdMilli", cfg.StealThresholdMilli)
-		}
-	}
-	if c.yl != nil {
-		cfg := c.ylBase
-		cfg.Enable = c.resolved.ResourceQOS.BE.CPUQOS.YieldThreads
-		if err := c.yl.Reconfigure(cfg); err != nil {
-			logger.Error(err, "BE thread scheduling settings refused; the ones in force stay")
-		}
-	}
-}
-
-// setHeadroom registers the steal headroom and gives it the configuration in force.
-func (c *consumers) setHeadroom(ctx context.Context, hr *headroom.Controller, base headroom.Config, vm bool, vmWhy string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.hr, c.hrBase, c.vm, c.vmWhy = hr, base, vm, vmWhy
-	c.reconfigureLoops(ctx)
-}
-
-// setYield registers the BE thread scheduling loop and gives it the configuration in force.
-func (c *consumers) setYield(ctx context.Context, l *yield.Loop, base yield.Config) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.yl, c.ylBase = l, base
-	c.reconfigureLoops(ctx)
-}
-
-// setLoops registers the node loops and gives them the configuration in force.
-func (c *consumers) setLoops(ctx context.Context, col *collector.Collector, sup *suppress.Loop, supBase suppress.Config, el *evict.Loop, evBase evict.Config) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.col, c.sup, c.supBase, c.el, c.evBase = col, sup, supBase, el, evBase
-	c.reconfigureLoops(ctx)
 }
 
 // setPodSpecs gives the policies the pod specs, once the API is reachable.

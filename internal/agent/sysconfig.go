@@ -13,7 +13,6 @@ import (
 
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
-	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/kubeclient"
 	"github.com/tandemkit/tandem/resource/sysconfig"
 )
@@ -22,39 +21,32 @@ import (
 // wrote system-config's (resource/sysconfig).
 const sysconfigRecord = "sysconfig-originals.json"
 
-// startSysConfig applies system-config's node-wide settings (min_free_kbytes, watermark_scale_factor, and
-// Anolis's memcg reaper and group identity switch) and follows every change; when the agent stops, its loop
+// sysConfig applies system-config's node-wide settings (min_free_kbytes, watermark_scale_factor, and
+// Anolis's memcg reaper and group identity switch) and follows every change; when the agent stops, it
 // puts the node's own values back. docs/system-config.md says what each key does.
-func startSysConfig(ctx context.Context, loops *supervise.Group, st settings, reg prometheus.Registerer, cons *consumers) error {
-	cfg := sysconfig.Config{ProcRoot: "/proc", SysRoot: st.sysfsRoot, Record: filepath.Join(st.proxy.StateDir, sysconfigRecord)}
-	return followSysConfig(ctx, loops, cfg, sloConfigExpected(st), reg, cons)
+func (n *nodeParts) sysConfig(ctx context.Context, cons *consumers) (component, error) {
+	cfg := sysconfig.Config{ProcRoot: "/proc", SysRoot: n.st.sysfsRoot, Record: filepath.Join(n.st.proxy.StateDir, sysconfigRecord)}
+	return newSysConfig(ctx, cfg, cons.first(sloConfigExpected(n.st)), n.reg)
 }
 
-// followSysConfig is startSysConfig on the files cfg names; expected says a slo-config source will hand
-// over a first configuration.
-func followSysConfig(ctx context.Context, loops *supervise.Group, cfg sysconfig.Config, expected bool, reg prometheus.Registerer, cons *consumers) error {
+// newSysConfig is sysConfig on the files cfg names. With a configuration source (first not nil), it
+// waits for what the source says before touching the node: the defaults in force meanwhile leave
+// system-config unset, and acting on them would put the originals back at every restart, only to write
+// the operator's values again a moment later.
+func newSysConfig(ctx context.Context, cfg sysconfig.Config, first <-chan struct{}, reg prometheus.Registerer) (component, error) {
 	k, err := sysconfig.New(cfg)
 	if err != nil {
 		// Not fatal: the node keeps whatever it holds, and tandemctl config says why.
 		klog.FromContext(ctx).Error(err, "system-config not applied")
-		cons.report(knob.ReporterFunc(func() []knob.Status { return sysconfigUnmanaged(err) }))
-		return nil
+		return switchedOff("system-config", func(slo.Resolved) []knob.Status { return sysconfigUnmanaged(err) }), nil
 	}
 	s, err := newSystemConfig(k, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cons.follow(ctx, s.set)
-	cons.report(s)
-	// With a configuration source, wait for what it says before touching the node: the defaults in force
-	// meanwhile leave system-config unset, and acting on them would put the originals back at every
-	// restart, only to write the operator's values again a moment later.
-	var first <-chan struct{}
-	if expected && cons.firstApplied != nil {
-		first = cons.firstApplied
-	}
-	loops.Go("system-config", func(ctx context.Context) error { return s.run(ctx, first) })
-	return nil
+	return &loop{name: "system-config", knobs: s, restore: s.restore,
+		configure: func(ctx context.Context, r slo.Resolved) error { s.set(ctx, r); return nil },
+		run:       func(ctx context.Context) error { return s.run(ctx, first) }}, nil
 }
 
 // sloConfigExpected reports whether a slo-config will come: from the file, or from the ConfigMap when
@@ -116,15 +108,13 @@ func (s *systemConfig) set(_ context.Context, r slo.Resolved) {
 	}
 }
 
-// run applies the configuration in force, after first is closed (nil: at once), and each change; when
-// ctx ends it restores the node's values.
+// run applies the configuration in force, after first is closed (nil: at once), and each change, until
+// ctx ends.
 func (s *systemConfig) run(ctx context.Context, first <-chan struct{}) error {
 	if first != nil {
 		select {
 		case <-first:
 		case <-ctx.Done():
-			// A record left by a run that was killed is restored all the same.
-			s.restore(ctx)
 			return nil
 		}
 	}
@@ -142,18 +132,19 @@ func (s *systemConfig) run(ctx context.Context, first <-chan struct{}) error {
 		}
 		select {
 		case <-ctx.Done():
-			s.restore(ctx)
 			return nil
 		case <-s.kick:
 		}
 	}
 }
 
-func (s *systemConfig) restore(ctx context.Context) {
+// restore puts the node's own values back, a record left by a run that was killed included.
+func (s *systemConfig) restore(ctx context.Context) error {
+	defer s.observe(s.keeper.Results())
 	if err := s.keeper.Restore(ctx); err != nil {
-		klog.FromContext(ctx).Error(err, "System settings not all restored; the record keeps them for the next start")
+		return fmt.Errorf("system settings not all restored; the record keeps them for the next start: %w", err)
 	}
-	s.observe(s.keeper.Results())
+	return nil
 }
 
 func (s *systemConfig) observe(rs []sysconfig.Result) {

@@ -123,15 +123,19 @@ func startSys(t *testing.T, tr sysTree, expected bool, reg prometheus.Registerer
 		t.Fatal(err)
 	}
 	cons := &consumers{colocation: &atomic.Pointer[slo.Resolved]{}, firstApplied: make(chan struct{})}
-	if err := followSysConfig(ctx, loops, tr.cfg, expected, reg, cons); err != nil {
+	c, err := newSysConfig(ctx, tr.cfg, cons.first(expected), reg)
+	if err != nil {
 		t.Fatal(err)
 	}
+	cons.add(ctx, c)
+	c.Start(ctx, loops)
 	stopped := false
 	stop := func() {
 		if !stopped {
 			stopped = true
 			cancel()
 			loops.Wait()
+			cons.restore(ctx)
 		}
 	}
 	t.Cleanup(stop)
@@ -144,7 +148,7 @@ func TestSysConfigFollowsSLO(t *testing.T) {
 	tr := newSysTree(t)
 	reg := prometheus.NewRegistry()
 	cons, stop := startSys(t, tr, true, reg)
-	rep := cons.reporters[0]
+	rep := cons.comps[0].(knob.Reporter)
 
 	// Before the first configuration: nothing written, and Knobs says so.
 	time.Sleep(50 * time.Millisecond)
@@ -305,7 +309,7 @@ func TestSysConfigBadRecord(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	stop()
 	tr.waitFiles(t, "bad record", sysOriginals)
-	k := knobsByKey(cons.reporters[0])["minFreeKbytesFactor"]
+	k := knobsByKey(cons.comps[0].(knob.Reporter))["minFreeKbytesFactor"]
 	if k.State != knob.Refused || !strings.Contains(k.Detail, tr.cfg.Record) {
 		t.Fatalf("with a bad record: %+v, want refused naming the record", k)
 	}
