@@ -347,16 +347,31 @@ type MemoryQOSSettings struct {
 	LowLimitPercent int64 `json:"lowLimitPercent"`
 	// ThrottlingPercent sets memory.high (reclaim and throttling above it) to this percentage of the
 	// limit, or "max" for a container without one.
-	ThrottlingPercent    int64 `json:"throttlingPercent"`
-	WmarkRatio           int64 `json:"wmarkRatio"`
-	WmarkScalePermill    int64 `json:"wmarkScalePermill"`
-	WmarkMinAdj          int64 `json:"wmarkMinAdj"`
+	ThrottlingPercent int64 `json:"throttlingPercent"`
+	// WmarkRatio sets memory.wmark_ratio (Anolis): the cgroup's memory reclaims in the background once it
+	// passes this percentage of its limit, [0, 100]; 0 is the kernel's "no background reclaim".
+	WmarkRatio int64 `json:"wmarkRatio"`
+	// WmarkScalePermill sets memory.wmark_scale_factor (Anolis): how far below the high watermark one
+	// background reclaim goes, in per mille of the limit, [1, 1000]; 0 leaves the kernel's 50.
+	WmarkScalePermill int64 `json:"wmarkScalePermill"`
+	// WmarkMinAdj sets memory.wmark_min_adj (Anolis): the percentage by which the node's min watermark
+	// moves for this cgroup, [-25, 50]; negative lets LS allocate deeper before direct reclaim, positive
+	// sends BE into it earlier. 0 is no adjustment.
+	WmarkMinAdj int64 `json:"wmarkMinAdj"`
+	// PageCacheLimitEnable, PageCacheLimitSync and PageCacheLimitSize are accepted so that an operator's
+	// Koordinator ConfigMap loads, and reported as unsupported: Tandem sets no page cache limit.
 	PageCacheLimitEnable int64 `json:"pageCacheLimitEnable"`
 	PageCacheLimitSync   int64 `json:"pageCacheLimitSync"`
 	PageCacheLimitSize   int64 `json:"pageCacheLimitSize"`
-	PriorityEnable       int64 `json:"priorityEnable"`
-	Priority             int64 `json:"priority"`
-	OomKillGroup         int64 `json:"oomKillGroup"`
+	// PriorityEnable sets memory.use_priority_oom (Anolis): 1 makes the OOM killer choose among the
+	// cgroup's children by memory.priority.
+	PriorityEnable int64 `json:"priorityEnable"`
+	// Priority sets memory.priority (Anolis), [0, 12]: the higher, the later the OOM killer picks the
+	// cgroup when its parent uses priority OOM. 0 is the kernel's default.
+	Priority int64 `json:"priority"`
+	// OomKillGroup sets memory.oom.group (cgroup v2, Anolis v1): 1 makes the OOM killer kill every task of
+	// the cgroup together, never leaving a pod or container half-killed.
+	OomKillGroup int64 `json:"oomKillGroup"`
 }
 
 // ResctrlQOSSettings is resctrlQOS: the class's L3 CAT range and MBA percentage.

@@ -4,47 +4,14 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tandemkit/tandem/config/slo"
 	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
-// ClassConfig is one class's memoryQOS block of seed 004's resource-qos-config. A value of 0 leaves its
-// file as the kernel or kubelet set it (see Files). Its fields are config/slo's MemoryQOSSettings', in
-// the same order, so that one converts to the other (hooks/policy.FromSLO).
-type ClassConfig struct {
-	// Enable switches the class on; a disabled class's cgroups are left as kubelet set them.
-	Enable bool `json:"enable"`
-	// MinLimitPercent sets memory.min (hard protection from reclaim) to this percentage of the request.
-	MinLimitPercent int64 `json:"minLimitPercent"`
-	// LowLimitPercent sets memory.low (best-effort protection) to this percentage of the request.
-	LowLimitPercent int64 `json:"lowLimitPercent"`
-	// ThrottlingPercent sets memory.high (reclaim and throttling above it) to this percentage of the
-	// limit, or "max" for a container without one.
-	ThrottlingPercent int64 `json:"throttlingPercent"`
-	// WmarkRatio sets memory.wmark_ratio (Anolis): the cgroup's memory reclaims in the background once it
-	// passes this percentage of its limit, [0, 100]; 0 is the kernel's "no background reclaim".
-	WmarkRatio int64 `json:"wmarkRatio"`
-	// WmarkScalePermill sets memory.wmark_scale_factor (Anolis): how far below the high watermark one
-	// background reclaim goes, in per mille of the limit, [1, 1000]; 0 leaves the kernel's 50.
-	WmarkScalePermill int64 `json:"wmarkScalePermill"`
-	// WmarkMinAdj sets memory.wmark_min_adj (Anolis): the percentage by which the node's min watermark
-	// moves for this cgroup, [-25, 50]; negative lets LS allocate deeper before direct reclaim, positive
-	// sends BE into it earlier. 0 is no adjustment.
-	WmarkMinAdj int64 `json:"wmarkMinAdj"`
-	// PageCacheLimitEnable, PageCacheLimitSync and PageCacheLimitSize are accepted so that seed 004's
-	// ConfigMap loads, and reported as unsupported: Tandem sets no page cache limit.
-	PageCacheLimitEnable int64 `json:"pageCacheLimitEnable"`
-	PageCacheLimitSync   int64 `json:"pageCacheLimitSync"`
-	PageCacheLimitSize   int64 `json:"pageCacheLimitSize"`
-	// PriorityEnable sets memory.use_priority_oom (Anolis): 1 makes the OOM killer choose among the
-	// cgroup's children by memory.priority.
-	PriorityEnable int64 `json:"priorityEnable"`
-	// Priority sets memory.priority (Anolis), [0, 12]: the higher, the later the OOM killer picks the
-	// cgroup when its parent uses priority OOM. 0 is the kernel's default.
-	Priority int64 `json:"priority"`
-	// OomKillGroup sets memory.oom.group (cgroup v2, Anolis v1): 1 makes the OOM killer kill every task of
-	// the cgroup together, never leaving a pod or container half-killed.
-	OomKillGroup int64 `json:"oomKillGroup"`
-}
+// ClassConfig is one class's memoryQOS block of resource-qos-config: config/slo's type, which documents
+// each field, with the hook's checks and the files it sets. A value of 0 leaves its file as the kernel or
+// kubelet set it (see Files).
+type ClassConfig slo.MemoryQOSSettings
 
 // Config is the memory QoS configuration per class, named as in resource-qos-config.
 type Config struct {

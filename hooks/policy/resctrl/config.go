@@ -4,18 +4,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tandemkit/tandem/config/slo"
 	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
-// ClassConfig is one class's resctrlQOS block of seed 004's resource-qos-config.
-type ClassConfig struct {
-	Enable bool `json:"enable"`
-	// CatRangeStartPercent and CatRangeEndPercent select the class's share of the L3 cache ways.
-	CatRangeStartPercent int64 `json:"catRangeStartPercent"`
-	CatRangeEndPercent   int64 `json:"catRangeEndPercent"`
-	// MBAPercent caps the class's memory bandwidth, in percent.
-	MBAPercent int64 `json:"mbaPercent"`
-}
+// ClassConfig is one class's resctrlQOS block of resource-qos-config: config/slo's type, with the hook's
+// checks.
+type ClassConfig slo.ResctrlQOSSettings
 
 // Config is the RDT configuration per class, named as in resource-qos-config.
 type Config struct {
