@@ -138,9 +138,10 @@ func (c *consumers) configure(ctx context.Context, comp component) {
 }
 
 // restore has every component put back what it changed, the last started first (as defers run), under
-// one deadline.
-func (c *consumers) restore(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+// one deadline, timeout from now. ctx's own end does not cut it short: the agent restores because it
+// is stopping.
+func (c *consumers) restore(ctx context.Context, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	c.mu.Lock()
 	comps := slices.Clone(c.comps)
@@ -148,7 +149,7 @@ func (c *consumers) restore(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	for _, comp := range slices.Backward(comps) {
 		if ctx.Err() != nil {
-			logger.Error(ctx.Err(), "Not restored before the deadline; the next start puts back what is left", "loop", comp.Name(), "timeout", restoreTimeout)
+			logger.Error(ctx.Err(), "Not restored before the deadline; the next start puts back what is left", "loop", comp.Name(), "timeout", timeout)
 			continue
 		}
 		if err := comp.Restore(ctx); err != nil {

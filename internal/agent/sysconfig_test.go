@@ -135,7 +135,7 @@ func startSys(t *testing.T, tr sysTree, expected bool, reg prometheus.Registerer
 			stopped = true
 			cancel()
 			loops.Wait()
-			cons.restore(ctx)
+			cons.restore(ctx, restoreTimeout)
 		}
 	}
 	t.Cleanup(stop)

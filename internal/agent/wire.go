@@ -95,7 +95,7 @@ func run(ctx context.Context, b Binary, args []string) (err error) {
 	defer func() {
 		cancel()
 		w.loops.Wait()
-		w.cons.restore(ctx)
+		w.cons.restore(ctx, restoreTimeout)
 		for _, c := range slices.Backward(w.closers) {
 			c()
 		}
