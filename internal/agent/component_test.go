@@ -29,11 +29,11 @@ func TestComponentsConfigureStartRestore(t *testing.T) {
 	colocation := &atomic.Pointer[slo.Resolved]{}
 	colocation.Store(&defaults)
 	cons := &consumers{base: policy.DefaultConfig(), colocation: colocation, resolved: defaults}
-	loops, err := supervise.New(ctx, nil, supervise.Backoff())
+	runCtx, cancel := context.WithCancel(ctx)
+	loops, err := supervise.New(runCtx, nil, supervise.Backoff())
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
 
 	var mu sync.Mutex
 	var events []string
