@@ -32,6 +32,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
@@ -787,17 +788,8 @@ func TestRunPublishes(t *testing.T) {
 		}
 		return n
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(time.Minute) // generous: only a hang fails this
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	waitFor("the first publish", func() bool { return patches() == 2 })
+	// The waits below allow a minute, which is generous: only a hang fails them.
+	polltest.Within(t, time.Minute, "the first publish", func() bool { return patches() == 2 })
 
 	// Pod a jumps to 7 cores for a minute of samples, delivered through Updates; the next tick
 	// publishes the new batch capacity.
@@ -805,9 +797,9 @@ func TestRunPublishes(t *testing.T) {
 		h.setSample(load{aCPU: 7000, bCPU: 3000}.sample(t0.Add(time.Duration(i) * time.Second)))
 		updates <- struct{}{}
 	}
-	waitFor("the ticker", h.clock.HasWaiters)
+	polltest.Within(t, time.Minute, "the ticker", h.clock.HasWaiters)
 	h.clock.Step(time.Minute)
-	waitFor("the second publish", func() bool { return patches() == 4 })
+	polltest.Within(t, time.Minute, "the second publish", func() bool { return patches() == 4 })
 	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU-3000 {
 		t.Errorf("batch cpu = %d, want %d", c, steadyBatchCPU-3000)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/batchresource"
 	"github.com/tandemkit/tandem/hooks/policy/memoryqos"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/resource/batch"
 )
@@ -295,17 +296,12 @@ func TestDeletedPodAnswersAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The delete event reaches the handler asynchronously.
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	polltest.Until(t, "the delete event", func() bool {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		_, settled := s.settled["u1"]
-		s.mu.Unlock()
-		if settled {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("delete event not seen")
-		}
-	}
+		return settled
+	})
 	// Stop and remove calls for a deleted pod's containers must not wait for a pod that will not come back.
 	begin := time.Now()
 	if _, ok, _ := s.BatchResources(ctx, info(seedBE("u1"))); ok {
@@ -367,7 +363,7 @@ func TestInformerWatchesThisNodeOnly(t *testing.T) {
 	t.Parallel()
 	_, client, _ := start(t, testConfig(0))
 	// The watch starts after the list has been handed over, so it may come a moment after the sync.
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	polltest.Until(t, "a list and a watch of this node's pods", func() bool {
 		var listed, watched bool
 		for _, a := range client.Actions() {
 			if a.GetResource().Resource != "pods" {
@@ -388,13 +384,8 @@ func TestInformerWatchesThisNodeOnly(t *testing.T) {
 			listed = listed || a.GetVerb() == "list"
 			watched = watched || a.GetVerb() == "watch"
 		}
-		if listed && watched {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("list %v, watch %v; want both", listed, watched)
-		}
-	}
+		return listed && watched
+	})
 }
 
 func TestMemoryRequest(t *testing.T) {
