@@ -437,7 +437,7 @@ func TestKnobs(t *testing.T) {
 		{name: "auto", cfg: pol(cpuburst.PolicyAuto), cg: prober{true}, want: all(knob.Applied, knob.Applied, knob.Applied)},
 		{name: "auto without the burst file", cfg: pol(cpuburst.PolicyAuto), cg: prober{false}, want: all(knob.Ignored, knob.Applied, knob.Applied)},
 		{name: "cpuBurstOnly", cfg: pol(cpuburst.PolicyCPUBurstOnly), cg: prober{true}, want: all(knob.Applied, knob.Off, knob.Applied)},
-		{name: "cfsQuotaBurstOnly (seed 004's anolis)", cfg: pol(cpuburst.PolicyCFSQuotaBurstOnly), cg: prober{false}, want: all(knob.Off, knob.Applied, knob.Applied)},
+		{name: "cfsQuotaBurstOnly (an operator's Anolis nodes)", cfg: pol(cpuburst.PolicyCFSQuotaBurstOnly), cg: prober{false}, want: all(knob.Off, knob.Applied, knob.Applied)},
 		{name: "no cgroups", cfg: pol(cpuburst.PolicyAuto), want: all(knob.Ignored, knob.Ignored, knob.Applied)},
 		{name: "refused", cfg: pol(cpuburst.PolicyAuto), cg: prober{true}, refused: errors.New("bad"), want: all(knob.Applied, knob.Refused, knob.Applied)},
 	}

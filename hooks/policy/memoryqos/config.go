@@ -7,7 +7,7 @@ import (
 	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
-// ClassConfig is one class's memoryQOS block of seed 004's resource-qos-config. A value of 0 leaves its
+// ClassConfig is one class's memoryQOS block of resource-qos-config. A value of 0 leaves its
 // file as the kernel or kubelet set it (see Files). Its fields are config/slo's MemoryQOSSettings', in
 // the same order, so that one converts to the other (hooks/policy.FromSLO).
 type ClassConfig struct {
@@ -30,8 +30,9 @@ type ClassConfig struct {
 	// moves for this cgroup, [-25, 50]; negative lets LS allocate deeper before direct reclaim, positive
 	// sends BE into it earlier. 0 is no adjustment.
 	WmarkMinAdj int64 `json:"wmarkMinAdj"`
-	// PageCacheLimitEnable, PageCacheLimitSync and PageCacheLimitSize are accepted so that seed 004's
-	// ConfigMap loads, and reported as unsupported: Tandem sets no page cache limit.
+	// PageCacheLimitEnable, PageCacheLimitSync and PageCacheLimitSize are accepted so that a ConfigMap
+	// written for Koordinator on Anolis loads unchanged, and reported as unsupported: Tandem sets no page
+	// cache limit.
 	PageCacheLimitEnable int64 `json:"pageCacheLimitEnable"`
 	PageCacheLimitSync   int64 `json:"pageCacheLimitSync"`
 	PageCacheLimitSize   int64 `json:"pageCacheLimitSize"`
@@ -59,7 +60,7 @@ type Config struct {
 	CgroupRoot ClassConfig `json:"cgroupRoot"`
 }
 
-// DefaultConfig is seed 004's: every class disabled, every value 0.
+// DefaultConfig is what Koordinator ships and operators run as is: every class disabled, every value 0.
 func DefaultConfig() Config { return Config{} }
 
 // field is one integer field of a class and the range the hook accepts for it: the kernel's range, with 0

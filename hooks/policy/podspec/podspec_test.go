@@ -75,7 +75,8 @@ func list(m map[string]string) corev1.ResourceList {
 	return l
 }
 
-// seedBE is seed 000's BE pod: 2 batch CPUs and 1 GiB of batch memory.
+// seedBE is the BE pod of Koordinator's documented QoS example (nginx-be): 2 batch CPUs and 1 GiB of
+// batch memory, the pod users try first.
 func seedBE(uid string) *corev1.Pod {
 	return newPod("nginx-be", uid, node, ctrSpec{
 		name:     "nginx",
@@ -146,7 +147,7 @@ func TestBatchResources(t *testing.T) {
 		pod    *hooks.PodInfo
 		want   map[string]batch.Container
 	}{
-		{name: "seed 000 BE pod in the cache", cached: []runtime.Object{seedBE("u1")}, pod: info(seedBE("u1")),
+		{name: "the example's BE pod in the cache", cached: []runtime.Object{seedBE("u1")}, pod: info(seedBE("u1")),
 			want: map[string]batch.Container{"nginx": {CPURequestMilli: 2000, CPULimitMilli: 2000, MemoryRequest: 1 << 30, MemoryLimit: 1 << 30}}},
 		{name: "sidecar listed, plain init container and containers without batch resources as Kubernetes counts them",
 			cached: []runtime.Object{newPod("be", "u1", node,
