@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// twentyProfiles is seed 001's profile and 19 others, half of them matching seed 001's pod, as
-// bench/admission registers them.
+// twentyProfiles is Koordinator's colocation-profile-example and 19 others, half of them matching the
+// example's pod, as bench/admission registers them.
 func twentyProfiles(b *testing.B) func() []*Profile {
 	var seed ClusterColocationProfile
 	readYAML(&testing.T{}, "testdata/seed-001-profile.yaml", &seed)

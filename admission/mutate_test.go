@@ -113,8 +113,9 @@ func fixed(ps ...*Profile) func() []*Profile {
 	return func() []*Profile { return ordered }
 }
 
-// TestSeed001 applies seed 001's profile to seed 001's pod and checks every field seed 001 shows
-// on the pod after creation.
+// TestSeed001 applies Koordinator's colocation-profile-example to the pod users create with it and checks
+// every field Koordinator's webhook gives that pod: a cluster moving to Tandem's webhook must get the same
+// pods.
 func TestSeed001(t *testing.T) {
 	var prof ClusterColocationProfile
 	readYAML(t, "testdata/seed-001-profile.yaml", &prof)
@@ -417,7 +418,7 @@ func TestCompile(t *testing.T) {
 	for _, tc := range []struct {
 		name, spec, wantErr string
 	}{
-		{name: "seed 001", spec: `{"qosClass":"BE","priorityClassName":"koord-batch","patch":{"spec":{"terminationGracePeriodSeconds":30}}}`},
+		{name: "colocation-profile-example", spec: `{"qosClass":"BE","priorityClassName":"koord-batch","patch":{"spec":{"terminationGracePeriodSeconds":30}}}`},
 		{name: "empty", spec: `{}`},
 		{name: "unknown class", spec: `{"qosClass":"GOLD"}`, wantErr: "spec.qosClass"},
 		{name: "lower-case class", spec: `{"qosClass":"be"}`, wantErr: `write it as "BE"`},

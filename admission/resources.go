@@ -91,7 +91,8 @@ func convertList(list map[string]any) error {
 			return fmt.Errorf("memory %s cannot be written as batch-memory bytes", q.String())
 		}
 		if s, ok := v.(string); ok && q.Cmp(*resource.NewQuantity(q.Value(), resource.BinarySI)) == 0 {
-			// Whole bytes keep the form the user wrote ("3456Mi"), as seed 001's pod shows.
+			// Whole bytes keep the form the user wrote ("3456Mi"), as Koordinator's webhook does: users
+			// compare the mutated pod with what it shows.
 			list[batch.Memory] = s
 		} else {
 			// A fraction of a byte rounds up: batch-memory counts whole bytes.

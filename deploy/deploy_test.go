@@ -1102,7 +1102,7 @@ func TestSchedulerConfig(t *testing.T) {
 		}
 	}
 	if !slices.Equal(names, []string{"default-scheduler", "koord-scheduler"}) {
-		t.Errorf("profiles %v, want default-scheduler and koord-scheduler (seed 000's Deployments name it)", names)
+		t.Errorf("profiles %v, want default-scheduler and koord-scheduler (Deployments written for Koordinator name it)", names)
 	}
 	if len(cfg.Extenders) != 1 {
 		t.Fatalf("%d extenders, want tandem-extender", len(cfg.Extenders))

@@ -22,6 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/transport"
+
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // testCA issues certificates for one test.
@@ -149,14 +151,8 @@ current-context: x
 	if err := os.Rename(tmp, current); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	polltest.Until(t, "the server to see the second certificate after the rotation", func() bool {
 		n, err := c.GetNode(ctx, "x")
-		if err == nil && n.Name == "system:node:second" {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("after the rotation the server still sees %q (err %v), want the second certificate", n.Name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && n.Name == "system:node:second"
+	})
 }

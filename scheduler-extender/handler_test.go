@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // extenderServer runs the handler over real HTTP against real client-go informers. The informers
@@ -322,7 +324,7 @@ func TestPodsAssignedSinceReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { res := filterCold(); return res.FailedNodes["cold"] == ReasonBatchCPU.message() })
+	polltest.Until(t, "cold to fail batch pods on batch-cpu once two batch pods landed", func() bool { res := filterCold(); return res.FailedNodes["cold"] == ReasonBatchCPU.message() })
 	if after := scoreCold(); after >= before {
 		t.Errorf("score after the burst = %d, want below %d", after, before)
 	}
@@ -331,7 +333,7 @@ func TestPodsAssignedSinceReport(t *testing.T) {
 	if err := s.client.CoreV1().Pods("default").Delete(ctx, "be1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { res := filterCold(); return len(*res.NodeNames) == 1 })
+	polltest.Until(t, "cold to fit batch pods again once one finished", func() bool { res := filterCold(); return len(*res.NodeNames) == 1 })
 }
 
 func TestRequestErrors(t *testing.T) {
@@ -554,17 +556,6 @@ func FuzzDecodeArgs(f *testing.F) {
 			t.Fatalf("priorities for names %q: %v", names, err)
 		}
 	})
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func equalStrings(a, b []string) bool {

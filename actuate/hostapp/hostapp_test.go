@@ -30,7 +30,7 @@ func TestCgroupPath(t *testing.T) {
 		want                      string
 		wantErr                   string
 	}{
-		{name: "seed 004", driver: DriverCgroupfs, kubeletRoot: "/", app: app(slo.CgroupBaseRoot, "host-latency-sensitive/", "nginx/"),
+		{name: "the operator's nginx", driver: DriverCgroupfs, kubeletRoot: "/", app: app(slo.CgroupBaseRoot, "host-latency-sensitive/", "nginx/"),
 			want: "/host-latency-sensitive/nginx"},
 		{name: "no cgroupPath, BE", driver: DriverCgroupfs, kubeletRoot: "/", app: slo.HostApplication{Name: "log", QoS: qos.BE},
 			want: "/host-best-effort/log"},

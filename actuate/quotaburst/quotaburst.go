@@ -1,4 +1,4 @@
-// Package quotaburst is the node loop of Koordinator's CFS quota burst (seed 004's cpu-burst-config,
+// Package quotaburst is the node loop of Koordinator's CFS quota burst (cpu-burst-config,
 // policies cfsQuotaBurstOnly and auto): a latency-sensitive (LS) container with a CPU limit that is
 // throttled while the shared CPU pool is idle gets its CFS quota raised, step by step, up to
 // cfsQuotaBurstPercent of the quota its limit gives, for at most cfsQuotaBurstPeriodSeconds; the quota

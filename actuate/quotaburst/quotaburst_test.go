@@ -3,6 +3,7 @@ package quotaburst
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	"github.com/tandemkit/tandem/resource/qos"
@@ -279,40 +281,26 @@ func runLoop(t *testing.T, h *harness) (stop func() error) {
 // waitQuota waits until rel's quota is want.
 func waitQuota(t *testing.T, h *harness, rel string, want int64, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	polltest.Within(t, within, fmt.Sprintf("the quota of %s to be %d", rel, want), func() bool {
 		got, ok := h.tryQuota(rel)
-		if ok && got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("quota of %s = %d after %v, want %d", rel, got, within, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ok && got == want
+	})
 }
 
 // raiseRunning makes snapshots until the running loop has raised container a.
 func raiseRunning(t *testing.T, h *harness) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	polltest.Within(t, 5*time.Second, "container a raised", func() bool {
 		if q, ok := h.tryQuota(podA); ok && q > 20000 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("container a not raised")
+			return true
 		}
 		h.sample(idle, "a")
-		time.Sleep(30 * time.Millisecond)
-	}
+		return false
+	})
 	// The gauge is set once the step's writes are done.
-	for h.metric("tandem_cpu_quota_burst_containers_raised", "") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("containers_raised = %v, want 1", h.metric("tandem_cpu_quota_burst_containers_raised", ""))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	polltest.Within(t, 5*time.Second, "containers_raised to be 1", func() bool {
+		return h.metric("tandem_cpu_quota_burst_containers_raised", "") == 1
+	})
 }
 
 func TestRun(t *testing.T) {
@@ -452,7 +440,7 @@ func TestKnobs(t *testing.T) {
 		{name: "auto", cfg: pol(cpuburst.PolicyAuto), cg: prober{true}, want: all(knob.Applied, knob.Applied, knob.Applied)},
 		{name: "auto without the burst file", cfg: pol(cpuburst.PolicyAuto), cg: prober{false}, want: all(knob.Ignored, knob.Applied, knob.Applied)},
 		{name: "cpuBurstOnly", cfg: pol(cpuburst.PolicyCPUBurstOnly), cg: prober{true}, want: all(knob.Applied, knob.Off, knob.Applied)},
-		{name: "cfsQuotaBurstOnly (seed 004's anolis)", cfg: pol(cpuburst.PolicyCFSQuotaBurstOnly), cg: prober{false}, want: all(knob.Off, knob.Applied, knob.Applied)},
+		{name: "cfsQuotaBurstOnly (an operator's Anolis nodes)", cfg: pol(cpuburst.PolicyCFSQuotaBurstOnly), cg: prober{false}, want: all(knob.Off, knob.Applied, knob.Applied)},
 		{name: "no cgroups", cfg: pol(cpuburst.PolicyAuto), want: all(knob.Ignored, knob.Ignored, knob.Applied)},
 		{name: "refused", cfg: pol(cpuburst.PolicyAuto), cg: prober{true}, refused: errors.New("bad"), want: all(knob.Applied, knob.Refused, knob.Applied)},
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/actuate/suppress"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
@@ -148,16 +149,6 @@ func runLoop(t *testing.T, ctx context.Context, l *suppress.Loop) func() {
 	return stop
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestRunLifts checks the three ways suppression is undone without a new sample: a reload that
 // switches it off, the loop's stop (SIGTERM), and a stale clamp found at start.
 func TestRunLifts(t *testing.T) {
@@ -215,16 +206,16 @@ func TestRunLifts(t *testing.T) {
 			if tt.enable {
 				samples.Store(snap(time.Unix(1, 0), 2, 1000, 0, 100))
 				updates <- struct{}{}
-				eventually(t, "parent clamped", func() bool { return b.quota(t, "") == "100000" && b.quota(t, "pod1/ctr") == "100000" })
+				polltest.Until(t, "parent clamped", func() bool { return b.quota(t, "") == "100000" && b.quota(t, "pod1/ctr") == "100000" })
 			}
 			stopping.Store(true)
 			tt.act(t, l, b, stop)
-			eventually(t, "parent lifted", func() bool { return b.quota(t, "") == "-1" })
+			polltest.Until(t, "parent lifted", func() bool { return b.quota(t, "") == "-1" })
 			if tt.wantRefresh && syncRefreshes.Load() != 1 {
 				t.Errorf("synchronous refreshes after the lift, with the container still capped, %d; want 1", syncRefreshes.Load())
 			}
 			if !tt.wantRefresh {
-				eventually(t, "refresh asked", func() bool { return asyncRefreshes.Load() >= 1 })
+				polltest.Until(t, "refresh asked", func() bool { return asyncRefreshes.Load() >= 1 })
 			}
 		})
 	}
@@ -267,10 +258,10 @@ func TestStaleCPUSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runLoop(t, ctx, l)
-	eventually(t, "stale cpuset found", func() bool { return asyncRefreshes.Load() == 1 })
+	polltest.Until(t, "stale cpuset found", func() bool { return asyncRefreshes.Load() == 1 })
 	samples.Store(snap(time.Unix(1, 0), 2, 1000, 0, 100))
 	updates <- struct{}{}
-	eventually(t, "BE pool narrowed", func() bool { return a.Pools().BE.String() == "1" })
+	polltest.Until(t, "BE pool narrowed", func() bool { return a.Pools().BE.String() == "1" })
 	stop()
 	if got := a.Pools().BE.String(); got != "0-1" {
 		t.Errorf("after stop: BE pool %s, want 0-1", got)
@@ -319,7 +310,7 @@ func TestCFSQuotaV2(t *testing.T) {
 	stop := runLoop(t, ctx, l)
 	samples.Store(snap(time.Unix(1, 0), 2, 1000, 0, 100))
 	updates <- struct{}{}
-	eventually(t, "parent clamped", func() bool { return read(parent+"/cpu.max") == "100000 100000" })
+	polltest.Until(t, "parent clamped", func() bool { return read(parent+"/cpu.max") == "100000 100000" })
 	if got := read(parent + "/pod1/ctr/cpu.max"); got != "150000 100000" {
 		t.Errorf("child on v2: cpu.max %s, want its own 150000 100000 (v2 needs no cap)", got)
 	}

@@ -102,7 +102,7 @@ func TestRealStealHeadroom(t *testing.T) {
 	const interval = 500 * time.Millisecond
 	prev, at := ticks(), time.Now()
 	sample := func() int64 { // BE's real use since the last call, milli-cores
-		time.Sleep(interval)
+		time.Sleep(interval) // BE's use is a rate: measured over this much real time
 		cur, now := ticks(), time.Now()
 		be := (cur - prev) * 10 * int64(time.Second) / int64(now.Sub(at)) // ticks of 10 ms → milli-cores
 		prev, at = cur, now

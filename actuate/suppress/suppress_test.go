@@ -63,7 +63,7 @@ func TestWant(t *testing.T) {
 		want                  int64
 	}{
 		// 16 CPUs × 65% = 10400 − 4000 LS − 400 system = 6000; BE's own 5000 does not count.
-		{name: "seed 004 threshold", threshold: 65, cpus: 16, ls: 4000, be: 5000, sys: 400, want: 6000},
+		{name: "shipped threshold", threshold: 65, cpus: 16, ls: 4000, be: 5000, sys: 400, want: 6000},
 		{name: "reserved above system use", threshold: 65, reserved: 1000, cpus: 16, ls: 4000, sys: 400, want: 5400},
 		{name: "floor of one CPU", threshold: 65, cpus: 16, ls: 15000, sys: 400, want: 1000},
 		{name: "cpuSuppressMinPercent floor", threshold: 65, minPercent: 25, cpus: 16, ls: 15000, sys: 400, want: 4000},

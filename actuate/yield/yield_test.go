@@ -2,6 +2,7 @@ package yield
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/resource/sched"
 )
 
@@ -38,7 +39,7 @@ func bePod(t *testing.T, root, pod string) int {
 }
 
 // start runs a loop with cfg and deps until the test ends.
-func start(t *testing.T, cfg Config, deps Deps) (context.Context, *Loop) {
+func start(t *testing.T, cfg Config, deps Deps) *Loop {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -49,20 +50,15 @@ func start(t *testing.T, cfg Config, deps Deps) (context.Context, *Loop) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = l.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return ctx, l
+	return l
 }
 
-func waitPolicy(ctx context.Context, t *testing.T, tid int, want sched.Policy) {
+func waitPolicy(t *testing.T, tid int, want sched.Policy) {
 	t.Helper()
-	var last sched.Policy
-	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	polltest.Until(t, fmt.Sprintf("thread %d to run under %s", tid, want), func() bool {
 		a, err := sched.Of(tid)
-		last = a.Policy
-		return err == nil && last == want, nil
+		return err == nil && a.Policy == want
 	})
-	if err != nil {
-		t.Fatalf("thread %d runs under %s, want %s", tid, last, want)
-	}
 }
 
 func TestLoop(t *testing.T) {
@@ -73,14 +69,16 @@ func TestLoop(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.BECgroupDir, cfg.Interval = root, time.Hour
 	be := cfg.Want.Policy
-	ctx, l := start(t, cfg, Deps{Kick: kick, Registerer: reg})
+	l := start(t, cfg, Deps{Kick: kick, Registerer: reg})
 
 	// The first sweep runs at start.
-	waitPolicy(ctx, t, first, be)
+	waitPolicy(t, first, be)
 	// A BE container started: with an hour between sweeps, only the kick can move it.
 	second := bePod(t, root, "pod2")
 	kick <- struct{}{}
-	waitPolicy(ctx, t, second, be)
+	waitPolicy(t, second, be)
+	// The sweep counts its moves once it is done, a moment after the thread moved.
+	polltest.Until(t, "the sweep to count its moves", func() bool { return testutil.ToFloat64(l.moved.WithLabelValues(be.String())) >= 2 })
 	if got := testutil.ToFloat64(l.moved.WithLabelValues(be.String())); got != 2 {
 		t.Errorf("threads_moved_total{policy=%s} = %v, want 2", be, got)
 	}
@@ -90,12 +88,12 @@ func TestLoop(t *testing.T) {
 	if err := l.Reconfigure(off); err != nil {
 		t.Fatal(err)
 	}
-	waitPolicy(ctx, t, first, sched.Other)
-	waitPolicy(ctx, t, second, sched.Other)
+	waitPolicy(t, first, sched.Other)
+	waitPolicy(t, second, sched.Other)
 	// While off, a kick moves nothing.
 	third := bePod(t, root, "pod3")
 	kick <- struct{}{}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // real time: what is checked is that nothing happens
 	if a, _ := sched.Of(third); a.Policy != sched.Other {
 		t.Errorf("thread started while the loop is off runs under %s, want SCHED_OTHER", a.Policy)
 	}
@@ -110,8 +108,8 @@ func TestStartDisabledUndoes(t *testing.T) {
 	if _, err := sched.Set(tid, cfg.Want); err != nil {
 		t.Fatal(err)
 	}
-	ctx, _ := start(t, cfg, Deps{})
-	waitPolicy(ctx, t, tid, sched.Other)
+	start(t, cfg, Deps{})
+	waitPolicy(t, tid, sched.Other)
 }
 
 func TestValidate(t *testing.T) {
@@ -138,8 +136,8 @@ func TestBECgroupAppears(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "besteffort")
 	cfg := DefaultConfig()
 	cfg.BECgroupDir, cfg.Interval = root, 20*time.Millisecond
-	ctx, _ := start(t, cfg, Deps{})
-	time.Sleep(60 * time.Millisecond) // a few sweeps of a missing cgroup
+	start(t, cfg, Deps{})
+	time.Sleep(60 * time.Millisecond) // real time: the loop sweeps the missing cgroup a few times first
 	tid := bePod(t, root, "pod1")
-	waitPolicy(ctx, t, tid, cfg.Want.Policy)
+	waitPolicy(t, tid, cfg.Want.Policy)
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // pair makes a serving certificate and key as cert-manager would put them in its Secret.
@@ -166,7 +168,7 @@ func TestFilesRun(t *testing.T) {
 	certB, keyB := pair(t)
 	v.write(certB, keyB)
 	b := leafOf(t, certB)
-	waitFor(t, "the new certificate", func() bool {
+	polltest.Until(t, "the new certificate", func() bool {
 		c, err := f.GetCertificate(nil)
 		return err == nil && c.Leaf.Equal(b)
 	})

@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 var secretsGVR = corev1.SchemeGroupVersion.WithResource("secrets")
@@ -614,7 +616,7 @@ func TestRunFollowsSecret(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 
-	waitFor(t, "the first certificate", s.Ready)
+	polltest.Until(t, "the first certificate", s.Ready)
 	first := servedLeaf(t, s)
 
 	// Another replica renews the certificate.
@@ -624,7 +626,7 @@ func TestRunFollowsSecret(t *testing.T) {
 	if renewed.Equal(first) {
 		t.Fatal("the other replica did not renew")
 	}
-	waitFor(t, "the renewed certificate", func() bool {
+	polltest.Until(t, "the renewed certificate", func() bool {
 		c, err := s.GetCertificate(nil)
 		return err == nil && c.Leaf.Equal(renewed)
 	})
@@ -663,25 +665,13 @@ func TestRunRetriesUntilReady(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 
-	waitFor(t, "a certificate once the API server allows", s.Ready)
+	polltest.Until(t, "a certificate once the API server allows", s.Ready)
 	if n := strings.Count(logs.String(), "grant the webhook's service account the RBAC rules"); n != 2 {
 		t.Errorf("%d log lines name the missing RBAC, want 2", n)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
-	}
-}
-
-// waitFor polls cond, for what a goroutine does in its own time.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/remote"
 	"github.com/tandemkit/tandem/hooks/remote/v1alpha1"
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 func TestDecide(t *testing.T) {
@@ -79,7 +80,7 @@ func TestRun(t *testing.T) {
 		done <- run(ctx, []string{"--listen", sock, "--hooks-dir", hooksDir, "--failure-policy", "Fail", "--order", "4200"})
 	}()
 	regFile := filepath.Join(hooksDir, hookName+".json")
-	waitFor(t, "the registration file", func() bool { _, err := os.Stat(regFile); return err == nil })
+	polltest.Until(t, "the registration file", func() bool { _, err := os.Stat(regFile); return err == nil })
 
 	data, err := os.ReadFile(regFile)
 	if err != nil {
@@ -172,15 +173,4 @@ func jsonOf(v any) string {
 		return fmt.Sprint(err)
 	}
 	return string(b)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

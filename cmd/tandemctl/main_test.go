@@ -29,7 +29,8 @@ const (
 	podBE  = "pod0f7c1a52-4e8b-4d1e-9a55-1c2d3e4f5a04"
 )
 
-// v1Tree is seed 000's node on cgroup v1 with kubelet's cgroupfs driver, as containerd lays it out:
+// v1Tree is the node of Koordinator's documented QoS example (four nginx pods, LSE to BE) on cgroup
+// v1 with kubelet's cgroupfs driver, as containerd lays it out:
 // /<controller>/kubepods/<qos>/pod<uid>/<container id>, and k8s.io/<id> for a pod without a parent.
 // Two things are off, as they are on real nodes now and then: the LS container's cpuset still holds
 // the LSE CPUs (the pool update did not reach it), and the BE container has no memory cgroup.

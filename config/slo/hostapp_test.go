@@ -60,7 +60,7 @@ func TestHostApplicationCgroup(t *testing.T) {
 		wantBase CgroupBase
 		wantPath string
 	}{
-		{"seed 004", HostApplication{Name: "nginx", QoS: "LS", CgroupPath: &HostCgroupPath{Base: CgroupBaseRoot, ParentDir: "host-latency-sensitive/", RelativePath: "nginx/"}},
+		{"the operator's nginx", HostApplication{Name: "nginx", QoS: "LS", CgroupPath: &HostCgroupPath{Base: CgroupBaseRoot, ParentDir: "host-latency-sensitive/", RelativePath: "nginx/"}},
 			CgroupBaseRoot, "host-latency-sensitive/nginx"},
 		{"no cgroupPath, LS", HostApplication{Name: "nginx", QoS: "LS"}, CgroupBaseRoot, "host-latency-sensitive/nginx"},
 		{"no cgroupPath, BE", HostApplication{Name: "logtail", QoS: "BE"}, CgroupBaseRoot, "host-best-effort/logtail"},

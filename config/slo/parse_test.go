@@ -30,19 +30,20 @@ func seed004(t testing.TB) (raw []byte, data map[string]string) {
 func TestParseSeed004(t *testing.T) {
 	raw, data := seed004(t)
 	if got, want := len(data), 6; got != want {
-		t.Fatalf("seed 004 has %d data keys, want %d", got, want)
+		t.Fatalf("the operator's ConfigMap has %d data keys, want %d", got, want)
 	}
 
 	cfg := Parse(data)
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the sections Parse kept do not validate: %v", err)
 	}
-	// Every key of seed 004 is one Tandem reads (host-application-config included): nothing to warn about.
+	// An operator's ConfigMap from a Koordinator cluster works unchanged: Tandem reads every key of it
+	// (host-application-config included), so there is nothing to warn about.
 	var wantWarnings []string
 	if got := cfg.Warnings(); !slices.Equal(got, wantWarnings) {
 		t.Errorf("warnings:\n got %q\nwant %q", got, wantWarnings)
 	}
-	// Seed 004's system-config lacks the comma after clusterStrategy (copied from Koordinator's own docs).
+	// The operator's system-config lacks the comma after clusterStrategy (copied from Koordinator's own docs).
 	// Koordinator's slo-controller cannot decode it and neither does Tandem: that section is refused,
 	// located, and every other section applies.
 	refused := cfg.Refused()
@@ -58,7 +59,7 @@ func TestParseSeed004(t *testing.T) {
 
 	fromFile, err := ParseFile(raw)
 	if err != nil {
-		t.Fatalf("ParseFile(seed 004 manifest) = %v", err)
+		t.Fatalf("ParseFile(the operator's manifest) = %v", err)
 	}
 	if !reflect.DeepEqual(fromFile, cfg) {
 		t.Errorf("ParseFile(manifest) and Parse(data) differ:\n%+v\n%+v", fromFile, cfg)

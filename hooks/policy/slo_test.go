@@ -8,8 +8,8 @@ import (
 	resqos "github.com/tandemkit/tandem/resource/qos"
 )
 
-// TestFromSeed004 maps the operator's own ConfigMap (seed 004) onto the policies, for an Anolis node
-// and a plain one.
+// TestFromSeed004 maps an operator's own slo-controller-config, as it runs under Koordinator, onto the
+// policies, for an Anolis node and a plain one: moving the node to Tandem must keep what it asked for.
 func TestFromSeed004(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("../../config/slo/testdata/seed004.yaml")
@@ -32,9 +32,9 @@ func TestFromSeed004(t *testing.T) {
 		if err := got.Validate(); err != nil {
 			t.Fatalf("mapped config invalid: %v", err)
 		}
-		// Seed 004 keeps CPU QoS, memory QoS and RDT off for every class: nothing may be switched on.
+		// The operator keeps CPU QoS, memory QoS and RDT off for every class: nothing may be switched on.
 		if len(got.CPUIdle.GroupIdentity) != 0 || got.MemoryQoS.LSClass.Enable || got.Resctrl.BEClass.Enable {
-			t.Fatalf("labels %v: seed 004 disables these, mapped %+v", labels, got)
+			t.Fatalf("labels %v: the operator disables these, mapped %+v", labels, got)
 		}
 		if got.CPUBurst.Policy != r.CPUBurst.Policy || got.CPUBurst.CPUBurstPercent != r.CPUBurst.CPUBurstPercent {
 			t.Fatalf("cpu burst = %+v, want %+v", got.CPUBurst, r.CPUBurst)

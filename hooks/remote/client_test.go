@@ -350,7 +350,7 @@ func TestServerAway(t *testing.T) {
 		if elapsed := time.Since(start); elapsed > 500*time.Millisecond {
 			t.Errorf("call %d while the server is away took %v; it must fail fast", i, elapsed)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // real time: a reconnect backoff would have set in by the last call
 	}
 	serve(t, path, srv)
 	// The first call after the server is back reaches it: no reconnect backoff to wait out.

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // nobody is the uid and gid of an unprivileged user who must not register hook servers.
@@ -178,8 +179,8 @@ func TestWatcherTrustChanges(t *testing.T) {
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
 			step.change(t)
-			eventually(t, fmt.Sprintf("hooks %v", step.want), func() bool { return reflect.DeepEqual(remoteHooks(d), step.want) })
-			eventually(t, fmt.Sprintf("%d refusal lines", step.refusals), func() bool { return len(refusalLines(logs())) >= step.refusals })
+			polltest.Until(t, fmt.Sprintf("hooks %v", step.want), func() bool { return reflect.DeepEqual(remoteHooks(d), step.want) })
+			polltest.Until(t, fmt.Sprintf("%d refusal lines", step.refusals), func() bool { return len(refusalLines(logs())) >= step.refusals })
 			before, _ := server.calls()
 			if _, err := d.Run(ctx, hooks.PreCreateContainer, testPod(), testContainer()); err != nil {
 				t.Fatalf("CreateContainer hooks: %v", err)

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // bufferedContext returns a context whose logger keeps what it logs, and a function returning that text.
@@ -22,18 +22,6 @@ func bufferedContext(t *testing.T) (context.Context, func() string) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	ctx := klog.NewContext(t.Context(), logger)
 	return ctx, func() string { return logger.GetSink().(ktesting.Underlier).GetBuffer().String() }
-}
-
-// eventually polls cond until it holds, or fails the test after a while.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 type hookState struct {
@@ -156,7 +144,7 @@ func TestWatcherReload(t *testing.T) {
 				}
 			}
 			if step.waitLog != nil {
-				eventually(t, fmt.Sprintf("a log line with %q", step.waitLog), func() bool {
+				polltest.Until(t, fmt.Sprintf("a log line with %q", step.waitLog), func() bool {
 					for _, line := range strings.Split(logs(), "\n") {
 						if containsAll(line, step.waitLog) {
 							return true
@@ -165,7 +153,7 @@ func TestWatcherReload(t *testing.T) {
 					return false
 				})
 			}
-			eventually(t, fmt.Sprintf("hooks %v", step.want), func() bool { return reflect.DeepEqual(remoteHooks(d), step.want) })
+			polltest.Until(t, fmt.Sprintf("hooks %v", step.want), func() bool { return reflect.DeepEqual(remoteHooks(d), step.want) })
 
 			before := map[*testServer]int{}
 			for _, s := range []*testServer{s1, s2} {
@@ -204,7 +192,7 @@ func TestWatcherMissingDirectory(t *testing.T) {
 	serve(t, p, &testServer{})
 	d, _ := startWatcher(t, ctx, dir)
 
-	eventually(t, "the missing directory to be logged", func() bool { return strings.Contains(logs(), "Hook directory does not exist") })
+	polltest.Until(t, "the missing directory to be logged", func() bool { return strings.Contains(logs(), "Hook directory does not exist") })
 	file := fmt.Sprintf(`{"endpoint": "%s", "stages": ["PreCreateContainer"], "order": 700}`, p)
 	for round := range 2 {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -213,13 +201,13 @@ func TestWatcherMissingDirectory(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "late.json"), []byte(file), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, fmt.Sprintf("round %d: the hook of the new directory", round), func() bool {
+		polltest.Until(t, fmt.Sprintf("round %d: the hook of the new directory", round), func() bool {
 			return reflect.DeepEqual(remoteHooks(d), map[string]hookState{"late": {700, hooks.Fail}})
 		})
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, fmt.Sprintf("round %d: hooks to go with the directory", round), func() bool { return len(remoteHooks(d)) == 0 })
+		polltest.Until(t, fmt.Sprintf("round %d: hooks to go with the directory", round), func() bool { return len(remoteHooks(d)) == 0 })
 	}
 	if n := strings.Count(logs(), "Hook directory does not exist"); n != 1 {
 		t.Errorf("the missing directory was logged %d times, want once", n)

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // fast keeps restarts quick in tests; the shape is the production one.
@@ -91,10 +93,7 @@ func TestDownWhileWaiting(t *testing.T) {
 	stopped := make(chan struct{})
 	g.Go("evict", func(context.Context) error { defer close(stopped); return errors.New("no API server") })
 	<-stopped
-	deadline := time.Now().Add(10 * time.Second)
-	for g.Check() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	polltest.Until(t, "Check to report the stopped loop", func() bool { return g.Check() != nil })
 	if err := g.Check(); err == nil || !strings.Contains(err.Error(), "evict: no API server") {
 		t.Fatalf("Check = %v, want it to name the loop and its error", err)
 	}

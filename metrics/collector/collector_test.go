@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/resource/qos"
 )
 
@@ -65,11 +66,7 @@ func TestCollectorRunExports(t *testing.T) {
 		t.Fatal("no snapshot within 30s")
 	}
 	// PSI runs on its own ticker; wait until it has sampled too.
-	for deadline := time.Now().Add(30 * time.Second); c.psi.latest.Load() == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no PSI sample within 30s")
-		}
-	}
+	polltest.Within(t, 30*time.Second, "a PSI sample", func() bool { return c.psi.latest.Load() != nil })
 	s := c.Latest()
 	if len(s.Containers) != 4 || s.Capacity.MemoryBytes != 4_000_000*1024 || s.Node.MemoryBytes != 1_000_000*1024 {
 		t.Fatalf("snapshot = %+v", s)

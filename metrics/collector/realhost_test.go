@@ -11,13 +11,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // The tests in this file read the machine they run on: /proc, /sys/fs/cgroup, tracefs and the perf
@@ -29,7 +30,7 @@ func TestRealHostUsage(t *testing.T) {
 	if err := u.detect(ctx); err != nil {
 		t.Fatalf("detect on this machine: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // CPU use is a rate since detect's first read: some time must pass
 	s := u.sample(ctx, nil)
 	if s == nil {
 		t.Fatal("no snapshot of this machine")
@@ -78,7 +79,7 @@ func TestRealHostUsage(t *testing.T) {
 			for _, dir := range []string{d, filepath.Dir(d)} {
 				err := os.Remove(dir)
 				for deadline := time.Now().Add(5 * time.Second); err != nil && !os.IsNotExist(err) && time.Now().Before(deadline); {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // not polltest: a failure must not stop the other removals
 					err = os.Remove(dir)
 				}
 				if err != nil && !os.IsNotExist(err) {
@@ -98,6 +99,7 @@ func TestRealHostUsage(t *testing.T) {
 	}
 	tg := Target{Namespace: "test", Pod: "p", Container: "spin", ContainerID: "ctr", CgroupParent: parent}
 	var last ContainerUsage
+	// Samples 200 ms apart: CPU use is a rate over the time between two samples.
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		s := u.sample(ctx, []Target{tg})
 		if s == nil || len(s.Containers) != 1 {
@@ -116,20 +118,14 @@ func TestRealHostUsage(t *testing.T) {
 	// containerd/cgroups reads from the real kernel files.
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	var ours, ref cgroupStat
-	for range 20 {
-		var err1, err2 error
-		ours, err1 = u.reader.stat(u.reader.files(rel))
-		ref, err2 = libV1{root: "/sys/fs/cgroup"}.stat(rel)
+	polltest.Within(t, 2*time.Second, "the direct read of the test cgroup to match containerd/cgroups'", func() bool {
+		ours, err1 := u.reader.stat(u.reader.files(rel))
+		ref, err2 := libV1{root: "/sys/fs/cgroup"}.stat(rel)
 		if err1 != nil || err2 != nil {
 			t.Fatalf("read the test cgroup: direct %v, containerd/cgroups %v", err1, err2)
 		}
-		if ours == ref {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Errorf("on this machine the direct read %+v differs from containerd/cgroups %+v", ours, ref)
+		return ours == ref
+	})
 }
 
 func TestRealHostRunQueueProbe(t *testing.T) {
@@ -169,15 +165,15 @@ func TestRealHostRunQueueProbe(t *testing.T) {
 		}
 		return tids
 	}
-	var seen strings.Builder
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	var waits, sum, lower, upper uint64
+	open := false
+	polltest.Within(t, 60*time.Second, "a run-queue wait recorded for our spinning threads", func() bool {
 		got, err := p.drain()
 		if err != nil {
 			t.Fatalf("drain: %v", err)
 		}
 		tids := own()
-		var waits, sum, lower, upper uint64
-		open := false
+		waits, sum, lower, upper, open = 0, 0, 0, 0, false
 		for k, v := range got {
 			if !tids[k.TID] {
 				continue
@@ -197,16 +193,12 @@ func TestRealHostRunQueueProbe(t *testing.T) {
 				upper += v * (uint64(1) << k.Slot) * 1000
 			}
 		}
-		fmt.Fprintf(&seen, "%d entries, %d waits/%dns ours; ", len(got), waits, sum)
-		if waits > 0 && sum > 0 {
-			// The program's buckets must agree with the waits it summed.
-			if sum < lower || (!open && sum >= upper) {
-				t.Errorf("%d waits summing to %d ns do not fit their buckets' bounds [%d, %d) ns", waits, sum, lower, upper)
-			}
-			return
-		}
+		return waits > 0 && sum > 0
+	})
+	// The program's buckets must agree with the waits it summed.
+	if sum < lower || (!open && sum >= upper) {
+		t.Errorf("%d waits summing to %d ns do not fit their buckets' bounds [%d, %d) ns", waits, sum, lower, upper)
 	}
-	t.Errorf("no run-queue wait recorded for our spinning threads: %s", seen.String())
 }
 
 // TestRealHostRunQueueSource runs the run-queue source as the agent does, on a cgroup of its own with
@@ -247,7 +239,7 @@ func TestRealHostRunQueueSource(t *testing.T) {
 		for _, d := range dirs {
 			// The killed processes leave the cgroup a moment after Wait returns.
 			for i := 0; i < 50 && os.Remove(d) != nil; i++ {
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // not polltest: cleanup goes on to the other directories
 			}
 			_ = os.Remove(filepath.Dir(d))
 		}
@@ -289,9 +281,9 @@ func TestRealHostRunQueueSource(t *testing.T) {
 		}
 		return got[0].hist
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the spinners settle into sharing the CPU before the baseline
 	h0, t0 := hist(), time.Now()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the rate is measured over this much real time
 	h1, t1 := hist(), time.Now()
 	waits, sum := h1.count()-h0.count(), time.Duration(h1.sumNanos-h0.sumNanos)
 	rate := sum.Seconds() / t1.Sub(t0).Seconds()

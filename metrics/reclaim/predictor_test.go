@@ -36,7 +36,7 @@ func noisy(n int) []int64 {
 
 func TestPredictorPeak(t *testing.T) {
 	t.Parallel()
-	seed := PredictorConfig{Window: 300 * time.Second} // metricAggregateDurationSeconds of seed 004, half-life 60s
+	seed := PredictorConfig{Window: 300 * time.Second} // an operator's metricAggregateDurationSeconds, half-life 60s
 	tests := []struct {
 		name    string
 		cfg     PredictorConfig

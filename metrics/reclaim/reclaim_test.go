@@ -11,7 +11,8 @@ import (
 
 const gi = int64(1) << 30
 
-// seed004 resolves the operator's slo-controller-config (seed 004) for a node without labels:
+// seed004 resolves an operator's slo-controller-config, as it runs under Koordinator, for a node
+// without labels, so batch capacity is computed with the thresholds of a real cluster:
 // cpuReclaimThresholdPercent 60, memoryReclaimThresholdPercent 65, memoryCalculatePolicy usage.
 func seed004(t *testing.T) slo.ColocationSettings {
 	t.Helper()
@@ -39,7 +40,7 @@ func TestSeed004Settings(t *testing.T) {
 		BatchCPUThresholdPercent: 100, BatchMemoryThresholdPercent: 100,
 	}
 	if s != want {
-		t.Fatalf("SettingsFrom(seed 004) = %+v, want %+v", s, want)
+		t.Fatalf("SettingsFrom(the operator's config) = %+v, want %+v", s, want)
 	}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestSeed004Settings(t *testing.T) {
 //	pod a: usage 4000m / 20Gi, request 8000m / 24Gi
 //	pod b: usage 3000m / 10Gi, request 2000m /  8Gi
 //
-// With seed 004's thresholds the node keeps 40% of CPU (12800m) and 35% of memory
+// With the operator's thresholds the node keeps 40% of CPU (12800m) and 35% of memory
 // (48103633715 bytes) out of reach, and max(system, reserved) is 1500m and 4Gi.
 func TestCompute(t *testing.T) {
 	t.Parallel()
@@ -78,7 +79,7 @@ func TestCompute(t *testing.T) {
 		wantHP   Resources
 	}{
 		{
-			name:     "seed 004: usage policy for both",
+			name:     "operator's config: usage policy for both",
 			settings: seed,
 			input:    node,
 			// cpu: 32000 − 12800 − 1500 − (4000+3000); memory: … − (20+10)Gi

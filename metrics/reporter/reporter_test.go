@@ -32,6 +32,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
@@ -45,8 +46,9 @@ const (
 
 var t0 = time.Date(2026, 11, 21, 6, 0, 0, 0, time.UTC)
 
-// seed004 is the operator's colocation-config of seed 004 with colocation switched on (the seed
-// ships it off): thresholds 60% cpu and 65% memory, usage policy, degrade after 15 minutes,
+// seed004 is the colocation-config an operator runs under Koordinator (config/slo/testdata), with
+// colocation switched on or off as enable says (the operator ships it off), so the reporter is tested
+// on the numbers a real cluster publishes with: thresholds 60% cpu and 65% memory, usage policy, degrade after 15 minutes,
 // refresh after 300 s, 10% diff threshold, 300 s aggregation, 60 s report interval.
 func seed004(t testing.TB, enable bool) slo.ColocationSettings {
 	t.Helper()
@@ -106,7 +108,7 @@ func (l load) sample(at time.Time) *Sample {
 	}
 }
 
-// With the steady load, seed 004 and usage policy:
+// With the steady load, the operator's thresholds and usage policy:
 //
 //	cpu:    32000 − 12800 (40%) − max(1500, 1000) − (4000 + 3000) = 10700
 //	memory: 128Gi − 48103633715 (35%) − max(3Gi, 4Gi) − 30Gi = 52828097741
@@ -350,7 +352,7 @@ func TestPublishOnlyWhenMoved(t *testing.T) {
 func TestWarmup(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, seed004(t, true), testNode())
-	h.r.cfg.Warmup = 0 // the default: metricReportIntervalSeconds, 60 s in seed 004
+	h.r.cfg.Warmup = 0 // the default: metricReportIntervalSeconds, 60 s in the operator's config
 	got := h.run(90*time.Second, steady)
 	want := map[string][]time.Duration{"status": {60 * time.Second}, "": {60 * time.Second}}
 	for _, sub := range []string{"status", ""} {
@@ -470,7 +472,7 @@ func TestColocationDisabled(t *testing.T) {
 		l[nodemetric.ResourceBatchCPU] = resource.MustParse("9000")
 		l[nodemetric.ResourceBatchMemory] = resource.MustParse("8Gi")
 	}
-	h := newHarness(t, seed004(t, false), node) // seed 004 as shipped: enable false
+	h := newHarness(t, seed004(t, false), node) // the operator's config as shipped: enable false
 	h.setSample(steady.sample(t0))
 	patches := h.step()
 	if len(patches) != 2 {
@@ -787,17 +789,8 @@ func TestRunPublishes(t *testing.T) {
 		}
 		return n
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(time.Minute) // generous: only a hang fails this
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	waitFor("the first publish", func() bool { return patches() == 2 })
+	// The waits below allow a minute, which is generous: only a hang fails them.
+	polltest.Within(t, time.Minute, "the first publish", func() bool { return patches() == 2 })
 
 	// Pod a jumps to 7 cores for a minute of samples, delivered through Updates; the next tick
 	// publishes the new batch capacity.
@@ -805,9 +798,9 @@ func TestRunPublishes(t *testing.T) {
 		h.setSample(load{aCPU: 7000, bCPU: 3000}.sample(t0.Add(time.Duration(i) * time.Second)))
 		updates <- struct{}{}
 	}
-	waitFor("the ticker", h.clock.HasWaiters)
+	polltest.Within(t, time.Minute, "the ticker", h.clock.HasWaiters)
 	h.clock.Step(time.Minute)
-	waitFor("the second publish", func() bool { return patches() == 4 })
+	polltest.Within(t, time.Minute, "the second publish", func() bool { return patches() == 4 })
 	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU-3000 {
 		t.Errorf("batch cpu = %d, want %d", c, steadyBatchCPU-3000)
 	}

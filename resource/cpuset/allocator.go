@@ -1,5 +1,5 @@
 // Package cpuset hands out exclusive CPUs to LSE and LSR containers and derives the CPU pools every
-// QoS class runs in, following Koordinator's rules (seed 000):
+// QoS class runs in, following Koordinator's rules, so that pods land on the CPUs its users expect:
 //
 //   - LSE CPUs are exclusive to their owner: no other container of any class runs on them.
 //   - LSR CPUs are exclusive among LS and LSR, but BE containers may use them.
@@ -17,10 +17,11 @@
 // (FullPCPUs: fewest cores shared with someone else; SpreadByPCPUs: fewest cores holding two of the
 // request's threads), then the node with the fewest free CPUs ("best fit"). Best fit keeps the emptiest
 // nodes intact for later large requests instead of cutting every node down evenly; it is also what
-// puts seed 000's LSR pod on 2-3, next to the LSE pod on 0-1, rather than on the other socket. A request
-// that fits in no single node spans as few nodes as possible, the emptiest first. NUMA locality comes
-// before core quality: a request that fits one node stays in it even if spanning two nodes would have
-// given it whole cores, because remote memory costs more than a shared core.
+// puts the LSR pod of Koordinator's documented QoS example on 2-3, next to the LSE pod on 0-1, rather
+// than on the other socket. A request that fits in no single node spans as few nodes as possible, the
+// emptiest first. NUMA locality comes before core quality: a request that fits one node stays in it even
+// if spanning two nodes would have given it whole cores, because remote memory costs more than a shared
+// core.
 //
 // Inside the chosen CPUs:
 //
@@ -30,8 +31,8 @@
 //     split while enough whole cores are free.
 //   - SpreadByPCPUs takes one thread per core, from the cores with the most free threads first (whole
 //     cores before partly used ones), and a second thread of a core only when every core in reach has
-//     given one. This is what Koordinator users expect from seed 000: LSE 2 → 0-1, then LSR 2 → 2-3 on
-//     the 16-CPU machine where CPU i and i+8 are siblings.
+//     given one. This is what Koordinator users see in its documented QoS example: LSE 2 → 0-1, then
+//     LSR 2 → 2-3 on the 16-CPU machine where CPU i and i+8 are siblings.
 //
 // # The shared pool is never emptied
 //
@@ -44,7 +45,6 @@
 package cpuset
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -142,19 +142,6 @@ func (a *Allocation) UnmarshalJSON(b []byte) error {
 	}
 	*a = Allocation{Class: j.Class, CPUs: cpus, Container: j.Container}
 	return nil
-}
-
-// Pools are the CPU sets each QoS class runs in.
-type Pools struct {
-	// LSE is the union of all LSE allocations; each LSE container gets only its own part of it.
-	LSE cpuset.CPUSet
-	// LSR is the union of all LSR allocations; each LSR container gets only its own part of it.
-	LSR cpuset.CPUSet
-	// LS is the shared pool: usable − LSE − LSR.
-	LS cpuset.CPUSet
-	// BE is usable − LSE: BE may run on LSR CPUs, which are idle whenever their owner is. CPU
-	// suppression (SetBELimit) shrinks it further.
-	BE cpuset.CPUSet
 }
 
 // Allocator hands out exclusive CPUs. It is safe for concurrent use.
@@ -421,90 +408,6 @@ func (a *Allocator) Allocations() map[string]Allocation {
 	return out
 }
 
-// Pools returns the CPU pools of the four classes as they stand now. The sets are shared between
-// callers until the next change; cpuset.CPUSet has no mutating methods, so that is safe.
-func (a *Allocator) Pools() Pools {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.poolsLocked()
-}
-
-func (a *Allocator) poolsLocked() Pools {
-	if a.poolsOK {
-		return a.pools
-	}
-	var lse, lsr, ls, be []int
-	for _, id := range a.usable.List() {
-		switch a.class[id] {
-		case qos.LSE:
-			lse = append(lse, id)
-		case qos.LSR:
-			lsr = append(lsr, id)
-			be = append(be, id)
-		default:
-			ls = append(ls, id)
-			be = append(be, id)
-		}
-	}
-	a.pools = Pools{LSE: cpuset.New(lse...), LSR: cpuset.New(lsr...), LS: cpuset.New(ls...), BE: cpuset.New(be...)}
-	if a.beLimit > 0 && a.beLimit < len(be) {
-		a.pools.BE = a.suppressedBE(ls, lsr)
-	}
-	a.poolsOK = true
-	return a.pools
-}
-
-// SetBELimit caps the BE pool at n CPUs, for CPU suppression: BE batch work then competes with LS
-// containers on fewer CPUs. n <= 0 lifts the cap. The cap never takes LSE CPUs into the BE pool (they
-// are never in it) and never empties it: at least one CPU stays, since the kernel refuses an empty
-// cpuset.cpus for a cgroup with tasks. It reports whether the BE pool changed, so the caller knows
-// whether running BE containers must move.
-//
-// Which CPUs BE keeps: shared-pool CPUs before LSR CPUs (an LSR owner only lends its CPUs to BE while
-// idle, so BE gives those back first), and within each, whole physical cores from the highest-numbered
-// down. Whole cores keep an LS thread from sharing a core's execution units with a BE sibling; the high
-// end is the far side from where Allocate starts handing out exclusive CPUs, so a later LSE or LSR
-// allocation rarely lands on BE's remaining CPUs.
-func (a *Allocator) SetBELimit(n int) bool {
-	a.mu.Lock()
-	before := a.poolsLocked().BE
-	if n < 0 {
-		n = 0
-	}
-	a.beLimit = n
-	a.poolsOK = false
-	after := a.poolsLocked().BE
-	a.mu.Unlock()
-	return !before.Equals(after)
-}
-
-// BELimit returns the cap SetBELimit set; 0 means none.
-func (a *Allocator) BELimit() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.beLimit
-}
-
-// suppressedBE picks beLimit CPUs from the shared pool, then from LSR; see SetBELimit. The caller holds
-// a.mu and has checked that fewer CPUs than ls+lsr are wanted.
-func (a *Allocator) suppressedBE(ls, lsr []int) cpuset.CPUSet {
-	keep := make([]int, 0, a.beLimit)
-	for _, side := range [][]int{ls, lsr} {
-		in := make(map[int]bool, len(side))
-		for _, id := range side {
-			in[id] = true
-		}
-		for ci := len(a.cores) - 1; ci >= 0 && len(keep) < a.beLimit; ci-- {
-			for _, id := range a.cores[ci].cpus {
-				if in[id] && len(keep) < a.beLimit {
-					keep = append(keep, id)
-				}
-			}
-		}
-	}
-	return cpuset.New(keep...)
-}
-
 func (a *Allocator) commit(owner string, class qos.Class, cpus []int) {
 	for _, id := range cpus {
 		a.owner[id] = owner
@@ -516,154 +419,4 @@ func (a *Allocator) commit(owner string, class qos.Class, cpus []int) {
 	}
 	a.allocs[owner] = Allocation{Class: class, CPUs: cpuset.New(cpus...)}
 	a.poolsOK = false
-}
-
-// place chooses n free CPUs; the caller has checked that at least n are free. See the package doc for
-// the rules.
-func (a *Allocator) place(n int, policy BindPolicy) []int {
-	var (
-		best     []int
-		bestCost = -1
-		bestFree int
-	)
-	for ni := range a.nodes {
-		nd := &a.nodes[ni]
-		if nd.free < n {
-			continue
-		}
-		cpus, cost := a.pick(nd.cores, n, policy)
-		// Nodes are visited in ID order, so on a tie the lowest node wins.
-		if bestCost < 0 || cost < bestCost || (cost == bestCost && nd.free < bestFree) {
-			best, bestCost, bestFree = cpus, cost, nd.free
-		}
-	}
-	if bestCost >= 0 {
-		return best
-	}
-
-	// No single node has room: span as few nodes as possible by taking the emptiest first.
-	order := make([]int, len(a.nodes))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(a.nodes[y].free, a.nodes[x].free) })
-	var scope []int
-	for got, i := 0, 0; got < n; i++ {
-		scope = append(scope, a.nodes[order[i]].cores...)
-		got += a.nodes[order[i]].free
-	}
-	cpus, _ := a.pick(scope, n, policy)
-	return cpus
-}
-
-// pick chooses n free CPUs from the given cores (which hold at least n free CPUs) and returns them with
-// a cost: for FullPCPUs the number of chosen cores whose other threads someone else may get, for
-// SpreadByPCPUs the number of chosen threads that share a core with another chosen thread.
-func (a *Allocator) pick(scope []int, n int, policy BindPolicy) ([]int, int) {
-	if policy == SpreadByPCPUs {
-		return a.pickSpread(scope, n)
-	}
-	return a.pickFull(scope, n)
-}
-
-func (a *Allocator) pickFull(scope []int, n int) ([]int, int) {
-	out := make([]int, 0, n)
-	cost := 0
-	taken := make(map[int]bool, n)
-	// Whole cores first, lowest first, while the remainder still needs a whole core's worth.
-	for _, ci := range scope {
-		c := &a.cores[ci]
-		if len(out) < n && c.whole() && c.free <= n-len(out) {
-			out = a.appendFree(out, ci, c.free)
-			taken[ci] = true
-		}
-	}
-	for len(out) < n {
-		r := n - len(out)
-		// Best fit among partly used cores: the fewest free threads that still cover the remainder,
-		// which closes gaps instead of opening new ones.
-		fit, biggest, split := -1, -1, -1
-		for _, ci := range scope {
-			c := &a.cores[ci]
-			if taken[ci] || c.free == 0 {
-				continue
-			}
-			if c.whole() {
-				if split < 0 {
-					split = ci
-				}
-				continue
-			}
-			if c.free >= r && (fit < 0 || c.free < a.cores[fit].free) {
-				fit = ci
-			}
-			if biggest < 0 || c.free > a.cores[biggest].free {
-				biggest = ci
-			}
-		}
-		switch {
-		case fit >= 0:
-			out = a.appendFree(out, fit, r)
-			taken[fit] = true
-			cost++
-		case biggest >= 0:
-			out = a.appendFree(out, biggest, a.cores[biggest].free)
-			taken[biggest] = true
-			cost++
-		default:
-			// Only whole cores bigger than the remainder are left: splitting one is unavoidable.
-			take := min(r, a.cores[split].free)
-			out = a.appendFree(out, split, take)
-			taken[split] = true
-			if take < a.cores[split].online {
-				cost++
-			}
-		}
-	}
-	slices.Sort(out)
-	return out, cost
-}
-
-func (a *Allocator) pickSpread(scope []int, n int) ([]int, int) {
-	cores := make([]int, 0, len(scope))
-	for _, ci := range scope {
-		if a.cores[ci].free > 0 {
-			cores = append(cores, ci)
-		}
-	}
-	// Cores with the most free threads first; scope order (lowest CPU first) breaks ties.
-	slices.SortStableFunc(cores, func(x, y int) int { return cmp.Compare(a.cores[y].free, a.cores[x].free) })
-	// freeThreads[i] lists the free CPUs of cores[i], so round k can take the k-th one.
-	freeThreads := make([][]int, len(cores))
-	for i, ci := range cores {
-		freeThreads[i] = a.appendFree(nil, ci, a.cores[ci].free)
-	}
-	out := make([]int, 0, n)
-	for round := 0; len(out) < n; round++ {
-		for i := range cores {
-			if len(out) == n {
-				break
-			}
-			if round < len(freeThreads[i]) {
-				out = append(out, freeThreads[i][round])
-			}
-		}
-	}
-	used := min(n, len(cores))
-	slices.Sort(out)
-	return out, n - used
-}
-
-// appendFree appends the first k free CPUs of core ci to out.
-func (a *Allocator) appendFree(out []int, ci, k int) []int {
-	for _, id := range a.cores[ci].cpus {
-		if k == 0 {
-			break
-		}
-		if a.owner[id] == "" {
-			out = append(out, id)
-			k--
-		}
-	}
-	return out
 }

@@ -67,8 +67,9 @@ func restoreAll(t *testing.T, a *tcpuset.Allocator, hs []held) {
 	}
 }
 
-// TestSeed000 reproduces seed 000 on its 16-CPU machine: LSE 2 and LSR 2 with SpreadByPCPUs, then the
-// LS pod's cpuset is 4-15 and the BE pod's is everything but the LSE CPUs.
+// TestSeed000 reproduces Koordinator's documented QoS example on its 16-CPU machine, the cpusets users
+// check a colocation system against: LSE 2 and LSR 2 with SpreadByPCPUs, then the LS pod's cpuset is 4-15
+// and the BE pod's is everything but the LSE CPUs.
 func TestSeed000(t *testing.T) {
 	t.Parallel()
 	a := newAllocator(t, discover(t, tree16), tcpuset.DefaultConfig())

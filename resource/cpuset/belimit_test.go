@@ -24,12 +24,12 @@ func TestSetBELimit(t *testing.T) {
 		{name: "2-cpu host, cap above the pool", tree: tree2, limit: 5, wantBE: "0-1"},
 		{name: "zero lifts the cap", tree: tree2, limit: 0, wantBE: "0-1"},
 		{name: "negative lifts the cap", tree: tree2, limit: -3, wantBE: "0-1"},
-		// Seed 000: BE is 2-15. Whole cores from the top: core 7 is {7,15}, core 6 is {6,14}.
-		{name: "seed 000, four CPUs", tree: tree16, held: seed000, limit: 4, wantBE: "6-7,14-15", wantChanged: true},
-		{name: "seed 000, odd count splits only the last core", tree: tree16, held: seed000, limit: 3, wantBE: "6-7,15", wantChanged: true},
+		// Koordinator's QoS example: BE is 2-15. Whole cores from the top: core 7 is {7,15}, core 6 is {6,14}.
+		{name: "QoS example, four CPUs", tree: tree16, held: seed000, limit: 4, wantBE: "6-7,14-15", wantChanged: true},
+		{name: "QoS example, odd count splits only the last core", tree: tree16, held: seed000, limit: 3, wantBE: "6-7,15", wantChanged: true},
 		// The shared pool 4-15 holds 12 CPUs: with 13 BE keeps it and one LSR CPU, never an LSE one.
-		{name: "seed 000, LSR CPUs last", tree: tree16, held: seed000, limit: 13, wantBE: "3-15", wantChanged: true},
-		{name: "seed 000, cap equals the pool", tree: tree16, held: seed000, limit: 14, wantBE: "2-15"},
+		{name: "QoS example, LSR CPUs last", tree: tree16, held: seed000, limit: 13, wantBE: "3-15", wantChanged: true},
+		{name: "QoS example, cap equals the pool", tree: tree16, held: seed000, limit: 14, wantBE: "2-15"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

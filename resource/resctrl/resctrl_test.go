@@ -74,8 +74,8 @@ func TestL3Mask(t *testing.T) {
 		want       uint64
 		wantErr    bool
 	}{
-		{name: "seed 004 LS: everything", cbm: 0x7ff, minBits: 1, start: 0, end: 100, want: 0x7ff},
-		{name: "seed 004 BE: first 30%", cbm: 0x7ff, minBits: 1, start: 0, end: 30, want: 0xf},
+		{name: "shipped LS: everything", cbm: 0x7ff, minBits: 1, start: 0, end: 100, want: 0x7ff},
+		{name: "shipped BE: first 30%", cbm: 0x7ff, minBits: 1, start: 0, end: 30, want: 0xf},
 		{name: "upper half", cbm: 0xfffff, minBits: 1, start: 50, end: 100, want: 0xffc00},
 		{name: "narrow range widens to min bits", cbm: 0xf, minBits: 2, start: 10, end: 20, want: 0x6},
 		{name: "top sliver widens downwards", cbm: 0x7ff, minBits: 2, start: 99, end: 100, want: 0x600},
@@ -110,7 +110,7 @@ func TestMBValue(t *testing.T) {
 		want    int
 		wantErr bool
 	}{
-		{name: "seed 004: 100%", info: intel, percent: 100, want: 100},
+		{name: "shipped: 100%", info: intel, percent: 100, want: 100},
 		{name: "rounds up to the granularity", info: intel, percent: 35, want: 40},
 		{name: "at least the minimum", info: intel, percent: 5, want: 10},
 		{name: "fine granularity", info: MBInfo{MinBandwidth: 1, BandwidthGran: 1}, percent: 37, want: 37},

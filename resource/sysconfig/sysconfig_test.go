@@ -100,6 +100,7 @@ type step struct {
 }
 
 func TestKeeper(t *testing.T) {
+	// seed is the system-config an operator runs on its Anolis nodes under Koordinator.
 	seed := Want{MinFreeKbytesFactor: p(100), WatermarkScaleFactor: p(150), MemcgReapBackGround: p(1), SchedGroupIdentityEnabled: p(1)}
 	originals := map[string]string{minFree: origMin, wsf: origWSF, reap: origReap, gi: origGI}
 	seedValues := map[string]string{minFree: "167772", wsf: "150", reap: "1", gi: "1"}
@@ -112,7 +113,7 @@ func TestKeeper(t *testing.T) {
 		steps  []step
 	}{
 		{name: "apply, change, unset restores", anolis: true, steps: []step{
-			{name: "seed 004", apply: &seed, want: seedValues, states: allApplied, recorded: true,
+			{name: "operator's values", apply: &seed, want: seedValues, states: allApplied, recorded: true,
 				detail: map[string]string{KeyMinFreeKbytesFactor: "min_free_kbytes 167772 = 100 × 16777216 kB MemTotal / 10000"}},
 			{name: "change", apply: &Want{MinFreeKbytesFactor: p(200), WatermarkScaleFactor: p(10)},
 				want: map[string]string{minFree: "335544", wsf: "10", reap: origReap, gi: origGI},
@@ -121,16 +122,16 @@ func TestKeeper(t *testing.T) {
 			{name: "section removed", apply: &Want{}, want: originals, states: allOff, recorded: false},
 		}},
 		{name: "stop restores", anolis: true, steps: []step{
-			{name: "seed 004", apply: &seed, want: seedValues, states: allApplied, recorded: true},
+			{name: "operator's values", apply: &seed, want: seedValues, states: allApplied, recorded: true},
 			{name: "stop", restore: true, want: originals, states: allOff, recorded: false},
 		}},
 		{name: "restart after SIGKILL restores the originals from the record", anolis: true, steps: []step{
-			{name: "seed 004", apply: &seed, want: seedValues, recorded: true},
+			{name: "operator's values", apply: &seed, want: seedValues, recorded: true},
 			{name: "killed and started again", kill: true, apply: &seed, want: seedValues, states: allApplied, recorded: true},
 			{name: "stop", restore: true, want: originals, recorded: false},
 		}},
 		{name: "restart after SIGKILL without the section restores at once", anolis: true, steps: []step{
-			{name: "seed 004", apply: &seed, want: seedValues, recorded: true},
+			{name: "operator's values", apply: &seed, want: seedValues, recorded: true},
 			{name: "killed and started again", kill: true, apply: &Want{}, want: originals, states: allOff, recorded: false},
 		}},
 		{name: "a second write keeps the first original", steps: []step{
@@ -163,13 +164,13 @@ func TestKeeper(t *testing.T) {
 			{name: "stop", restore: true, want: map[string]string{minFree: origMin}, recorded: false},
 		}},
 		{name: "no memcg_reaper or group identity on this kernel", steps: []step{
-			{name: "seed 004", apply: &seed, want: map[string]string{minFree: "167772", wsf: "150"}, recorded: true,
+			{name: "operator's values", apply: &seed, want: map[string]string{minFree: "167772", wsf: "150"}, recorded: true,
 				states: map[string]State{KeyMinFreeKbytesFactor: Applied, KeyWatermarkScaleFactor: Applied, KeyMemcgReapBackGround: Ignored,
 					KeySchedGroupIdentity: Ignored},
 				detail: map[string]string{KeyMemcgReapBackGround: "this kernel has no ", KeySchedGroupIdentity: "sched_group_identity_enabled"}},
 		}},
 		{name: "a value set by someone else is left alone", steps: []step{
-			{name: "seed 004", apply: &seed, want: map[string]string{minFree: "167772", wsf: "150"}, recorded: true},
+			{name: "operator's values", apply: &seed, want: map[string]string{minFree: "167772", wsf: "150"}, recorded: true},
 			{name: "sysctl -w", foreign: map[string]string{minFree: "99999"}, want: map[string]string{minFree: "99999"}, recorded: true},
 			{name: "section removed", apply: &Want{}, want: map[string]string{minFree: "99999", wsf: origWSF}, recorded: false,
 				detail: map[string]string{KeyMinFreeKbytesFactor: "set by someone else"}},

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 )
 
@@ -169,13 +170,7 @@ func TestFile(t *testing.T) {
 	}
 
 	write("resource-threshold-config: [not: yaml\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for len(events(t, cs, metav1.NamespaceDefault)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no second Event, about the unreadable file, within 5 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Until(t, "a second Event, about the unreadable file", func() bool { return len(events(t, cs, metav1.NamespaceDefault)) >= 2 })
 	quiet(t, ch, 200*time.Millisecond, "the file is not YAML: the settings in force stay")
 
 	write("cpu-burst-config: '" + burst + "'\n")
@@ -190,7 +185,7 @@ func TestFile(t *testing.T) {
 		if err := os.WriteFile(neighbour, []byte(strings.Repeat("x", i+1)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // real time between writes, so the watcher sees each as its own event
 	}
 	write("cpu-burst-config: '" + burst + "'\n")
 	quiet(t, ch, 300*time.Millisecond, "only a neighbour changed and the file's content did not")
@@ -241,13 +236,7 @@ func TestFileClientLater(t *testing.T) {
 
 	cs := fake.NewClientset()
 	src.SetClient(kubeclienttest.Clientset{Interface: cs})
-	deadline := time.Now().Add(5 * time.Second)
-	for len(events(t, cs, metav1.NamespaceDefault)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no Event about the refused cpu-burst-config after the client came")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Until(t, "an Event about the refused cpu-burst-config after the client came", func() bool { return len(events(t, cs, metav1.NamespaceDefault)) > 0 })
 }
 
 // TestNodeStatusChangesDoNotReload: kubelet and the reporter patch the Node all the time; only a change

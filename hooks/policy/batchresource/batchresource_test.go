@@ -39,7 +39,8 @@ func (l *specLookup) BatchResources(context.Context, *hooks.PodInfo) (map[string
 	return l.cs, l.cs != nil, l.err
 }
 
-// fromSpec is seed 000's BE container as the pod spec states it, with less memory than the annotation.
+// fromSpec is the BE container of Koordinator's documented QoS example as the pod spec states it, with
+// less memory than the annotation.
 func fromSpec() *specLookup {
 	return &specLookup{cs: map[string]batch.Container{"nginx": {CPURequestMilli: 1000, CPULimitMilli: 3000, MemoryLimit: 512 << 20}}}
 }
@@ -57,7 +58,7 @@ func TestPreCreateContainer(t *testing.T) {
 		lookup                *specLookup
 		wantLookups           int
 	}{
-		{name: "seed 000 BE container: 2 batch CPUs", pod: bePod(seedSpec), ctr: "nginx", wantShares: 2048, wantQuota: 200000, wantMemory: 1 << 30},
+		{name: "the example's BE container: 2 batch CPUs", pod: bePod(seedSpec), ctr: "nginx", wantShares: 2048, wantQuota: 200000, wantMemory: 1 << 30},
 		{name: "request only: unlimited quota", pod: bePod(seedSpec), ctr: "sidecar", wantShares: 512, wantQuota: -1},
 		{name: "container not in the spec", pod: bePod(seedSpec), ctr: "other", wantNil: true},
 		{name: "no annotation: plain BE", pod: bePod(""), ctr: "nginx", wantNil: true},

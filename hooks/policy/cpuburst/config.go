@@ -21,10 +21,12 @@ const (
 	PolicyAuto              = slo.CPUBurstAuto
 )
 
-// Config is seed 004's cpu-burst-config strategy: config/slo's type, with the hook's checks.
+// Config is a cpu-burst-config strategy as operators write it for Koordinator: config/slo's type, with
+// the hook's checks.
 type Config slo.CPUBurstSettings
 
-// DefaultConfig is seed 004's cluster strategy: off, with Koordinator's default percentages ready.
+// DefaultConfig is the cluster strategy Koordinator ships and operators run as is: off, with Koordinator's
+// default percentages ready, so a node that moves to Tandem bursts exactly as it did.
 func DefaultConfig() Config {
 	return Config{
 		Policy:                     PolicyNone,

@@ -1,4 +1,4 @@
-// Package cpuburst is the built-in hook for Koordinator's CPU burst (seed 004's cpu-burst-config) on
+// Package cpuburst is the built-in hook for Koordinator's CPU burst (cpu-burst-config) on
 // latency-sensitive (LS) pods: it sets the CFS burst (cpu.cfs_burst_us on cgroup v1, cpu.max.burst on v2)
 // to cpuBurstPercent of each container's CFS quota, so a container that stayed under its limit may spend
 // the saved time in a short spike instead of being throttled.

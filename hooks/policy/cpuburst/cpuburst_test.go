@@ -89,7 +89,7 @@ func TestNew(t *testing.T) {
 		wantSkip bool
 		wantErr  string
 	}{
-		{name: "seed 004 default policy none", cfg: DefaultConfig(), version: 1, file: true, wantSkip: true},
+		{name: "shipped default: policy none", cfg: DefaultConfig(), version: 1, file: true, wantSkip: true},
 		{name: "quota burst only: nothing to do yet", cfg: Config{Policy: PolicyCFSQuotaBurstOnly, CFSQuotaBurstPercent: 400, CFSQuotaBurstPeriodSeconds: -1}, version: 1, file: true, wantSkip: true},
 		{name: "kernel before 5.14", cfg: auto(100), version: 1, wantSkip: true},
 		{name: "cgroup v2 without cpu.max.burst", cfg: auto(100), version: 2, wantSkip: true},
@@ -133,7 +133,7 @@ func TestBurst(t *testing.T) {
 		want           int64
 	}{
 		{name: "half a CPU at 50%", quota: 50000, percent: 50, want: 25000},
-		{name: "seed 004's 1000% is capped at the quota", quota: 200000, percent: 1000, want: 200000},
+		{name: "the shipped 1000% is capped at the quota", quota: 200000, percent: 1000, want: 200000},
 		{name: "odd quota rounds down", quota: 33333, percent: 33, want: 10999},
 		{name: "no limit", quota: -1, percent: 100, want: 0},
 		{name: "zero percent", quota: 100000, percent: 0, want: 0},
@@ -167,7 +167,7 @@ func TestAdjustments(t *testing.T) {
 		wantCtr, wantPod string
 	}{
 		{name: "LS on v2", version: 2, percent: 50, class: "LS", quota: 200000, wantCtr: "100000", wantPod: "100000"},
-		{name: "LS on v2, seed 004 percent", version: 2, percent: 1000, class: "LS", quota: 150000, wantCtr: "150000", wantPod: "150000"},
+		{name: "LS on v2, the shipped percent", version: 2, percent: 1000, class: "LS", quota: 150000, wantCtr: "150000", wantPod: "150000"},
 		{name: "LS on v1", version: 1, percent: 50, class: "LS", quota: 200000, wantCtr: "100000", wantPod: "100000"},
 		{name: "LS without limit", version: 2, percent: 50, class: "LS", quota: -1},
 		{name: "LSR does not burst", version: 2, percent: 50, class: "LSR", quota: 200000},

@@ -54,8 +54,9 @@ func v2Tree(t *testing.T) cgroup.Writer {
 	return w
 }
 
-// TestSeed004DefaultsSkip: with seed 004's values every kernel-knob hook is off, and the dispatcher runs
-// without them.
+// TestSeed004DefaultsSkip: with the values an operator ships in Koordinator's slo-controller-config every
+// kernel-knob hook is off, and the dispatcher runs without them: a node adopting Tandem with that
+// ConfigMap sees no kernel setting change until the operator switches one on.
 func TestSeed004DefaultsSkip(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)

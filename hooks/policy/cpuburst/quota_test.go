@@ -13,7 +13,7 @@ func TestQuotaBurst(t *testing.T) {
 	seed := DefaultConfig() // cfsQuotaBurstPercent 300, sharePoolThresholdPercent 50, unbounded period
 	seed.Policy = PolicyAuto
 	only := seed
-	only.Policy, only.CFSQuotaBurstPercent = PolicyCFSQuotaBurstOnly, 400 // seed 004's anolis node strategy
+	only.Policy, only.CFSQuotaBurstPercent = PolicyCFSQuotaBurstOnly, 400 // an operator's strategy for its Anolis nodes
 	bounded := seed
 	bounded.CFSQuotaBurstPeriodSeconds = 60
 	zero := seed

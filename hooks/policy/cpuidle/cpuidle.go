@@ -21,8 +21,9 @@ const Name = "cpuidle"
 
 // Config configures the hook.
 type Config struct {
-	// GroupIdentity is the cpu.bvt_warp_ns value per class where the kernel has it ([-1, 2]; seed 004's
-	// resource-qos-config groupIdentity). Classes absent are left alone.
+	// GroupIdentity is the cpu.bvt_warp_ns value per class where the kernel has it ([-1, 2];
+	// resource-qos-config's groupIdentity, as operators set it for Koordinator). Classes absent are left
+	// alone.
 	GroupIdentity map[resqos.Class]int64 `json:"groupIdentity"`
 }
 

@@ -1,5 +1,5 @@
-// Package cpuset is the built-in hook that pins containers to CPU pools by QoS class, as seed 000
-// describes: LSE containers get CPUs of their own; LSR containers get CPUs no LS/LSR container shares (BE
+// Package cpuset is the built-in hook that pins containers to CPU pools by QoS class, with the layout
+// Koordinator users expect to find on their nodes: LSE containers get CPUs of their own; LSR containers get CPUs no LS/LSR container shares (BE
 // may); LS containers share what is left; BE containers run everywhere but on LSE CPUs. Exclusive CPUs
 // come from resource/cpuset's allocator; when they change, the hook asks for running LS and BE containers
 // to be moved to the new pools.

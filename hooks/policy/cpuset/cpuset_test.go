@@ -15,8 +15,8 @@ import (
 	"github.com/tandemkit/tandem/resource/topology/topologytest"
 )
 
-// machine16 is seed 000's shape: 16 CPUs, 2 sockets = 2 NUMA nodes, SMT. The test machine has 2 CPUs, so the
-// topology is a fake sysfs tree.
+// machine16 is the machine of Koordinator's documented QoS example: 16 CPUs, 2 sockets = 2 NUMA nodes,
+// SMT. The test machine has 2 CPUs, so the topology is a fake sysfs tree.
 func machine16(t *testing.T) *alloc.Allocator {
 	t.Helper()
 	root := t.TempDir()
@@ -63,8 +63,9 @@ func podOf(p seedPod) (*hooks.PodInfo, *hooks.ContainerInfo) {
 	return pod, &hooks.ContainerInfo{Name: "nginx", Resources: kubelet(p.request, limit)}
 }
 
-// TestSeed000 runs seed 000's four deployments through the qos and cpuset hooks as the proxy does, on a
-// 16-CPU machine: LSE 0-1, LSR 2-3, LS 4-15, BE everything but 0-1.
+// TestSeed000 runs the four nginx Deployments of Koordinator's documented QoS example through the qos and
+// cpuset hooks as the proxy does, on its 16-CPU machine, and expects the cpusets users see there under
+// Koordinator: LSE 0-1, LSR 2-3, LS 4-15, BE everything but 0-1.
 func TestSeed000(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)

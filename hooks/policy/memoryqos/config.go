@@ -26,7 +26,7 @@ type Config struct {
 	CgroupRoot ClassConfig `json:"cgroupRoot"`
 }
 
-// DefaultConfig is seed 004's: every class disabled, every value 0.
+// DefaultConfig is what Koordinator ships and operators run as is: every class disabled, every value 0.
 func DefaultConfig() Config { return Config{} }
 
 // field is one integer field of a class and the range the hook accepts for it: the kernel's range, with 0

@@ -23,7 +23,7 @@ var (
 	v2Mainline = kernel{2, []string{FileMin, FileLow, FileHigh, FileOOMGroup}}
 )
 
-// anolisLS is lsClass with every key seed 004 writes, switched on.
+// anolisLS is lsClass with every key an operator's Anolis configuration writes, switched on.
 var anolisLS = ClassConfig{Enable: true, MinLimitPercent: 100, ThrottlingPercent: 80, WmarkRatio: 95, WmarkScalePermill: 20,
 	WmarkMinAdj: -25, PriorityEnable: 1, Priority: 12, OomKillGroup: 1}
 
@@ -153,7 +153,7 @@ func TestValidateBeyondMinLowHigh(t *testing.T) {
 		cc      ClassConfig
 		wantErr string
 	}{
-		{name: "seed 004's LS values", cc: anolisLS},
+		{name: "an operator's Anolis LS values", cc: anolisLS},
 		{name: "wmarkMinAdj at its floor", cc: ClassConfig{WmarkMinAdj: -25}},
 		{name: "wmarkMinAdj below -25", cc: ClassConfig{WmarkMinAdj: -26}, wantErr: "systemClass.memoryQOS.wmarkMinAdj"},
 		{name: "wmarkRatio above 100", cc: ClassConfig{WmarkRatio: 101}, wantErr: "systemClass.memoryQOS.wmarkRatio"},
@@ -321,8 +321,9 @@ func TestMissing(t *testing.T) {
 }
 
 // TestThisHostKnobs runs on this machine's real cgroup hierarchy. On a mainline cgroup v1 host (as here)
-// none of the files exist: the report says Ignored for every key seed 004 sets, and the hook returns none
-// of the files (it is off). On another kernel the report must agree with what the kernel offers.
+// none of the files exist: the report says Ignored for every key an operator's Anolis configuration
+// sets, and the hook returns none of the files (it is off). On another kernel the report must agree with
+// what the kernel offers.
 func TestThisHostKnobs(t *testing.T) {
 	t.Parallel()
 	w, err := cgroup.New("/sys/fs/cgroup")

@@ -1,5 +1,5 @@
-// Package memoryqos is the built-in hook for Koordinator's memory QoS (seed 004's
-// resource-qos-config memoryQOS): per QoS class it protects a share of each container's memory request
+// Package memoryqos is the built-in hook for Koordinator's memory QoS (resource-qos-config's
+// memoryQOS): per QoS class it protects a share of each container's memory request
 // from reclaim (memory.min, memory.low) and throttles it before its limit (memory.high), so that an LS
 // container under memory pressure reclaims slowly instead of being OOM-killed, and a BE container is
 // slowed down before it crowds the others out. Where the kernel offers them it also sets the class's

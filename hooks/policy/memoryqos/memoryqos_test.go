@@ -89,7 +89,7 @@ func TestNew(t *testing.T) {
 		wantSkip bool
 		wantErr  string
 	}{
-		{name: "seed 004: every class disabled", cfg: DefaultConfig(), kernel: v2, wantSkip: true},
+		{name: "shipped default: every class disabled", cfg: DefaultConfig(), kernel: v2, wantSkip: true},
 		{name: "mainline cgroup v1", cfg: lsOnly(koordExample), kernel: mainlineV1, wantSkip: true},
 		{name: "bad percent names the field", cfg: Config{BEClass: ClassConfig{Enable: true, ThrottlingPercent: 120}}, kernel: v2, wantErr: "beClass.memoryQOS.throttlingPercent"},
 		{name: "cgroup v2", cfg: lsOnly(koordExample), kernel: v2},

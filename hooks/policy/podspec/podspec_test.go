@@ -25,6 +25,7 @@ import (
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy/batchresource"
 	"github.com/tandemkit/tandem/hooks/policy/memoryqos"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
 	"github.com/tandemkit/tandem/resource/batch"
 )
@@ -74,7 +75,8 @@ func list(m map[string]string) corev1.ResourceList {
 	return l
 }
 
-// seedBE is seed 000's BE pod: 2 batch CPUs and 1 GiB of batch memory.
+// seedBE is the BE pod of Koordinator's documented QoS example (nginx-be): 2 batch CPUs and 1 GiB of
+// batch memory, the pod users try first.
 func seedBE(uid string) *corev1.Pod {
 	return newPod("nginx-be", uid, node, ctrSpec{
 		name:     "nginx",
@@ -145,7 +147,7 @@ func TestBatchResources(t *testing.T) {
 		pod    *hooks.PodInfo
 		want   map[string]batch.Container
 	}{
-		{name: "seed 000 BE pod in the cache", cached: []runtime.Object{seedBE("u1")}, pod: info(seedBE("u1")),
+		{name: "the example's BE pod in the cache", cached: []runtime.Object{seedBE("u1")}, pod: info(seedBE("u1")),
 			want: map[string]batch.Container{"nginx": {CPURequestMilli: 2000, CPULimitMilli: 2000, MemoryRequest: 1 << 30, MemoryLimit: 1 << 30}}},
 		{name: "sidecar listed, plain init container and containers without batch resources as Kubernetes counts them",
 			cached: []runtime.Object{newPod("be", "u1", node,
@@ -295,17 +297,12 @@ func TestDeletedPodAnswersAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The delete event reaches the handler asynchronously.
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	polltest.Until(t, "the delete event", func() bool {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		_, settled := s.settled["u1"]
-		s.mu.Unlock()
-		if settled {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("delete event not seen")
-		}
-	}
+		return settled
+	})
 	// Stop and remove calls for a deleted pod's containers must not wait for a pod that will not come back.
 	begin := time.Now()
 	if _, ok, _ := s.BatchResources(ctx, info(seedBE("u1"))); ok {
@@ -367,7 +364,7 @@ func TestInformerWatchesThisNodeOnly(t *testing.T) {
 	t.Parallel()
 	_, client, _ := start(t, testConfig(0))
 	// The watch starts after the list has been handed over, so it may come a moment after the sync.
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	polltest.Until(t, "a list and a watch of this node's pods", func() bool {
 		var listed, watched bool
 		for _, a := range client.Actions() {
 			if a.GetResource().Resource != "pods" {
@@ -388,13 +385,8 @@ func TestInformerWatchesThisNodeOnly(t *testing.T) {
 			listed = listed || a.GetVerb() == "list"
 			watched = watched || a.GetVerb() == "watch"
 		}
-		if listed && watched {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("list %v, watch %v; want both", listed, watched)
-		}
-	}
+		return listed && watched
+	})
 }
 
 func TestMemoryRequest(t *testing.T) {

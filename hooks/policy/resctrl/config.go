@@ -20,8 +20,8 @@ type Config struct {
 	BEClass  ClassConfig `json:"beClass"`
 }
 
-// DefaultConfig is seed 004's: disabled; when enabled, LSR and LS get every cache way and BE the first
-// 30%, and every class all the bandwidth.
+// DefaultConfig is what Koordinator ships and operators run as is: disabled; when enabled, LSR and LS get
+// every cache way and BE the first 30%, and every class all the bandwidth.
 func DefaultConfig() Config {
 	full := ClassConfig{CatRangeStartPercent: 0, CatRangeEndPercent: 100, MBAPercent: 100}
 	be := full

@@ -1,4 +1,4 @@
-// Package resctrl is the built-in hook for RDT (seed 004's resource-qos-config resctrlQOS): it gives
+// Package resctrl is the built-in hook for RDT (resource-qos-config's resctrlQOS): it gives
 // each QoS class a resctrl control group (LSR, LS, BE) with its share of the L3 cache ways and of the
 // memory bandwidth, and moves every started container's tasks into its class's group, so batch work
 // cannot evict the cache lines latency-sensitive work depends on.

@@ -38,12 +38,12 @@ func TestNew(t *testing.T) {
 		// want maps each group to its schemata.
 		want map[string]string
 	}{
-		{name: "seed 004: disabled", cfg: DefaultConfig(), root: xeon, wantSkip: true},
+		{name: "shipped default: disabled", cfg: DefaultConfig(), root: xeon, wantSkip: true},
 		{name: "no resctrl on this kernel", cfg: enabled(), root: func(t *testing.T) string { return filepath.Join(t.TempDir(), "none") }, wantSkip: true},
 		{name: "resctrl not mounted", cfg: enabled(), root: func(t *testing.T) string { return t.TempDir() }, wantSkip: true},
 		{name: "too few CLOSIDs", cfg: enabled(), root: func(t *testing.T) string { return resctrltest.Write(t, fewClosids) }, wantSkip: true},
 		{name: "bad range names the class", cfg: bad, root: xeon, wantErr: "beClass.resctrlQOS"},
-		{name: "seed 004 values enabled", cfg: enabled(), root: xeon, want: map[string]string{
+		{name: "shipped values enabled", cfg: enabled(), root: xeon, want: map[string]string{
 			GroupLSR: "L3:0=7ff;1=7ff\nMB:0=100;1=100",
 			GroupLS:  "L3:0=7ff;1=7ff\nMB:0=100;1=100",
 			GroupBE:  "L3:0=f;1=f\nMB:0=100;1=100",

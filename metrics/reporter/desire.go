@@ -1,0 +1,147 @@
+package reporter
+
+import (
+	"math"
+	"time"
+
+	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/metrics/nodemetric"
+	"github.com/tandemkit/tandem/metrics/reclaim"
+	"github.com/tandemkit/tandem/resource/qos"
+)
+
+// desired is what the Node should say now.
+type desired struct {
+	present bool              // batch resources on the Node at all
+	batch   reclaim.Resources // their value
+	// warming is set while the predictor has less history than Config.Warmup: nothing is
+	// written yet, since a peak predicted from a few samples moves with every new one.
+	warming bool
+	// metric is the annotation to publish, nil while samples are stale.
+	metric *nodemetric.NodeMetric
+}
+
+func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desired {
+	newest := r.est.Newest()
+	degrade := time.Duration(settings.DegradeTimeMinutes) * time.Minute
+	fresh := !newest.IsZero() && now.Sub(newest) <= degrade
+	want := desired{present: settings.Enable}
+	if newest.IsZero() {
+		// No sample since this process started: nothing is known, so what the Node says (an earlier
+		// run's figures, which the extender ages by their updateTime) stays until the warm-up has
+		// passed, instead of batch 0 taking the capacity off the Node at every restart. Removing batch
+		// resources needs no history.
+		want.warming = settings.Enable
+		return want
+	}
+	if !fresh {
+		return want // batch 0 if enabled, absent if not; the annotation ages
+	}
+	interval := time.Duration(settings.MetricReportIntervalSeconds) * time.Second
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	est := r.est.Estimate(newest, interval)
+	warmup := r.cfg.Warmup
+	if warmup == 0 {
+		warmup = interval
+	}
+	// The estimator keeps only the aggregation window's samples, so its history never spans the whole
+	// window: a warm-up as long as the window (metricAggregateDurationSeconds equal to
+	// metricReportIntervalSeconds, 60 s each) would never end and batch capacity would never be published.
+	warmup = min(warmup, r.estConfig.Window/2)
+	// Removing batch resources needs no history; publishing them does.
+	want.warming = settings.Enable && r.est.Span() < warmup
+	if settings.Enable {
+		var requests map[string]reclaim.Resources
+		if r.deps.Requests != nil {
+			requests = map[string]reclaim.Resources{}
+			for _, p := range r.deps.Requests() {
+				if p.QoS != qos.BE {
+					requests[p.UID] = p.Request
+				}
+			}
+		}
+		in := reclaim.Input{
+			Capacity:    r.lastCapacity,
+			SystemUsage: est.SystemPeak,
+			Reserved:    r.reserved,
+			HP:          reclaim.HPPods(est.PodPeaks, requests),
+		}
+		if r.deps.BECeiling != nil {
+			if m, ok := r.deps.BECeiling(); ok {
+				in.BECeilingMilli = m
+			}
+		}
+		res := reclaim.Compute(reclaim.SettingsFrom(settings), in)
+		want.batch = res.Batch
+	}
+	want.metric = &nodemetric.NodeMetric{
+		UpdateTime:            newest.UTC().Truncate(time.Second),
+		ReportIntervalSeconds: int64(interval / time.Second),
+		NodeUsage:             est.NodeMean,
+		HPUsage:               est.HPMean,
+		Reclaimable:           want.batch,
+	}
+	return want
+}
+
+func (r *Reporter) statusDue(now time.Time, want desired, threshold float64, refresh time.Duration) bool {
+	last := r.status
+	switch {
+	case !last.valid, last.present != want.present:
+		return true
+	case refresh > 0 && now.Sub(last.at) >= refresh:
+		return true
+	case !want.present:
+		return false
+	}
+	return r.moved(last.batch, want.batch, threshold)
+}
+
+// annotationDue decides whether to rewrite the node-metric annotation. Its usage figures are means
+// over the report interval, which take a whole interval to settle after a change in load; a write
+// for moved usage alone therefore waits at least one report interval after the previous write, so
+// that a step in load costs one write when it is seen and at most one more when the mean has
+// caught up, instead of one per threshold crossing on the way.
+func (r *Reporter) annotationDue(now time.Time, m nodemetric.NodeMetric, threshold float64, refresh, interval time.Duration) bool {
+	last := r.annotation
+	switch {
+	case !last.valid:
+		return true
+	case m == last.metric:
+		// No newer sample: rewriting the same updateTime tells readers nothing, and letting it
+		// age is how they learn that the collector stalled.
+		return false
+	case last.metric.Reclaimable != m.Reclaimable:
+		// The annotation's reclaimable mirrors the status written just before.
+		return true
+	case refresh > 0 && now.Sub(last.at) >= refresh:
+		return true
+	case now.Sub(last.at) < interval:
+		return false
+	}
+	return r.moved(last.metric.NodeUsage, m.NodeUsage, threshold) || r.moved(last.metric.HPUsage, m.HPUsage, threshold)
+}
+
+// moved reports whether a value changed by more than threshold relative to the old one, as
+// Koordinator's resourceDiffThreshold does, and by more than MinChangePercent of the node's
+// capacity: near zero a relative threshold alone would republish noise (50m → 60m is 20%) on
+// every busy node. Reaching zero from non-zero always counts, since it tells the scheduler that
+// no batch pod fits any more.
+func (r *Reporter) moved(old, cur reclaim.Resources, threshold float64) bool {
+	floor := func(capacity int64) float64 { return r.cfg.MinChangePercent / 100 * float64(capacity) }
+	return movedBy(old.CPUMilli, cur.CPUMilli, threshold, floor(r.lastCapacity.CPUMilli)) ||
+		movedBy(old.MemoryBytes, cur.MemoryBytes, threshold, floor(r.lastCapacity.MemoryBytes))
+}
+
+func movedBy(old, cur int64, threshold, floor float64) bool {
+	if old == cur {
+		return false
+	}
+	if cur == 0 || old == 0 {
+		return cur == 0 || float64(cur) > floor
+	}
+	diff := math.Abs(float64(cur - old))
+	return diff > threshold*math.Abs(float64(old)) && diff > floor
+}
