@@ -89,10 +89,20 @@ func TestLoad(t *testing.T) {
 		{name: "file: keys in any case, lists, mappings, nested keys", args: []string{"--config", full}, want: fromFull, wantFile: full},
 		{name: "file named by the environment", env: map[string]string{"T_CONFIG": full}, want: with(fromFull, func(v *values) { v.config = "" }), wantFile: full},
 		{name: "JSON file", args: []string{"--config=" + write("c.json", `{"stateDir": "/json", "policies": [], "thresholds": {"cpu": 10}}`)},
-			want: with(defaults, func(v *values) { v.config = filepath.Join(dir, "c.json"); v.state = "/json"; v.list = []string{}; v.cpu = 10 }), wantFile: filepath.Join(dir, "c.json")},
+			want: with(defaults, func(v *values) {
+				v.config = filepath.Join(dir, "c.json")
+				v.state = "/json"
+				v.list = []string{}
+				v.cpu = 10
+			}), wantFile: filepath.Join(dir, "c.json")},
 		{name: "empty file", args: []string{"--config", write("empty.yaml", "")}, want: with(defaults, func(v *values) { v.config = filepath.Join(dir, "empty.yaml") }), wantFile: filepath.Join(dir, "empty.yaml")},
 		{name: "env beats file", args: []string{"--config", full}, env: map[string]string{"T_STATE_DIR": "/env", "T_POLICIES": "qos,batch", "T_NODE_LABELS": "zone=b", "T_THRESHOLDS_CPU": "80"},
-			want: with(fromFull, func(v *values) { v.state = "/env"; v.list = []string{"qos", "batch"}; v.labels = map[string]string{"zone": "b"}; v.cpu = 80 }), wantFile: full},
+			want: with(fromFull, func(v *values) {
+				v.state = "/env"
+				v.list = []string{"qos", "batch"}
+				v.labels = map[string]string{"zone": "b"}
+				v.cpu = 80
+			}), wantFile: full},
 		{name: "flag beats env", args: []string{"--config", full, "--state-dir", "/flag"}, env: map[string]string{"T_STATE_DIR": "/env"},
 			want: with(fromFull, func(v *values) { v.state = "/flag" }), wantFile: full},
 		{name: "misspelt key, with its line", args: []string{"--config", write("typo.yaml", "timeout: 1s\nstateDirr: /x\n")}, wantErr: "unknown keys statedirr (line 2)"},
