@@ -10,11 +10,13 @@
 // with nested mappings for a binary whose settings nest (tandem-extender's usageThresholds.cpu). A key
 // the binary does not know is an error, so a misspelt key never silently leaves its default in place.
 //
-// Tandem does not use viper. tandem-proxy did, and linking it (with its TOML, dotenv, afero and cast
-// dependencies) made the executable 0.6 MB larger and its resident set at rest larger with it
-// (docs/performance.md), for a job of a few hundred lines over pflag and sigs.k8s.io/yaml, which Tandem
-// links anyway. tandem-extender used viper with mapstructure until it moved here too; one loader means
-// one precedence, one file syntax and one kind of error for every binary.
+// Tandem does not use viper. tandem-proxy did: linking it, with its TOML, dotenv, afero, cast and
+// mapstructure dependencies, made the executable 1.3 MB larger (docs/performance.md) for a job of a few
+// hundred lines over pflag and sigs.k8s.io/yaml, which every Tandem binary links anyway; and its
+// variables did not take the flags' syntax (it split TANDEM_POLICIES=qos,cpuset on spaces).
+// tandem-extender used viper with mapstructure until it moved here too. One loader gives every binary
+// one precedence, one syntax in a flag, a variable and a file, and one kind of error
+// (docs/configuration.md).
 package flagfile
 
 import (
@@ -97,7 +99,7 @@ func (c Command) Load(args []string, getenv func(string) string) (string, error)
 		return "", err
 	}
 	for _, b := range c.Bindings {
-		fs, f := c.lookup(b.Flag)
+		f := c.lookup(b.Flag)
 		if f == nil {
 			return "", fmt.Errorf("binding for an undefined flag --%s", b.Flag)
 		}
@@ -107,14 +109,14 @@ func (c Command) Load(args []string, getenv func(string) string) (string, error)
 		}
 		if b.Env != "" {
 			if val := getenv(b.Env); val != "" {
-				if err := fs.Set(f.Name, val); err != nil {
+				if err := assign(f, val); err != nil {
 					return "", fmt.Errorf("%s=%q: %w (it takes %s's syntax)", b.Env, val, err, c.describe(f.Name))
 				}
 				continue
 			}
 		}
 		if val, ok := doc.get(path); ok && val != nil {
-			if err := set(fs, f, val); err != nil {
+			if err := set(f, val); err != nil {
 				return "", fmt.Errorf("%s: key %s: %w (it takes %s's values)", doc.at(path), b.Key, err, c.describe(f.Name))
 			}
 		}
@@ -131,16 +133,14 @@ func (c Command) Load(args []string, getenv func(string) string) (string, error)
 }
 
 // lookup finds a setting among the flags, then the keys.
-func (c Command) lookup(name string) (*pflag.FlagSet, *pflag.Flag) {
+func (c Command) lookup(name string) *pflag.Flag {
 	if f := c.Flags.Lookup(name); f != nil {
-		return c.Flags, f
+		return f
 	}
 	if c.Keys != nil {
-		if f := c.Keys.Lookup(name); f != nil {
-			return c.Keys, f
-		}
+		return c.Keys.Lookup(name)
 	}
-	return nil, nil
+	return nil
 }
 
 // describe names a setting as a user meets it: --flag, or the key of a setting without a flag.
@@ -291,9 +291,19 @@ func (d document) line(path string) int {
 	return from
 }
 
+// assign gives a setting a value in its flag's syntax and marks it set, as the command line would. The
+// error is the value's alone: the caller says where the value came from and which flag it is for.
+func assign(f *pflag.Flag, val string) error {
+	if err := f.Value.Set(val); err != nil {
+		return err
+	}
+	f.Changed = true
+	return nil
+}
+
 // set gives a setting a value from the file: scalars as the command line would, a list to a list flag,
 // a mapping to a key=value flag.
-func set(fs *pflag.FlagSet, f *pflag.Flag, val any) error {
+func set(f *pflag.Flag, val any) error {
 	switch v := val.(type) {
 	case []any:
 		sv, ok := f.Value.(pflag.SliceValue)
@@ -340,13 +350,16 @@ func set(fs *pflag.FlagSet, f *pflag.Flag, val any) error {
 			return err
 		}
 		w.Flush()
-		return fs.Set(f.Name, strings.TrimSuffix(b.String(), "\n"))
+		return assign(f, strings.TrimSuffix(b.String(), "\n"))
 	default:
 		s, err := scalar(v)
 		if err != nil {
 			return err
 		}
-		return fs.Set(f.Name, s)
+		if err := assign(f, s); err != nil {
+			return fmt.Errorf("%q: %w", s, err)
+		}
+		return nil
 	}
 }
 
