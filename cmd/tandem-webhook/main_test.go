@@ -14,17 +14,8 @@ import (
 // Not parallel: -v sets klog's verbosity, which is the process's.
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	defaults := options{listen: ":9443", metricsListen: ":9080", namespace: "koordinator-system", service: "tandem-webhook",
-		secret: "tandem-webhook-tls", configuration: "tandem-webhook", excluded: []string{"kube-system", "koordinator-system"},
-		auditInterval: 30 * time.Second, lookupTimeout: 2 * time.Second, shutdownTimeout: 10 * time.Second}
-	all := write("all.yaml", `listen: ":8443"
+	files := map[string]string{
+		"all.yaml": `listen: ":8443"
 metricsListen: ":8080"
 kubeconfig: /k.conf
 namespace: ns
@@ -37,7 +28,19 @@ excludedNamespaces: [a, b]
 auditInterval: 1m
 lookupTimeout: 3s
 shutdownTimeout: 4s
-`)
+`,
+		"typo.yaml": "listen: \":1\"\nservice: svc\n",
+		"bad.yaml":  "auditInterval: often\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := filepath.Join(dir, "all.yaml")
+	defaults := options{listen: ":9443", metricsListen: ":9080", namespace: "koordinator-system", service: "tandem-webhook",
+		secret: "tandem-webhook-tls", configuration: "tandem-webhook", excluded: []string{"kube-system", "koordinator-system"},
+		auditInterval: 30 * time.Second, lookupTimeout: 2 * time.Second, shutdownTimeout: 10 * time.Second}
 	fromFile := options{listen: ":8443", metricsListen: ":8080", kubeconfig: "/k.conf", namespace: "ns", service: "svc", secret: "sec",
 		configuration: "whc", tlsCertFile: "/tls.crt", tlsKeyFile: "/tls.key", excluded: []string{"a", "b"},
 		auditInterval: time.Minute, lookupTimeout: 3 * time.Second, shutdownTimeout: 4 * time.Second}
@@ -61,8 +64,8 @@ shutdownTimeout: 4s
 			want: with(fromFile, func(o *options) { o.metricsListen, o.excluded = ":7080", []string{"c"} })},
 		{name: "flag beats env", args: []string{"--config", all, "--namespace", "flag"}, env: map[string]string{"TANDEM_WEBHOOK_NAMESPACE": "env"},
 			want: with(fromFile, func(o *options) { o.namespace = "flag" })},
-		{name: "misspelt key", args: []string{"--config", write("typo.yaml", "listen: \":1\"\nservice: svc\n")}, wantErr: "unknown keys service (line 2)"},
-		{name: "bad value names file, line and flag", args: []string{"--config", write("bad.yaml", "auditInterval: often\n")}, wantErr: "bad.yaml:1: key auditInterval"},
+		{name: "misspelt key", args: []string{"--config", filepath.Join(dir, "typo.yaml")}, wantErr: "unknown keys service (line 2)"},
+		{name: "bad value names file, line and flag", args: []string{"--config", filepath.Join(dir, "bad.yaml")}, wantErr: "bad.yaml:1: key auditInterval"},
 		{name: "certificate without key", args: []string{"--tls-cert-file", "a.pem"}, wantErr: "--tls-private-key-file"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "--nope"},
 	}
