@@ -29,6 +29,7 @@ import (
 // option binds one flag to its config-file key and TANDEM_* variable.
 type option struct{ flag, key string }
 
+// options are the flags of both binaries, each with its config-file key.
 func options() []option {
 	return []option{
 		{"listen", "listen"},
