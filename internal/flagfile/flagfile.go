@@ -99,26 +99,8 @@ func (c Command) Load(args []string, getenv func(string) string) (string, error)
 		return "", err
 	}
 	for _, b := range c.Bindings {
-		f := c.lookup(b.Flag)
-		if f == nil {
-			return "", fmt.Errorf("binding for an undefined flag --%s", b.Flag)
-		}
-		path := strings.ToLower(b.Key)
-		if f.Changed {
-			continue
-		}
-		if b.Env != "" {
-			if val := getenv(b.Env); val != "" {
-				if err := assign(f, val); err != nil {
-					return "", fmt.Errorf("%s=%q: %w (it takes %s's syntax)", b.Env, val, err, c.describe(f.Name))
-				}
-				continue
-			}
-		}
-		if val, ok := doc.get(path); ok && val != nil {
-			if err := set(f, val); err != nil {
-				return "", fmt.Errorf("%s: key %s: %w (it takes %s's values)", doc.at(path), b.Key, err, c.describe(f.Name))
-			}
+		if err := c.resolve(b, doc, getenv); err != nil {
+			return "", err
 		}
 	}
 	if unknown := doc.unknown(used, parentsOf(used)); len(unknown) > 0 {
@@ -130,6 +112,33 @@ func (c Command) Load(args []string, getenv func(string) string) (string, error)
 			file, strings.Join(unknown, ", "), strings.Join(known, ", "))
 	}
 	return file, nil
+}
+
+// resolve sets one bound setting, unless the command line gave it: from its variable, else from the
+// file, else it keeps its default.
+func (c Command) resolve(b Binding, doc document, getenv func(string) string) error {
+	f := c.lookup(b.Flag)
+	if f == nil {
+		return fmt.Errorf("a binding names %q, which is neither a flag nor a key: define it before binding it", b.Flag)
+	}
+	if f.Changed {
+		return nil
+	}
+	if b.Env != "" {
+		if val := getenv(b.Env); val != "" {
+			if err := assign(f, val); err != nil {
+				return fmt.Errorf("%s=%q: %w (it takes %s's syntax)", b.Env, val, err, c.describe(f.Name))
+			}
+			return nil
+		}
+	}
+	path := strings.ToLower(b.Key)
+	if val, ok := doc.get(path); ok && val != nil {
+		if err := set(f, val); err != nil {
+			return fmt.Errorf("%s: key %s: %w (it takes %s's values)", doc.at(path), b.Key, err, c.describe(f.Name))
+		}
+	}
+	return nil
 }
 
 // lookup finds a setting among the flags, then the keys.
