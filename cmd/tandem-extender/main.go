@@ -5,28 +5,24 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/go-viper/mapstructure/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/internal/flagfile"
 	extender "github.com/tandemkit/tandem/scheduler-extender"
 )
 
@@ -34,20 +30,20 @@ import (
 // the ports Kubernetes components use (10248–10259).
 const defaultListen = ":10262"
 
-// options is the whole configuration: serving settings here, the scheduling policy embedded.
-// Keys are the JSON names, in the file, as flags (bound below) and as TANDEM_EXTENDER_<KEY> env.
+// options is the whole configuration: serving settings here, the scheduling policy embedded. load
+// binds each field to its flag, its config-file key (configKeys) and its TANDEM_EXTENDER_<KEY> variable.
 type options struct {
-	Listen            string        `json:"listen"`
-	MetricsListen     string        `json:"metricsListen"`
-	Kubeconfig        string        `json:"kubeconfig"`
-	TLSCertFile       string        `json:"tlsCertFile"`
-	TLSKeyFile        string        `json:"tlsKeyFile"`
-	TLSClientCAFile   string        `json:"tlsClientCAFile"`
-	ReadHeaderTimeout time.Duration `json:"readHeaderTimeout"`
-	ReadTimeout       time.Duration `json:"readTimeout"`
-	WriteTimeout      time.Duration `json:"writeTimeout"`
-	IdleTimeout       time.Duration `json:"idleTimeout"`
-	ShutdownTimeout   time.Duration `json:"shutdownTimeout"`
+	Listen            string
+	MetricsListen     string
+	Kubeconfig        string
+	TLSCertFile       string
+	TLSKeyFile        string
+	TLSClientCAFile   string
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	ShutdownTimeout   time.Duration
 	extender.Config
 }
 
@@ -63,7 +59,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	opts, err := load(os.Args[1:])
+	opts, err := load(os.Args[1:], os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -178,66 +174,46 @@ func newHTTPServer(ctx context.Context, opts *options, h http.Handler) *http.Ser
 	}
 }
 
-// load merges defaults, the config file, env and flags (later wins) and validates the result.
-func load(args []string) (*options, error) {
+// load resolves the options: flags over TANDEM_EXTENDER_<KEY> variables over the config file over
+// defaults, and validates them.
+func load(args []string, getenv func(string) string) (*options, error) {
+	opts := options{Config: extender.DefaultConfig()}
+	var configFile string
 	fs := pflag.NewFlagSet("tandem-extender", pflag.ContinueOnError)
-	configFile := fs.String("config", "", "YAML or JSON config file; see docs/extender.md for every key")
-	fs.String("listen", defaultListen, "address to serve the extender, /healthz, /readyz and /metrics on")
-	fs.String("metrics-listen", "", "address to serve /healthz, /readyz and /metrics on over plain HTTP as well, for probes and Prometheus without client certificates; empty: none")
-	fs.String("kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
-	fs.String("tls-cert-file", "", "serving certificate (PEM); with --tls-private-key-file enables HTTPS; reloaded when it changes")
-	fs.String("tls-private-key-file", "", "private key (PEM) of --tls-cert-file")
-	fs.String("tls-client-ca-file", "", "CA certificates (PEM): with HTTPS, require client certificates signed by one of them (kube-scheduler's tlsConfig.certFile); reloaded when it changes")
-	fs.Int64("max-request-body-bytes", extender.DefaultConfig().MaxRequestBodyBytes, "filter/prioritize requests declaring a larger body get HTTP 413, unread")
-	fs.Int("max-requests-inflight", extender.DefaultConfig().MaxRequestsInflight, "filter/prioritize requests served at once; more get HTTP 429 with Retry-After, unread")
-	fs.Duration("read-header-timeout", 5*time.Second, "time to read request headers")
-	fs.Duration("read-timeout", 10*time.Second, "time to read a whole request")
-	fs.Duration("write-timeout", 10*time.Second, "time to write a response, from the end of the request headers")
-	fs.Duration("idle-timeout", 90*time.Second, "keep-alive connections from kube-scheduler close after this long unused")
-	fs.Duration("shutdown-timeout", 10*time.Second, "time for requests in flight at SIGTERM")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
+	fs.StringVar(&configFile, "config", "", "YAML or JSON config file; see docs/extender.md for every key")
+	fs.StringVar(&opts.Listen, "listen", defaultListen, "address to serve the extender, /healthz, /readyz and /metrics on")
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "address to serve /healthz, /readyz and /metrics on over plain HTTP as well, for probes and Prometheus without client certificates; empty: none")
+	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
+	fs.StringVar(&opts.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM); with --tls-private-key-file enables HTTPS; reloaded when it changes")
+	fs.StringVar(&opts.TLSKeyFile, "tls-private-key-file", "", "private key (PEM) of --tls-cert-file")
+	fs.StringVar(&opts.TLSClientCAFile, "tls-client-ca-file", "", "CA certificates (PEM): with HTTPS, require client certificates signed by one of them (kube-scheduler's tlsConfig.certFile); reloaded when it changes")
+	fs.Int64Var(&opts.MaxRequestBodyBytes, "max-request-body-bytes", opts.MaxRequestBodyBytes, "filter/prioritize requests declaring a larger body get HTTP 413, unread")
+	fs.IntVar(&opts.MaxRequestsInflight, "max-requests-inflight", opts.MaxRequestsInflight, "filter/prioritize requests served at once; more get HTTP 429 with Retry-After, unread")
+	fs.DurationVar(&opts.ReadHeaderTimeout, "read-header-timeout", 5*time.Second, "time to read request headers")
+	fs.DurationVar(&opts.ReadTimeout, "read-timeout", 10*time.Second, "time to read a whole request")
+	fs.DurationVar(&opts.WriteTimeout, "write-timeout", 10*time.Second, "time to write a response, from the end of the request headers")
+	fs.DurationVar(&opts.IdleTimeout, "idle-timeout", 90*time.Second, "keep-alive connections from kube-scheduler close after this long unused")
+	fs.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "time for requests in flight at SIGTERM")
+	// The scheduling policy nests, as Koordinator's LoadAwareSchedulingArgs do: the file and the
+	// environment set it, not the command line.
+	policy := pflag.NewFlagSet("tandem-extender policy", pflag.ContinueOnError)
+	policy.Int64Var(&opts.UsageThresholds.CPU, "usageThresholds.cpu", opts.UsageThresholds.CPU, "")
+	policy.Int64Var(&opts.UsageThresholds.Memory, "usageThresholds.memory", opts.UsageThresholds.Memory, "")
+	policy.Int64Var(&opts.NodeMetricExpirationSeconds, "nodeMetricExpirationSeconds", opts.NodeMetricExpirationSeconds, "")
+	policy.StringVar((*string)(&opts.ExpiredMetricPolicy.BatchPods), "expiredMetricPolicy.batchPods", string(opts.ExpiredMetricPolicy.BatchPods), "")
+	policy.StringVar((*string)(&opts.ExpiredMetricPolicy.OtherPods), "expiredMetricPolicy.otherPods", string(opts.ExpiredMetricPolicy.OtherPods), "")
+	policy.Int64Var(&opts.ResourceWeights.CPU, "resourceWeights.cpu", opts.ResourceWeights.CPU, "")
+	policy.Int64Var(&opts.ResourceWeights.Memory, "resourceWeights.memory", opts.ResourceWeights.Memory, "")
+	policy.Int64Var(&opts.DefaultEstimatedUsage.CPUMilli, "defaultEstimatedUsage.cpuMilli", opts.DefaultEstimatedUsage.CPUMilli, "")
+	policy.Int64Var(&opts.DefaultEstimatedUsage.MemoryBytes, "defaultEstimatedUsage.memoryBytes", opts.DefaultEstimatedUsage.MemoryBytes, "")
 
-	v := viper.New()
-	defaults, err := toMap(extender.DefaultConfig())
-	if err != nil {
+	cmd := flagfile.Command{Flags: fs, Keys: policy, Bindings: configKeys(), ConfigFlag: "config"}
+	for i, b := range cmd.Bindings {
+		// usageThresholds.cpu is TANDEM_EXTENDER_USAGETHRESHOLDS_CPU.
+		cmd.Bindings[i].Env = flagfile.EnvName("TANDEM_EXTENDER_", b.Key)
+	}
+	if _, err := cmd.Load(args, getenv); err != nil {
 		return nil, err
-	}
-	for k, val := range defaults {
-		v.SetDefault(k, val)
-	}
-	for key, flagName := range map[string]string{
-		"listen": "listen", "metricsListen": "metrics-listen", "kubeconfig": "kubeconfig",
-		"tlsCertFile": "tls-cert-file", "tlsKeyFile": "tls-private-key-file", "tlsClientCAFile": "tls-client-ca-file",
-		"maxRequestBodyBytes": "max-request-body-bytes", "maxRequestsInflight": "max-requests-inflight",
-		"readHeaderTimeout": "read-header-timeout", "readTimeout": "read-timeout",
-		"writeTimeout": "write-timeout", "idleTimeout": "idle-timeout", "shutdownTimeout": "shutdown-timeout",
-	} {
-		if err := v.BindPFlag(key, fs.Lookup(flagName)); err != nil {
-			return nil, fmt.Errorf("bind flag --%s: %w", flagName, err)
-		}
-	}
-	// usageThresholds.cpu is TANDEM_EXTENDER_USAGETHRESHOLDS_CPU.
-	v.SetEnvPrefix("TANDEM_EXTENDER")
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
-	v.AutomaticEnv()
-	if *configFile != "" {
-		v.SetConfigFile(*configFile)
-		if err := v.ReadInConfig(); err != nil {
-			return nil, fmt.Errorf("read config file %s: %w", *configFile, err)
-		}
-	}
-	var opts options
-	if err := v.Unmarshal(&opts, func(dc *mapstructure.DecoderConfig) {
-		dc.TagName = "json"
-		dc.Squash = true
-		dc.ErrorUnused = true // a misspelt key must not silently keep its default
-	}); err != nil {
-		return nil, fmt.Errorf("decode config: %w", err)
 	}
 	if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
 		return nil, errors.New("set both --tls-cert-file and --tls-private-key-file, or neither")
@@ -251,16 +227,31 @@ func load(args []string) (*options, error) {
 	return &opts, nil
 }
 
-// toMap turns a config into the nested map viper takes as defaults, keyed by JSON names, so that
-// every key is known to viper and can come from the environment.
-func toMap(cfg extender.Config) (map[string]any, error) {
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("encode default config: %w", err)
+// configKeys binds each flag to its config-file key (docs/extender.md); a policy setting has no flag
+// and is named by its key among the policy's settings.
+func configKeys() []flagfile.Binding {
+	return []flagfile.Binding{
+		{Flag: "listen", Key: "listen"},
+		{Flag: "metrics-listen", Key: "metricsListen"},
+		{Flag: "kubeconfig", Key: "kubeconfig"},
+		{Flag: "tls-cert-file", Key: "tlsCertFile"},
+		{Flag: "tls-private-key-file", Key: "tlsKeyFile"},
+		{Flag: "tls-client-ca-file", Key: "tlsClientCAFile"},
+		{Flag: "max-request-body-bytes", Key: "maxRequestBodyBytes"},
+		{Flag: "max-requests-inflight", Key: "maxRequestsInflight"},
+		{Flag: "read-header-timeout", Key: "readHeaderTimeout"},
+		{Flag: "read-timeout", Key: "readTimeout"},
+		{Flag: "write-timeout", Key: "writeTimeout"},
+		{Flag: "idle-timeout", Key: "idleTimeout"},
+		{Flag: "shutdown-timeout", Key: "shutdownTimeout"},
+		{Flag: "usageThresholds.cpu", Key: "usageThresholds.cpu"},
+		{Flag: "usageThresholds.memory", Key: "usageThresholds.memory"},
+		{Flag: "nodeMetricExpirationSeconds", Key: "nodeMetricExpirationSeconds"},
+		{Flag: "expiredMetricPolicy.batchPods", Key: "expiredMetricPolicy.batchPods"},
+		{Flag: "expiredMetricPolicy.otherPods", Key: "expiredMetricPolicy.otherPods"},
+		{Flag: "resourceWeights.cpu", Key: "resourceWeights.cpu"},
+		{Flag: "resourceWeights.memory", Key: "resourceWeights.memory"},
+		{Flag: "defaultEstimatedUsage.cpuMilli", Key: "defaultEstimatedUsage.cpuMilli"},
+		{Flag: "defaultEstimatedUsage.memoryBytes", Key: "defaultEstimatedUsage.memoryBytes"},
 	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("decode default config: %w", err)
-	}
-	return m, nil
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/tandemkit/tandem/admission"
 	"github.com/tandemkit/tandem/admission/certs"
+	"github.com/tandemkit/tandem/internal/flagfile"
 )
 
 type options struct {
@@ -54,13 +54,17 @@ func main() {
 	klog.Flush()
 }
 
-func load(args []string) (*options, error) {
+// load resolves the options: flags over TANDEM_WEBHOOK_<FLAG> variables over the config file over
+// defaults.
+func load(args []string, getenv func(string) string) (*options, error) {
 	var o options
+	var configFile string
 	fs := pflag.NewFlagSet("tandem-webhook", pflag.ContinueOnError)
+	fs.StringVar(&configFile, "config", "", "YAML or JSON config file; its keys are the camelCase forms of these flags (metricsListen, excludedNamespaces, ...; tlsKeyFile for --tls-private-key-file)")
 	fs.StringVar(&o.listen, "listen", ":9443", "address to serve the admission webhooks on, over HTTPS")
 	fs.StringVar(&o.metricsListen, "metrics-listen", ":9080", "address to serve /healthz, /readyz and /metrics on, over plain HTTP")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster service account")
-	ns := os.Getenv("POD_NAMESPACE")
+	ns := getenv("POD_NAMESPACE")
 	if ns == "" {
 		ns = "koordinator-system"
 	}
@@ -74,10 +78,11 @@ func load(args []string) (*options, error) {
 	fs.DurationVar(&o.auditInterval, "audit-interval", 30*time.Second, "how often pods admitted without the webhook are looked for")
 	fs.DurationVar(&o.lookupTimeout, "lookup-timeout", 2*time.Second, "bound on a GET of a namespace or PriorityClass the caches do not hold yet")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time for reviews in flight at SIGTERM")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
-	if err := fs.Parse(args); err != nil {
+	cmd := flagfile.Command{Flags: fs, Bindings: configKeys(), ConfigFlag: "config"}
+	for i, b := range cmd.Bindings {
+		cmd.Bindings[i].Env = flagfile.EnvName("TANDEM_WEBHOOK_", b.Flag)
+	}
+	if _, err := cmd.Load(args, getenv); err != nil {
 		return nil, err
 	}
 	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
@@ -86,8 +91,28 @@ func load(args []string) (*options, error) {
 	return &o, nil
 }
 
+// configKeys binds each flag to its config-file key: the flag's name in camelCase, but tlsKeyFile,
+// as tandem-extender's file names it.
+func configKeys() []flagfile.Binding {
+	return []flagfile.Binding{
+		{Flag: "listen", Key: "listen"},
+		{Flag: "metrics-listen", Key: "metricsListen"},
+		{Flag: "kubeconfig", Key: "kubeconfig"},
+		{Flag: "namespace", Key: "namespace"},
+		{Flag: "service-name", Key: "serviceName"},
+		{Flag: "secret-name", Key: "secretName"},
+		{Flag: "webhook-configuration", Key: "webhookConfiguration"},
+		{Flag: "tls-cert-file", Key: "tlsCertFile"},
+		{Flag: "tls-private-key-file", Key: "tlsKeyFile"},
+		{Flag: "excluded-namespaces", Key: "excludedNamespaces"},
+		{Flag: "audit-interval", Key: "auditInterval"},
+		{Flag: "lookup-timeout", Key: "lookupTimeout"},
+		{Flag: "shutdown-timeout", Key: "shutdownTimeout"},
+	}
+}
+
 func run(ctx context.Context) error {
-	o, err := load(os.Args[1:])
+	o, err := load(os.Args[1:], os.Getenv)
 	if err != nil {
 		return err
 	}

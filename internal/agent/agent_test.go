@@ -254,6 +254,7 @@ nriRequestTimeout: 1s
 	for _, bad := range []struct{ content, want string }{
 		{"stateDirectory: /s\n", "unknown keys statedirectory"},
 		{"maxMsgSize: lots\n", "maxMsgSize"},
+		{"listen: /l.sock\nmaxMsgSize: lots\n", ".yaml:2: key maxMsgSize"},
 		{"policies: qos,turbo\n", "turbo"},
 		{"nodeLabels: [a]\n", "nodeLabels"},
 	} {
