@@ -6,7 +6,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -22,14 +21,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/keyutil"
+	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/bench/internal/procstat"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
@@ -46,104 +46,63 @@ func kubeAPIServerPath() string {
 	return filepath.Join(framework.CacheDir(), "kubernetes-"+kubernetesVersion, "kube-apiserver")
 }
 
-// pki is the run's certificates: one CA that signs the API server's and the webhook's serving
-// certificates, both for 127.0.0.1 (the floor webhook serves the webhook's too), and the
-// service-account key pair kube-apiserver insists on.
+// pki is the run's certificates and credentials: one self-signed serving certificate for 127.0.0.1
+// that kube-apiserver and both webhooks serve (tandem-webhook's own certificates, admission/certs, name
+// only the in-cluster Service, which nothing here resolves); its key also signs the service-account
+// tokens kube-apiserver insists on; and a static admin token.
 type pki struct {
-	caPEM                        []byte
-	apiCert, apiKey              string
-	webhookCert, webhookKey      string
-	saPub, saKey                 string
+	caPEM                        []byte // the serving certificate, its own CA: what every client trusts
+	cert, key                    string
 	tokenFile, token, kubeconfig string
 }
 
 func newPKI(dir string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create the certificates' directory: %w", err)
 	}
-	p := &pki{
-		apiCert: filepath.Join(dir, "apiserver.crt"), apiKey: filepath.Join(dir, "apiserver.key"),
-		webhookCert: filepath.Join(dir, "webhook.crt"), webhookKey: filepath.Join(dir, "webhook.key"),
-		saPub: filepath.Join(dir, "sa.pub"), saKey: filepath.Join(dir, "sa.key"),
-		tokenFile: filepath.Join(dir, "tokens.csv"),
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := newServingCert()
 	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tandem-bench-admission-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	// ECDSA P-256 serving keys, as tandem-webhook's own self-signed certificates (admission/certs).
-	for i, leaf := range []struct{ cn, cert, key string }{
-		{"kube-apiserver", p.apiCert, p.apiKey},
-		{"tandem-webhook", p.webhookCert, p.webhookKey},
-	} {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(2 + i)), Subject: pkix.Name{CommonName: leaf.cn},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, err
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return nil, err
-		}
-		if err := writePEM(leaf.cert, "CERTIFICATE", der); err != nil {
-			return nil, err
-		}
-		if err := writePEM(leaf.key, "EC PRIVATE KEY", keyDER); err != nil {
-			return nil, err
-		}
-	}
-	sa, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&sa.PublicKey)
-	if err != nil {
-		return nil, err
-	}
-	if err := writePEM(p.saKey, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(sa)); err != nil {
-		return nil, err
-	}
-	if err := writePEM(p.saPub, "PUBLIC KEY", pub); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("make a serving certificate for 127.0.0.1: %w", err)
 	}
 	tok := make([]byte, 16)
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
-	p.token = hex.EncodeToString(tok)
+	p := &pki{caPEM: certPEM, cert: filepath.Join(dir, "serving.crt"), key: filepath.Join(dir, "serving.key"),
+		tokenFile: filepath.Join(dir, "tokens.csv"), token: hex.EncodeToString(tok)}
 	line := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", p.token, adminUser, adminUser)
-	if err := os.WriteFile(p.tokenFile, []byte(line), 0o600); err != nil {
-		return nil, err
+	for path, data := range map[string][]byte{p.cert: certPEM, p.key: keyPEM, p.tokenFile: []byte(line)} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
 
-func writePEM(path, typ string, der []byte) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+// newServingCert makes the run's serving certificate: an ECDSA P-256 key, as tandem-webhook's own
+// certificates have (admission/certs), so that the TLS the API server does toward a webhook costs what
+// it costs on a cluster; for 127.0.0.1 and localhost; self-signed, so that it is its own CA.
+func newServingCert() (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tandem-bench-admission"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = keyutil.MarshalPrivateKeyToPEM(key); err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
 }
 
 // writeKubeconfig writes the admin kubeconfig tandem-webhook reads.
@@ -187,99 +146,12 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// process is a daemon this benchmark started. It runs in a process group of its own, so that a
-// Ctrl-C in the terminal reaches only the benchmark, which then stops it; and it gets SIGKILL if
-// the benchmark dies without doing so.
-type process struct {
-	name, log string
-	cmd       *exec.Cmd
-	done      chan struct{}
-	err       error
-}
-
-// env, if any, is added to the benchmark's own environment.
-func startProcess(name, bin string, args, env []string, logPath string) (*process, error) {
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if len(env) > 0 {
-		cmd.Env = append(os.Environ(), env...)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
-	}
-	p := &process{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		log.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *process) pid() int { return p.cmd.Process.Pid }
-
-// exited returns an error naming the process and the end of its log if it has exited.
-func (p *process) exited() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("%s exited (%v); the end of its log:\n%s", p.name, p.err, p.logTail(3000))
-	default:
-		return nil
-	}
-}
-
-func (p *process) logTail(n int) string {
-	b, err := os.ReadFile(p.log)
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
-
-// stop sends SIGTERM, and SIGKILL if the process is still there after grace.
-func (p *process) stop(grace time.Duration) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// cpuSeconds is the user+system CPU time the process has used so far.
-func cpuSeconds(pid int) (float64, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, err
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.CPUTime(), nil
-}
-
 // waitHTTP polls url until it answers 200 (with want in the body, when set), p exits, or timeout.
-func waitHTTP(ctx context.Context, p *process, client *http.Client, url, token, want string, timeout time.Duration) error {
+func waitHTTP(ctx context.Context, p *framework.Daemon, client *http.Client, url, token, want string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last string
 	for {
-		if err := p.exited(); err != nil {
+		if err := p.Exited(); err != nil {
 			return err
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -301,7 +173,7 @@ func waitHTTP(ctx context.Context, p *process, client *http.Client, url, token, 
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready at %s within %s (last answer: %s); the end of its log:\n%s", p.name, url, timeout, last, p.logTail(3000))
+			return fmt.Errorf("%s not ready at %s within %s (last answer: %s); the end of its log:\n%s", p.Name(), url, timeout, last, p.LogTail(3000))
 		}
 		if err := runctx.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return err
@@ -321,7 +193,7 @@ func tlsClient(caPEM []byte) *http.Client {
 type servers struct {
 	dir                          string
 	pki                          *pki
-	etcd, apiserver, hook, floor *process
+	etcd, apiserver, hook, floor *framework.Daemon
 	apiURL                       string
 	webhookPort, floorPort       int
 	metricsURL                   string // tandem-webhook's plain-HTTP /metrics
@@ -329,10 +201,12 @@ type servers struct {
 }
 
 // stop stops what was started, the webhooks first, etcd last.
-func (s *servers) stop() {
-	for _, p := range []*process{s.floor, s.hook, s.apiserver, s.etcd} {
+func (s *servers) stop(ctx context.Context) {
+	for _, p := range []*framework.Daemon{s.floor, s.hook, s.apiserver, s.etcd} {
 		if p != nil {
-			p.stop(10 * time.Second)
+			if err := p.Stop(ctx, 10*time.Second); err != nil {
+				klog.ErrorS(err, "Stopping a server of the benchmark")
+			}
 		}
 	}
 }
@@ -352,7 +226,7 @@ func (s *servers) startControlPlane(ctx context.Context, etcdBin, apiserverBin s
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	s.etcd, err = startProcess("etcd", etcdBin, []string{
+	s.etcd, err = framework.StartDaemon("etcd", etcdBin, []string{
 		"--name=bench", "--data-dir=" + filepath.Join(s.dir, "etcd"),
 		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
 		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
@@ -365,16 +239,16 @@ func (s *servers) startControlPlane(ctx context.Context, etcdBin, apiserverBin s
 		return err
 	}
 	s.apiURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	s.apiserver, err = startProcess("kube-apiserver", apiserverBin, []string{
+	s.apiserver, err = framework.StartDaemon("kube-apiserver", apiserverBin, []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", apiPort),
-		"--tls-cert-file=" + s.pki.apiCert, "--tls-private-key-file=" + s.pki.apiKey,
+		"--tls-cert-file=" + s.pki.cert, "--tls-private-key-file=" + s.pki.key,
 		"--token-auth-file=" + s.pki.tokenFile,
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + s.pki.saPub,
-		"--service-account-signing-key-file=" + s.pki.saKey,
+		"--service-account-key-file=" + s.pki.key,
+		"--service-account-signing-key-file=" + s.pki.key,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--cert-dir=" + filepath.Join(s.dir, "pki", "apiserver"),
 	}, nil, filepath.Join(s.dir, "kube-apiserver.log"))
@@ -392,11 +266,11 @@ func (s *servers) startControlPlane(ctx context.Context, etcdBin, apiserverBin s
 func (s *servers) startWebhook(ctx context.Context, bin string) error {
 	metricsAddr := strings.TrimPrefix(s.metricsURL, "http://")
 	var err error
-	s.hook, err = startProcess("tandem-webhook", bin, []string{
+	s.hook, err = framework.StartDaemon("tandem-webhook", bin, []string{
 		fmt.Sprintf("--listen=127.0.0.1:%d", s.webhookPort),
 		"--metrics-listen=" + metricsAddr,
 		"--kubeconfig=" + s.pki.kubeconfig,
-		"--tls-cert-file=" + s.pki.webhookCert, "--tls-private-key-file=" + s.pki.webhookKey,
+		"--tls-cert-file=" + s.pki.cert, "--tls-private-key-file=" + s.pki.key,
 		"--webhook-configuration=" + webhookConfigName,
 	}, nil, filepath.Join(s.dir, "tandem-webhook.log"))
 	if err != nil {
@@ -452,10 +326,10 @@ func findAPIServer(override string) (string, error) {
 
 // waitIdle waits until p used less than cores of CPU in each of n consecutive seconds, or timeout
 // passed (then it goes on: a busy machine must not stop the run). It says which.
-func waitIdle(ctx context.Context, p *process, cores float64, n int, timeout time.Duration) (string, error) {
+func waitIdle(ctx context.Context, p *framework.Daemon, cores float64, n int, timeout time.Duration) (string, error) {
 	start := time.Now()
 	quiet := 0
-	last, err := cpuSeconds(p.pid())
+	last, err := cpuSeconds(p.PID())
 	if err != nil {
 		return "", err
 	}
@@ -466,7 +340,7 @@ func waitIdle(ctx context.Context, p *process, cores float64, n int, timeout tim
 		if err := runctx.Sleep(ctx, time.Second); err != nil {
 			return "", err
 		}
-		now, err := cpuSeconds(p.pid())
+		now, err := cpuSeconds(p.PID())
 		if err != nil {
 			return "", err
 		}
@@ -478,4 +352,10 @@ func waitIdle(ctx context.Context, p *process, cores float64, n int, timeout tim
 		last = now
 	}
 	return fmt.Sprintf("under %.0f%% of a CPU for %ds, after %s", 100*cores, n, time.Since(start).Round(time.Second)), nil
+}
+
+// cpuSeconds is the user+system CPU time process pid has used so far.
+func cpuSeconds(pid int) (float64, error) {
+	t, err := procstat.CPUTime(pid)
+	return t.Seconds(), err
 }

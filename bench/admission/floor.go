@@ -44,6 +44,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/admission"
+	"github.com/tandemkit/tandem/e2e/framework"
 )
 
 // floorEnv, set to the path of a floorConfig file, makes this binary serve the floor webhook
@@ -330,7 +331,7 @@ func (s *servers) startFloor(ctx context.Context, vs []floorVariant) error {
 	cfg := floorConfig{
 		Listen:        fmt.Sprintf("127.0.0.1:%d", s.floorPort),
 		MetricsListen: strings.TrimPrefix(s.floorMetricsURL, "http://"),
-		CertFile:      s.pki.webhookCert, KeyFile: s.pki.webhookKey,
+		CertFile:      s.pki.cert, KeyFile: s.pki.key,
 		Variants: vs,
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
@@ -341,7 +342,7 @@ func (s *servers) startFloor(ctx context.Context, vs []floorVariant) error {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return err
 	}
-	s.floor, err = startProcess("floor webhook", exe, nil, []string{floorEnv + "=" + path}, filepath.Join(s.dir, "floor.log"))
+	s.floor, err = framework.StartDaemon("floor webhook", exe, nil, []string{floorEnv + "=" + path}, filepath.Join(s.dir, "floor.log"))
 	if err != nil {
 		return err
 	}

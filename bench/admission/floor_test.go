@@ -221,7 +221,7 @@ func TestServeFloor(t *testing.T) {
 	}
 	cfg := floorConfig{
 		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsListen: fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		CertFile: p.webhookCert, KeyFile: p.webhookKey,
+		CertFile: p.cert, KeyFile: p.key,
 		Variants: []floorVariant{{Name: "web", Marker: variantMarker(benchPods()[variantWeb]), Patch: []string{`[{"op":"add","path":"/metadata/labels/x","value":"y"}]`}}},
 	}
 	b, err := json.Marshal(cfg)

@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tandemkit/tandem/admission"
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 )
 
 // staticCluster answers the mutator's lookups as tandem-webhook's informers do once synced.
@@ -120,7 +120,7 @@ func measureHandler(h http.Handler, name, path, body string, iters int) (cost, e
 		cpu[i] = threadCPU() - c0
 	}
 	c.wall = time.Since(start) / time.Duration(iters)
-	c.cpuP50, c.cpuP99 = quantile.Nearest(cpu, 0.50), quantile.Nearest(cpu, 0.99)
+	c.cpuP50, c.cpuP99 = figures.Nearest(cpu, 0.50), figures.Nearest(cpu, 0.99)
 	return c, nil
 }
 

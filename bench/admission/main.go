@@ -55,24 +55,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/admission"
-	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
@@ -148,7 +142,7 @@ type snapshot struct {
 	hookPatched, hookAllowed           float64
 }
 
-func run(ctx context.Context, o options) (err error) {
+func run(ctx context.Context, o options) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
@@ -157,10 +151,6 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	apiBin, err := findAPIServer(o.apiserver)
-	if err != nil {
-		return err
-	}
-	root, err := framework.RepoRoot(ctx)
 	if err != nil {
 		return err
 	}
@@ -178,285 +168,19 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}()
 	s := &servers{dir: dir}
-	defer s.stop()
-
-	// tandem-webhook builds while the control plane starts.
-	type built struct {
-		bin string
-		err error
-	}
-	buildDone := make(chan built, 1)
-	go func() {
-		bin, err := framework.BuildCommand(ctx, dir, "tandem-webhook")
-		buildDone <- built{bin, err}
-	}()
-	t0 := time.Now()
-	progress("starting etcd and kube-apiserver %s in %s, building tandem-webhook", kubernetesVersion, dir)
-	cpErr := s.startControlPlane(ctx, etcdBin, apiBin)
-	b := <-buildDone
-	if cpErr != nil {
-		return cpErr
-	}
-	if b.err != nil {
-		return b.err
-	}
-	cfg := s.pki.restConfig(s.apiURL)
-	setupCS, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
+	defer s.stop(context.WithoutCancel(ctx))
+	m := &measurement{o: o, s: s, etcdBin: etcdBin, apiBin: apiBin, httpc: &http.Client{Timeout: 10 * time.Second}}
+	if err := m.setUp(ctx); err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
+	if err := m.load(ctx); err != nil {
 		return err
 	}
-	progress("API server ready after %s; applying the CRD, PriorityClass koord-batch, namespaces", time.Since(t0).Round(100*time.Millisecond))
-	if err := applyCRD(ctx, dyn, root); err != nil {
-		return err
-	}
-	if err := createBase(ctx, setupCS); err != nil {
-		return err
-	}
-	if err := s.startWebhook(ctx, b.bin); err != nil {
-		return err
-	}
-	progress("tandem-webhook ready; registering its webhooks and 20 ClusterColocationProfiles")
-	if err := createWebhookConfigurations(ctx, setupCS, tandemWebhooks(s.webhookPort), s.pki.caPEM); err != nil {
-		return err
-	}
-	profiles := benchProfiles()
-	if err := createProfiles(ctx, dyn, profiles); err != nil {
-		return err
-	}
-	httpc := &http.Client{Timeout: 10 * time.Second}
-	if err := waitProfiles(ctx, s, httpc, len(profiles)); err != nil {
-		return err
-	}
-	pods := benchPods()
-	want := expectedAnnotations(profiles)
-	submitted, admitted, err := waitAdmission(ctx, setupCS, pods, want)
-	if err != nil {
-		return err
-	}
-	progress("tandem-webhook admits as expected; asking it for its patches and starting the floor webhook")
-	floorVs, err := floorVariants(ctx, tlsClient(s.pki.caPEM), fmt.Sprintf("https://127.0.0.1:%d", s.webhookPort), pods, submitted)
-	if err != nil {
-		return err
-	}
-	if err := s.startFloor(ctx, floorVs); err != nil {
-		return err
-	}
-	if err := createWebhookConfigurations(ctx, setupCS, floorWebhooks(s.floorPort), s.pki.caPEM); err != nil {
-		return err
-	}
-	if err := waitFloor(ctx, setupCS, pods, admitted); err != nil {
-		return err
-	}
-	progress("floor webhook admits as tandem-webhook does after %s of setup; waiting for kube-apiserver to settle", time.Since(t0).Round(100*time.Millisecond))
-	// A fresh API server keeps working for a while (post-start hooks, the OpenAPI spec rebuilt
-	// after the CRD): that would land on the first measured requests.
-	settled, err := waitIdle(ctx, s.apiserver, 0.15, 3, time.Minute)
-	if err != nil {
-		return err
-	}
-	progress("kube-apiserver settled (%s)", settled)
-
-	// The measured client: no client-side rate limit, protobuf unless told otherwise.
-	if o.protobuf {
-		cfg.ContentType = "application/vnd.kubernetes.protobuf"
-		cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	nsOf := [kinds]string{nsPlain, nsWebhook, nsFloor}
-	if o.aa {
-		nsOf = [kinds]string{nsPlain, nsPlain, nsPlain}
-	}
-	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	send := func(ctx context.Context, sl slot) error {
-		v := sl.seq % variants
-		ns := nsOf[sl.kind]
-		ctx, cancel := context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-		got, err := cs.CoreV1().Pods(ns).Create(ctx, pods[v].DeepCopy(), dryRun)
-		if err != nil {
-			return err
-		}
-		return checkAdmitted(got, ns, want[v])
-	}
-
-	seed := o.seed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	rng := rand.New(rand.NewPCG(seed, 0x7a6d))
-	machine := hostinfo.Read()
-	loadBefore := hostinfo.LoadAverage()
-
-	var warm []outcome
-	if n := perKind(o.rate, o.warmup); n > 0 {
-		progress("warm-up: %s at %g pods/s in all", o.warmup, o.rate)
-		warm = runSchedule(ctx, schedule(o.rate, n, rng), time.Now().Add(10*time.Millisecond), send)
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-	before, err := takeSnapshot(ctx, s, httpc)
-	if err != nil {
-		return err
-	}
-	n := perKind(o.rate, o.duration)
-	progress("measuring: %s at %g pods/s in all (%d requests of each of %d kinds), kinds in random order, seed %d", o.duration, o.rate, n, kinds, seed)
-	outs := runSchedule(ctx, schedule(o.rate, n, rng), time.Now().Add(10*time.Millisecond), send)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	after, err := takeSnapshot(ctx, s, httpc)
-	if err != nil {
-		return err
-	}
-	loadAfter := hostinfo.LoadAverage()
-
-	// The report.
-	fmt.Printf("bench/admission: admission latency tandem-webhook adds to a pod CREATE (dryRun=All), open loop, against no webhook and against the leanest webhook\n")
-	fmt.Printf("machine: %d CPUs (%s), GOMAXPROCS %d, kernel %s, %s, %s; load average before %s, after %s\n",
-		machine.CPUs, machine.CPUModel, machine.GOMAXPROCS, machine.Kernel, machine.OS, machine.GoVersion, loadBefore, loadAfter)
-	fmt.Printf("servers: kube-apiserver %s (%s), etcd %s, tandem-webhook built from this tree, the floor webhook (this binary); all on 127.0.0.1, the webhooks called at their URLs\n",
-		kubernetesVersion, apiBin, etcdBin)
-	fmt.Printf("webhook TLS: serving certificate from files (--tls-cert-file), so the self-signed Secret/caBundle path is not exercised; failurePolicy Fail\n")
-	fmt.Printf("profiles: %d ClusterColocationProfiles; the web pod (LS) matches %d, the Spark executor (turned BE, koord-batch) %d\n",
-		len(profiles), strings.Count(want[variantWeb], ",")+1, strings.Count(want[variantBatch], ",")+1)
-	fmt.Printf("floor webhook: a process of its own, registered like tandem-webhook (same rules, timeouts, failurePolicy Fail, sideEffects None, v1, TLS from files); decodes the AdmissionReview (encoding/json, admission/v1) and answers allowed, mutating with tandem-webhook's own patch for that pod (%s), checked at setup to admit the pods exactly as tandem-webhook does; it does not decode the pod, match profiles, compute a patch, validate or log\n",
-		patchSizes(floorVs))
-	enc := "protobuf"
-	if !o.protobuf {
-		enc = "JSON"
-	}
-	fmt.Printf("load: %g pod creates/s to the API server in all, %s warm-up then %s measured, %d requests of each kind (%.1f/s each), each request's kind random, A/B/C equally (random order in each block of three; seed %d); %s over client-go's HTTP/2 connection, user in system:masters (APF exempt)\n",
-		o.rate, o.warmup, o.duration, n, o.rate/kinds, seed, enc)
-	if o.aa {
-		fmt.Printf("A/A mode: kinds B and C go to %s as well; no webhook is called\n", nsPlain)
-	}
-	fmt.Println()
-
-	kindName := [kinds]string{"A " + nsPlain + " (no webhook)", "B " + nsWebhook + " (tandem-webhook)", "C " + nsFloor + " (floor webhook)"}
-	if o.aa {
-		kindName[kindWebhook] = "B " + nsPlain + " (A/A)"
-		kindName[kindFloor] = "C " + nsPlain + " (A/A)"
-	}
-	var st [kinds]stats
-	fmt.Printf("%-36s %6s %5s %9s %9s %9s %9s %9s %9s\n", "latency from due time", "n", "fail", "mean", "p50", "p90", "p99", "max", "lag max")
-	for k := range kinds {
-		st[k] = summarize(outs, func(o outcome) bool { return o.kind == k })
-		row(kindName[k], st[k])
-		for v := range variants {
-			row("  "+variantNames[v]+" pod", summarize(outs, func(o outcome) bool { return o.kind == k && o.seq%variants == v }))
-		}
-	}
-	for _, c := range comparisons {
-		d := minus(st[c.x], st[c.y])
-		meaning := c.meaning
-		if o.aa {
-			meaning = "A/A: noise"
-		}
-		name := fmt.Sprintf("%c − %c (%s)", 'A'+c.x, 'A'+c.y, meaning)
-		fmt.Printf("%-36s %6s %5s %9s %9s %9s %9s %9s\n", name, "", "", fmtSigned(d.mean), fmtSigned(d.p50), fmtSigned(d.p90), fmtSigned(d.p99), fmtSigned(d.max))
-	}
-	a, bb, c := st[kindPlain], st[kindWebhook], st[kindFloor]
-	fmt.Printf("%-36s %6s %5s %9s %9s %9s %9s %9s\n", "B / A", "", "", ratio(bb.mean, a.mean), ratio(bb.p50, a.p50), ratio(bb.p90, a.p90), ratio(bb.p99, a.p99), ratio(bb.max, a.max))
-	fmt.Printf("%-36s %6s %5s %9s %9s %9s %9s %9s\n", "B / C", "", "", ratio(bb.mean, c.mean), ratio(bb.p50, c.p50), ratio(bb.p90, c.p90), ratio(bb.p99, c.p99), ratio(bb.max, c.max))
-	fmt.Println()
-
-	window := after.at.Sub(before.at).Seconds()
-	if !o.aa {
-		printHistograms(os.Stdout, "tandem-webhook, server side (tandem_webhook_admission_duration_seconds, measured window; p50/p99 interpolated within the bucket):",
-			after.hookHist, before.hookHist)
-		fmt.Printf("  reviews answered: %.0f patched, %.0f allowed unchanged\n", after.hookPatched-before.hookPatched, after.hookAllowed-before.hookAllowed)
-		printHistograms(os.Stdout, "floor webhook, server side (the same metric and buckets, measured window):",
-			after.floorHist, before.floorHist)
-		printHistograms(os.Stdout, "kube-apiserver's view of each webhook call (apiserver_admission_webhook_admission_duration_seconds, measured window; coarse buckets, the mean is the figure):",
-			after.apiHist, before.apiHist)
-		wm, wv, wSum, okW := callPair(after.apiHist, before.apiHist, "pods.mutate."+tandemWebhooks(0).domain, "pods.validate."+tandemWebhooks(0).domain)
-		fm, fv, fSum, okF := callPair(after.apiHist, before.apiHist, "pods.mutate."+floorWebhooks(0).domain, "pods.validate."+floorWebhooks(0).domain)
-		if okW && okF {
-			fmt.Printf("  per pod, the two calls as the API server times them (means): tandem-webhook %s (%s + %s), floor %s (%s + %s); difference %s\n",
-				fmtSeconds(wSum), fmtSeconds(wm), fmtSeconds(wv), fmtSeconds(fSum), fmtSeconds(fm), fmtSeconds(fv), fmtSigned(time.Duration((wSum-fSum)*float64(time.Second))))
-		}
-		fmt.Println()
-	}
-	if o.handlerIters > 0 {
-		// Measured after the run and with the servers idle, so it perturbs nothing.
-		hook, err := inProcessHandler(profiles)
-		if err != nil {
-			return fmt.Errorf("in-process handler: %w", err)
-		}
-		floor, err := newFloorHandler(floorVs, prometheus.NewRegistry())
-		if err != nil {
-			return fmt.Errorf("in-process floor handler: %w", err)
-		}
-		for _, h := range []struct {
-			name string
-			h    http.Handler
-		}{{"tandem-webhook's handler", hook}, {"the floor's handler", floor}} {
-			costs, err := handlerCosts(h.h, submitted, admitted, o.handlerIters)
-			if err != nil {
-				return fmt.Errorf("%s in process: %w", h.name, err)
-			}
-			fmt.Printf("%s in this process (%d reviews each as the API server sends them, no network or TLS; thread CPU time):\n", h.name, o.handlerIters)
-			for _, c := range costs {
-				fmt.Printf("  %-22s %6.1f KiB review  cpu p50 %-8s p99 %-8s wall mean %s\n", c.name, float64(c.bytes)/1024, fmtDur(c.cpuP50), fmtDur(c.cpuP99), fmtDur(c.wall))
-			}
-			fmt.Printf("  per pod (mutate + validate, p50, mean of the two pods): %s CPU\n", fmtDur(perPod(costs)))
-		}
-		fmt.Println()
-	}
-	fmt.Printf("CPU time during the measured window (%.1f s wall, %d CPUs = %.0f CPU-s available):\n", window, machine.CPUs, window*float64(machine.CPUs))
-	cpuRow := func(name string, d float64, per string) {
-		fmt.Printf("  %-16s %7.2f CPU-s  %5.1f%% of one CPU  %s\n", name, d, 100*d/window, per)
-	}
-	hookCPU := after.cpuHook - before.cpuHook
-	floorCPU := after.cpuFloor - before.cpuFloor
-	apiCPU := after.cpuAPI - before.cpuAPI
-	perHook, perFloor := "-", "-"
-	if !o.aa && bb.n > 0 && c.n > 0 {
-		perHook = fmt.Sprintf("%s per pod of kind B (mutate + validate)", fmtSeconds(hookCPU/float64(bb.n)))
-		perFloor = fmt.Sprintf("%s per pod of kind C (mutate + validate)", fmtSeconds(floorCPU/float64(c.n)))
-	}
-	cpuRow("tandem-webhook", hookCPU, perHook)
-	cpuRow("floor webhook", floorCPU, perFloor)
-	cpuRow("kube-apiserver", apiCPU, fmt.Sprintf("%s per pod, all kinds", fmtSeconds(apiCPU/float64(max(1, a.n+bb.n+c.n)))))
-	cpuRow("etcd", after.cpuEtcd-before.cpuEtcd, "")
-	cpuRow("this benchmark", after.cpuSelf-before.cpuSelf, "(the client: encoding, TLS, goroutines)")
-	fmt.Println()
-
-	if note := busyNote(loadBefore, machine.CPUs, max(a.lagMax, bb.lagMax, c.lagMax)); note != "" {
-		fmt.Println(note)
-	}
-	failed := a.failed + bb.failed + c.failed
-	warmFailed := 0
-	for _, w := range warm {
-		if w.err != nil {
-			warmFailed++
-		}
-	}
-	if warmFailed > 0 {
-		fmt.Printf("warm-up: %d of %d requests failed\n", warmFailed, len(warm))
-	}
-	printErrors(st)
-	if !o.aa {
-		fmt.Printf("target: tandem-webhook adds ≤ %s at p99 over the leanest webhook (B − C)\n", fmtDur(o.target))
-	}
-	j := judge(st, o.target, failed+warmFailed, o.aa)
-	fmt.Println(j.line)
-	if !j.ok {
-		return errors.New(strings.TrimPrefix(j.line, "verdict: "))
-	}
-	return nil
+	return m.print()
 }
 
 func row(name string, s stats) {
-	fmt.Printf("%-36s %6d %5d %9s %9s %9s %9s %9s %9s\n", name, s.n, s.failed, fmtDur(s.mean), fmtDur(s.p50), fmtDur(s.p90), fmtDur(s.p99), fmtDur(s.max), fmtDur(s.lagMax))
+	fmt.Printf("%-36s %6d %5d %9s %9s %9s %9s %9s %9s\n", name, s.n, s.failed, figures.Duration(s.mean), figures.Duration(s.p50), figures.Duration(s.p90), figures.Duration(s.p99), figures.Duration(s.max), figures.Duration(s.lagMax))
 }
 
 func printErrors(st [kinds]stats) {
@@ -507,7 +231,7 @@ func waitProfiles(ctx context.Context, s *servers, httpc *http.Client, n int) er
 			got, _ := gaugeValue(body, "tandem_webhook_profiles")
 			bad, _ := gaugeValue(body, "tandem_webhook_profiles_invalid")
 			if bad > 0 {
-				return fmt.Errorf("tandem-webhook left out %.0f profiles as invalid; its log:\n%s", bad, s.hook.logTail(3000))
+				return fmt.Errorf("tandem-webhook left out %.0f profiles as invalid; its log:\n%s", bad, s.hook.LogTail(3000))
 			}
 			if int(got) == n {
 				return nil
@@ -526,8 +250,8 @@ func waitProfiles(ctx context.Context, s *servers, httpc *http.Client, n int) er
 // takeSnapshot reads the processes' CPU time and the webhooks' and API server's histograms.
 func takeSnapshot(ctx context.Context, s *servers, httpc *http.Client) (snapshot, error) {
 	sn := snapshot{at: time.Now()}
-	for _, p := range []*process{s.hook, s.floor, s.apiserver, s.etcd} {
-		if err := p.exited(); err != nil {
+	for _, p := range []*framework.Daemon{s.hook, s.floor, s.apiserver, s.etcd} {
+		if err := p.Exited(); err != nil {
 			return sn, err
 		}
 	}
@@ -535,7 +259,7 @@ func takeSnapshot(ctx context.Context, s *servers, httpc *http.Client) (snapshot
 	for _, c := range []struct {
 		pid int
 		dst *float64
-	}{{s.hook.pid(), &sn.cpuHook}, {s.floor.pid(), &sn.cpuFloor}, {s.apiserver.pid(), &sn.cpuAPI}, {s.etcd.pid(), &sn.cpuEtcd}, {os.Getpid(), &sn.cpuSelf}} {
+	}{{s.hook.PID(), &sn.cpuHook}, {s.floor.PID(), &sn.cpuFloor}, {s.apiserver.PID(), &sn.cpuAPI}, {s.etcd.PID(), &sn.cpuEtcd}, {os.Getpid(), &sn.cpuSelf}} {
 		if *c.dst, err = cpuSeconds(c.pid); err != nil {
 			return sn, fmt.Errorf("CPU time of pid %d: %w", c.pid, err)
 		}

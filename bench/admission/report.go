@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 )
 
 // stats summarizes the latencies of one kind (or one kind and pod variant).
@@ -48,10 +48,10 @@ func summarize(outs []outcome, keep func(outcome) bool) stats {
 	if st.n == 0 {
 		return st
 	}
-	st.p50, st.p90, st.p99 = quantile.Nearest(lat, 0.50), quantile.Nearest(lat, 0.90), quantile.Nearest(lat, 0.99)
+	st.p50, st.p90, st.p99 = figures.Nearest(lat, 0.50), figures.Nearest(lat, 0.90), figures.Nearest(lat, 0.99)
 	st.max = slices.Max(lat)
 	st.mean = sum / time.Duration(st.n)
-	st.lagP99, st.lagMax = quantile.Nearest(lag, 0.99), slices.Max(lag)
+	st.lagP99, st.lagMax = figures.Nearest(lag, 0.99), slices.Max(lag)
 	return st
 }
 
@@ -98,7 +98,7 @@ func judge(st [kinds]stats, target time.Duration, failed int, aa bool) judgement
 	}
 	if aa {
 		return judgement{ok: failed == 0, line: fmt.Sprintf("verdict: A/A check (all three kinds sent to %s, no webhook called), no target judged: p99 differs by %s (B − C), %s (B − A), %s (C − A), the noise floor of this run; %s",
-			nsPlain, fmtSigned(bc), fmtSigned(ba), fmtSigned(ca), fails)}
+			nsPlain, figures.Signed(bc), figures.Signed(ba), figures.Signed(ca), fails)}
 	}
 	within := bc <= target
 	word := "PASS"
@@ -111,7 +111,7 @@ func judge(st [kinds]stats, target time.Duration, failed int, aa bool) judgement
 	}
 	return judgement{ok: within && failed == 0, line: fmt.Sprintf("verdict: %s: tandem-webhook adds %s at p99 over the leanest webhook (B − C: %s %s − %s %s), %s the %s target; "+
 		"B − A (%s at p99, what a user sees) is reported too but not judged, as it also holds the API server's own cost of calling any webhook with this patch (C − A = %s), which no webhook can remove; %s",
-		word, fmtSigned(bc), nsWebhook, fmtDur(b.p99), nsFloor, fmtDur(c.p99), cmp, fmtDur(target), fmtSigned(ba), fmtSigned(ca), fails)}
+		word, figures.Signed(bc), nsWebhook, figures.Duration(b.p99), nsFloor, figures.Duration(c.p99), cmp, figures.Duration(target), figures.Signed(ba), figures.Signed(ca), fails)}
 }
 
 // callPair is the mean the API server's histogram gives one webhook call of each of the two pod
@@ -139,7 +139,7 @@ func callPair(after, before map[string]*histogram, mutate, validate string) (m, 
 }
 
 // busyNote warns when the figures include other work: the machine was loaded before the run
-// (1-minute load average, as hostinfo.LoadAverage prints it, over half the CPUs) or the client
+// (1-minute load average, as figures.LoadAverage prints it, over half the CPUs) or the client
 // itself sent a request more than 10 ms late. Empty when neither.
 func busyNote(loadAvg string, cpus int, lagMax time.Duration) string {
 	var why []string
@@ -149,7 +149,7 @@ func busyNote(loadAvg string, cpus int, lagMax time.Duration) string {
 		}
 	}
 	if lagMax > 10*time.Millisecond {
-		why = append(why, fmt.Sprintf("the client itself sent a request %s late", fmtDur(lagMax)))
+		why = append(why, fmt.Sprintf("the client itself sent a request %s late", figures.Duration(lagMax)))
 	}
 	if len(why) == 0 {
 		return ""
@@ -157,28 +157,8 @@ func busyNote(loadAvg string, cpus int, lagMax time.Duration) string {
 	return "note: the machine was busy (" + strings.Join(why, "; ") + "): the tails include other work; -aa shows this machine's noise floor"
 }
 
-func fmtDur(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + fmtDur(-d)
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
-	case d < time.Second:
-		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
-	default:
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	}
-}
-
-func fmtSigned(d time.Duration) string {
-	if d >= 0 {
-		return "+" + fmtDur(d)
-	}
-	return fmtDur(d)
-}
-
 func fmtSeconds(s float64) string {
-	return fmtDur(time.Duration(s * float64(time.Second)))
+	return figures.Duration(time.Duration(s * float64(time.Second)))
 }
 
 func ratio(a, b time.Duration) string {

@@ -2,31 +2,25 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/figures"
+	"github.com/tandemkit/tandem/bench/internal/podcgroup"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
-	"github.com/tandemkit/tandem/hooks/policy"
 )
 
 // Inside the pods: where the agent binary and the results directory are mounted.
@@ -77,7 +71,7 @@ func runBench(ctx context.Context, o options) (retErr error) {
 		return err
 	}
 	logger := klog.FromContext(ctx)
-	cleanupCtx := func() (context.Context, context.CancelFunc) {
+	stopCtx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	}
 	if err := framework.EnsureDebianPackages(ctx); err != nil {
@@ -90,7 +84,7 @@ func runBench(ctx context.Context, o options) (retErr error) {
 	b := &bench{o: o, dir: dir, root: fmt.Sprintf("/tdm-coloc-%d", os.Getpid())}
 	keepDir := false
 	defer func() {
-		if err := removeCgroupTree(b.root); err != nil {
+		if err := podcgroup.RemoveTree(b.root); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("%w: remove them by hand (rmdir, deepest first)", err))
 		}
 		// With a mount left behind by a containerd that did not stop cleanly, removing the dir
@@ -113,7 +107,8 @@ func runBench(ctx context.Context, o options) (retErr error) {
 	}
 
 	logger.Info("Building the agent and tandem-proxy")
-	if b.agent, err = buildAgent(ctx, filepath.Join(dir, "bin")); err != nil {
+	// The agent runs inside the busybox test image: static, as framework builds Tandem's commands.
+	if b.agent, err = framework.BuildPackage(ctx, filepath.Join(dir, "bin"), "./bench/colocation", "coloc"); err != nil {
 		return err
 	}
 	b.proxyBin = o.proxyBinary
@@ -122,12 +117,9 @@ func runBench(ctx context.Context, o options) (retErr error) {
 			return err
 		}
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("find a free port: %w", err)
+	if b.addr, err = freeAddr(); err != nil {
+		return err
 	}
-	b.addr = lis.Addr().String()
-	_ = lis.Close()
 
 	logger.Info("Starting containerd", "flavor", o.flavor)
 	keepDir = true
@@ -136,7 +128,7 @@ func runBench(ctx context.Context, o options) (retErr error) {
 		return err
 	}
 	defer func() {
-		cctx, cancel := cleanupCtx()
+		cctx, cancel := stopCtx()
 		defer cancel()
 		if err := b.ctrd.Stop(cctx); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("stop containerd: %w", err))
@@ -156,33 +148,52 @@ func runBench(ctx context.Context, o options) (retErr error) {
 		}
 	}
 	defer func() {
-		cctx, cancel := cleanupCtx()
+		cctx, cancel := stopCtx()
 		defer cancel()
 		_ = direct.Close(cctx)
 		_ = images.Close(cctx)
 	}()
-	// The QoS parents as kubelet sets them: kubepods weighs the node's capacity (1024 shares per CPU)
-	// against the processes outside it, BestEffort gets the minimum weight, Burstable the sum of its
-	// pods' requests (the two LS pods). The private root gets kubepods' weight too, so that it stands
-	// where kubelet's / would: one level up, not a weight of its own.
-	capShares := int64(runtime.NumCPU()) * 1024
-	if err := makeCgroup(b.root, capShares); err != nil {
+	if err := makeQoSParents(b.root); err != nil {
 		return err
 	}
-	if err := makeCgroup(b.root+"/kubepods", capShares); err != nil {
-		return err
-	}
-	if err := makeCgroup(b.root+"/kubepods/besteffort", 2); err != nil {
-		return err
-	}
-	if err := makeCgroup(b.root+"/kubepods/burstable", 2*lsShares); err != nil {
-		return err
-	}
+	return b.measureRounds(ctx)
+}
 
+// freeAddr is a free TCP address on 127.0.0.1, for the LS service on the host network.
+func freeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
+}
+
+// makeQoSParents makes the QoS parents as kubelet sets them: kubepods weighs the node's capacity (1024
+// shares per CPU) against the processes outside it, BestEffort gets the minimum weight, Burstable the
+// sum of its pods' requests (the two LS pods). The private root gets kubepods' weight too, so that it
+// stands where kubelet's / would: one level up, not a weight of its own.
+func makeQoSParents(root string) error {
+	capShares := int64(runtime.NumCPU()) * 1024
+	for _, c := range []struct {
+		path   string
+		shares int64
+	}{{root, capShares}, {root + "/kubepods", capShares}, {root + "/kubepods/besteffort", 2}, {root + "/kubepods/burstable", 2 * lsShares}} {
+		if err := podcgroup.Make(c.path, c.shares); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureRounds measures every setting in every round, each round starting one setting further on,
+// and prints (and writes, with -json) the report.
+func (b *bench) measureRounds(ctx context.Context) error {
+	o, logger := b.o, klog.FromContext(ctx)
 	b.rep = report{
 		Date: time.Now().UTC(), Flavor: o.flavor, Capacity: float64(runtime.NumCPU()),
 		Duration: o.duration.String(), Rounds: o.rounds,
-		WorkUs: float64(o.work) / float64(time.Microsecond), TouchBytes: o.touch, Antagonist: o.antagonist, LS: o.ls, HostCgroup: ownCgroup(),
+		WorkUs: float64(o.work) / float64(time.Microsecond), TouchBytes: o.touch, Antagonist: o.antagonist, LS: o.ls, HostCgroup: podcgroup.Own(),
 	}
 	for r := 1; r <= o.rounds; r++ {
 		for i := range o.settings {
@@ -194,182 +205,41 @@ func runBench(ctx context.Context, o options) (retErr error) {
 		}
 	}
 	relate(b.rep.Cells, b.rep.PodStarts, b.rep.Capacity)
-	b.rep.Load = hostinfo.LoadAverage()
+	b.rep.Load = figures.LoadAverage()
+	m := figures.ReadMachine()
+	b.rep.Machine = &m
 	writeTables(os.Stdout, b.rep)
 	if o.jsonPath != "" {
-		out, err := json.MarshalIndent(b.rep, "", "  ")
-		if err != nil {
+		if err := figures.WriteJSON(o.jsonPath, b.rep); err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.jsonPath, out, 0o644); err != nil {
-			return fmt.Errorf("write -json: %w", err)
-		}
 	}
 	return nil
 }
 
-// buildAgent builds this command static, to run inside the busybox test image.
-func buildAgent(ctx context.Context, outDir string) (string, error) {
-	root, err := framework.RepoRoot(ctx)
-	if err != nil {
-		return "", err
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = "/usr/local/go/bin/go"
-	}
-	out := filepath.Join(outDir, "coloc")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-o", out, "./bench/colocation")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the agent (go build ./bench/colocation): %w: %s", err, b)
-	}
-	return out, nil
-}
-
-// sloConfig is the tandem-proxy --slo-config file of a Tandem setting.
-func sloConfig(setting string, threshold int) string {
-	s := "colocation-config: '{\"enable\": true}'\n"
-	policy := map[string]string{settingCPUSet: "cpuset", settingCFSQuota: "cfsQuota", settingCFSQ100ms: "cfsQuota"}[setting]
-	period := map[string]int{settingCFSQ100ms: 100000}[setting]
-	switch {
-	case period > 0:
-		s += fmt.Sprintf("resource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": %d, \"cpuSuppressPolicy\": %q, \"beCFSPeriodMicros\": %d}}'\n", threshold, policy, period)
-	case policy != "":
-		s += fmt.Sprintf("resource-threshold-config: '{\"clusterStrategy\": {\"enable\": true, \"cpuSuppressThresholdPercent\": %d, \"cpuSuppressPolicy\": %q}}'\n", threshold, policy)
-	}
-	if setting == settingYield {
-		s += "resource-qos-config: '{\"clusterStrategy\": {\"beClass\": {\"cpuQOS\": {\"yieldThreads\": true}}}}'\n"
-	}
-	if setting == settingNoSteal {
-		s += "resource-threshold-config: '{\"clusterStrategy\": {\"stealHeadroom\": \"off\"}}'\n"
-	}
-	if setting == settingLSWait {
-		s += "resource-threshold-config: '{\"clusterStrategy\": {\"lsWaitGuard\": true}}'\n"
-	}
-	return s
-}
-
-// proxyArgs are the tandem-proxy flags a Tandem setting adds.
-func proxyArgs(setting string) []string {
-	if setting == settingLSWait {
-		return []string{"--run-queue-latency", "--run-queue-interval=2s"}
-	}
-	if only, ok := strings.CutPrefix(setting, settingWith); ok {
-		return []string{"--policies=" + strings.ReplaceAll(only, "+", ",")}
-	}
-	if drop, ok := withoutPolicy[setting]; ok {
-		var keep []string
-		for _, n := range policy.Names() {
-			if !slices.Contains(drop, n) {
-				keep = append(keep, n)
-			}
-		}
-		return []string{"--policies=" + strings.Join(keep, ",")}
-	}
-	return nil
-}
-
-// ensureTracefs mounts tracefs where tandem-proxy's run-queue collector looks first when no tracefs
-// with the sched tracepoints is mounted, and returns what undoes it (nothing, if the machine had it).
-func ensureTracefs(ctx context.Context) (func() error, error) {
-	for _, dir := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
-		if _, err := os.Stat(dir + "/events/sched/sched_switch"); err == nil {
-			return func() error { return nil }, nil
-		}
-	}
-	const dir = "/sys/kernel/tracing"
-	if err := unix.Mount("nodev", dir, "tracefs", 0, ""); err != nil {
-		return nil, fmt.Errorf("mount tracefs on %s for the tandem-lswait setting (or leave that setting out): %w", dir, err)
-	}
-	klog.FromContext(ctx).Info("Mounted tracefs for the run-queue collector; unmounted at the end", "dir", dir)
-	return func() error {
-		if err := unix.Unmount(dir, 0); err != nil {
-			return fmt.Errorf("unmount the tracefs the bench mounted (umount %s by hand): %w", dir, err)
-		}
-		return nil
-	}, nil
-}
-
-// logGuard logs what the LS wait guard did in a round, from tandem-proxy's metrics.
-func logGuard(ctx context.Context, p *framework.Proxy, round int) {
-	logger := klog.FromContext(ctx)
-	text, err := p.Metrics(ctx)
-	if err != nil {
-		logger.Error(err, "LS wait guard's counters not read")
-		return
-	}
-	kv := []any{"round", round}
-	for _, name := range []string{"tandem_interference_holds_total", "tandem_interference_releases_total", "tandem_interference_raises_total"} {
-		for _, line := range strings.Split(text, "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				kv = append(kv, strings.TrimPrefix(strings.TrimSuffix(name, "_total"), "tandem_interference_"), v)
-			}
-		}
-	}
-	logger.Info("LS wait guard in this round", kv...)
+// cleanupCtx is a deadline of its own for one cleanup, from when it starts: a setting whose cells are
+// measured again for steal can take longer than any deadline set at its start.
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 }
 
 // runSetting measures one setting in one round: both loads in the pod view, the host view, and the
 // pod starts. Everything it creates is removed before it returns.
 func (b *bench) runSetting(ctx context.Context, round int, setting string) (retErr error) {
-	// Each cleanup gets its own deadline, from when it starts: a setting whose cells are measured
-	// again for steal can take longer than any deadline set at its start.
-	cleanupCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	}
 	rs := b.direct
 	if setting != settingSolo && setting != settingPlain {
-		pdir := filepath.Join(b.dir, fmt.Sprintf("p%d%s", round, setting))
-		// The slo-config in a directory of its own: tandem-proxy rereads it whenever its directory
-		// changes, and the proxy's own log in the same directory would make that every 200 ms.
-		for _, d := range []string{"hooks", "slo"} {
-			if err := os.MkdirAll(filepath.Join(pdir, d), 0o755); err != nil {
-				return err
-			}
-		}
-		slo := filepath.Join(pdir, "slo", "slo.yaml")
-		if err := os.WriteFile(slo, []byte(sloConfig(setting, b.o.suppressThreshold)), 0o644); err != nil {
-			return fmt.Errorf("write slo-config: %w", err)
-		}
-		p, err := framework.StartProxy(ctx, framework.ProxyOptions{
-			Binary: b.proxyBin, RuntimeEndpoint: b.ctrd.Endpoint, Dir: pdir,
-			ExtraArgs: append([]string{"--slo-config", slo, "--kubelet-cgroup-root", b.root,
-				"--hooks-dir", filepath.Join(pdir, "hooks"), "--node-name", "coloc-bench"}, proxyArgs(setting)...),
-		})
+		viaProxy, stop, err := b.startProxy(ctx, round, setting)
 		if err != nil {
 			return err
 		}
-		b.proxyPID = p.PID()
-		defer func() {
-			b.proxyPID = 0
-			// After the pods are gone (defers run last-in first-out).
-			cctx, cancel := cleanupCtx()
-			defer cancel()
-			if setting == settingLSWait {
-				logGuard(cctx, p, round)
-			}
-			if code, err := p.Stop(cctx); err != nil || code != 0 {
-				retErr = errors.Join(retErr, fmt.Errorf("stop tandem-proxy (exit %d, log %s): %w", code, p.LogPath, err))
-			}
-		}()
-		viaProxy, images, err := framework.NewCRIClients(ctx, p.Endpoint)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			cctx, cancel := cleanupCtx()
-			defer cancel()
-			_ = viaProxy.Close(cctx)
-			_ = images.Close(cctx)
-		}()
+		// After the pods are gone (defers run last-in first-out).
+		defer func() { retErr = errors.Join(retErr, stop()) }()
 		rs = viaProxy
 	}
 	var pods []pod
 	defer func() {
 		for _, p := range pods {
-			cctx, cancel := cleanupCtx()
+			cctx, cancel := cleanupCtx(ctx)
 			retErr = errors.Join(retErr, b.removePod(cctx, p))
 			cancel()
 		}
@@ -382,22 +252,8 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 		{ContainerPath: agentMount, HostPath: filepath.Dir(b.agent), Readonly: true},
 		{ContainerPath: outMount, HostPath: out},
 	}
-
-	var serverCtr *runtimeapi.ContainerConfig
-	if b.o.ls == lsNginx {
-		serverCtr = b.container("server", lsShares, nil, nginxCommand()...)
-		serverCtr.Image = &runtimeapi.ImageSpec{Image: nginxImage, UserSpecifiedImage: nginxImage}
-	} else {
-		serverCtr = b.container("server", lsShares, agentMounts, agentMount+"/coloc", "serve", "--addr", b.addr, "--work", b.o.work.String(), "--touch", strconv.Itoa(b.o.touch))
-	}
-	server, _, err := b.runPod(ctx, rs, "ls-server", "LS", []*runtimeapi.ContainerConfig{serverCtr}, nil)
-	if server.id != "" {
-		pods = append(pods, server)
-	}
+	server, err := b.startServer(ctx, rs, agentMounts, &pods)
 	if err != nil {
-		return err
-	}
-	if err := waitServing(ctx, "http://"+b.addr+"/", 30*time.Second); err != nil {
 		return err
 	}
 	client, clientCfg, err := b.runPod(ctx, rs, "ls-client", "LS", nil, nil)
@@ -409,23 +265,107 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 	}
 	var be []string
 	if setting != settingSolo {
-		for i := range b.o.be {
-			p, _, err := b.runPod(ctx, rs, fmt.Sprintf("be-%d", i), "BE", []*runtimeapi.ContainerConfig{
-				b.beContainer(agentMounts),
-			}, map[string]string{"node.koordinator.sh/extended-resource-spec": beSpec})
-			if p.id != "" {
-				pods = append(pods, p)
-				be = append(be, p.parent)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if err := runctx.Sleep(ctx, b.o.settle); err != nil {
+		if be, err = b.startBE(ctx, rs, agentMounts, &pods); err != nil {
 			return err
 		}
 	}
+	podView := func(c *cell) error { return b.measurePod(ctx, rs, c, client, clientCfg, server, be, agentMounts, out) }
+	hostView := func(c *cell) error { return b.measureHost(ctx, c, server, be, out) }
+	if err := b.measureCells(ctx, round, setting, podView, hostView); err != nil {
+		return err
+	}
+	return b.measurePodStarts(ctx, rs, round, setting)
+}
 
+// startProxy starts tandem-proxy with a Tandem setting in front of containerd and returns a CRI client
+// through it, and what stops both.
+func (b *bench) startProxy(ctx context.Context, round int, setting string) (internalapi.RuntimeService, func() error, error) {
+	pdir := filepath.Join(b.dir, fmt.Sprintf("p%d%s", round, setting))
+	// The slo-config in a directory of its own: tandem-proxy rereads it whenever its directory
+	// changes, and the proxy's own log in the same directory would make that every 200 ms.
+	for _, d := range []string{"hooks", "slo"} {
+		if err := os.MkdirAll(filepath.Join(pdir, d), 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+	slo := filepath.Join(pdir, "slo", "slo.yaml")
+	if err := os.WriteFile(slo, []byte(sloConfig(setting, b.o.suppressThreshold)), 0o644); err != nil {
+		return nil, nil, fmt.Errorf("write slo-config: %w", err)
+	}
+	p, err := framework.StartProxy(ctx, framework.ProxyOptions{
+		Binary: b.proxyBin, RuntimeEndpoint: b.ctrd.Endpoint, Dir: pdir,
+		ExtraArgs: append([]string{"--slo-config", slo, "--kubelet-cgroup-root", b.root,
+			"--hooks-dir", filepath.Join(pdir, "hooks"), "--node-name", "coloc-bench"}, proxyArgs(setting)...),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	b.proxyPID = p.PID()
+	stopProxy := func() error {
+		b.proxyPID = 0
+		cctx, cancel := cleanupCtx(ctx)
+		defer cancel()
+		if setting == settingLSWait {
+			logGuard(cctx, p, round)
+		}
+		if code, err := p.Stop(cctx); err != nil || code != 0 {
+			return fmt.Errorf("stop tandem-proxy (exit %d, log %s): %w", code, p.LogPath, err)
+		}
+		return nil
+	}
+	viaProxy, images, err := framework.NewCRIClients(ctx, p.Endpoint)
+	if err != nil {
+		return nil, nil, errors.Join(err, stopProxy())
+	}
+	return viaProxy, func() error {
+		cctx, cancel := cleanupCtx(ctx)
+		_ = viaProxy.Close(cctx)
+		_ = images.Close(cctx)
+		cancel()
+		return stopProxy()
+	}, nil
+}
+
+// startServer starts the LS service's pod and waits until it serves.
+func (b *bench) startServer(ctx context.Context, rs internalapi.RuntimeService, agentMounts []*runtimeapi.Mount, pods *[]pod) (pod, error) {
+	var serverCtr *runtimeapi.ContainerConfig
+	if b.o.ls == lsNginx {
+		serverCtr = b.container("server", lsShares, nil, nginxCommand()...)
+		serverCtr.Image = &runtimeapi.ImageSpec{Image: nginxImage, UserSpecifiedImage: nginxImage}
+	} else {
+		serverCtr = b.container("server", lsShares, agentMounts, agentMount+"/coloc", "serve", "--addr", b.addr, "--work", b.o.work.String(), "--touch", strconv.Itoa(b.o.touch))
+	}
+	server, _, err := b.runPod(ctx, rs, "ls-server", "LS", []*runtimeapi.ContainerConfig{serverCtr}, nil)
+	if server.id != "" {
+		*pods = append(*pods, server)
+	}
+	if err != nil {
+		return server, err
+	}
+	return server, waitServing(ctx, "http://"+b.addr+"/", 30*time.Second)
+}
+
+// startBE starts the BE antagonists' pods, lets them settle, and returns their cgroups.
+func (b *bench) startBE(ctx context.Context, rs internalapi.RuntimeService, agentMounts []*runtimeapi.Mount, pods *[]pod) ([]string, error) {
+	var be []string
+	for i := range b.o.be {
+		p, _, err := b.runPod(ctx, rs, fmt.Sprintf("be-%d", i), "BE", []*runtimeapi.ContainerConfig{
+			b.beContainer(agentMounts),
+		}, map[string]string{"node.koordinator.sh/extended-resource-spec": beSpec})
+		if p.id != "" {
+			*pods = append(*pods, p)
+			be = append(be, p.parent)
+		}
+		if err != nil {
+			return be, err
+		}
+	}
+	return be, runctx.Sleep(ctx, b.o.settle)
+}
+
+// measureCells measures the pod view at both loads (the heavy one first in even rounds) and the host
+// view.
+func (b *bench) measureCells(ctx context.Context, round int, setting string, podView, hostView func(*cell) error) error {
 	rates := []float64{b.o.light, b.o.heavy}
 	if round%2 == 0 {
 		rates[0], rates[1] = rates[1], rates[0]
@@ -434,47 +374,49 @@ func (b *bench) runSetting(ctx context.Context, round int, setting string) (retE
 		rates = nil
 	}
 	for _, rate := range rates {
-		c, err := b.measure(ctx, cell{Round: round, View: viewPod, Rate: rate, Setting: setting}, func(c *cell) error {
-			return b.measurePod(ctx, rs, c, client, clientCfg, server, be, agentMounts, out)
-		})
+		c, err := b.measure(ctx, cell{Round: round, View: viewPod, Rate: rate, Setting: setting}, podView)
 		if err != nil {
 			return err
 		}
 		b.rep.Cells = append(b.rep.Cells, c)
 	}
 	if b.o.hostRate > 0 {
-		c, err := b.measure(ctx, cell{Round: round, View: viewHost, Rate: b.o.hostRate, Setting: setting}, func(c *cell) error {
-			return b.measureHost(ctx, c, server, be, out)
-		})
+		c, err := b.measure(ctx, cell{Round: round, View: viewHost, Rate: b.o.hostRate, Setting: setting}, hostView)
 		if err != nil {
 			return err
 		}
 		b.rep.Cells = append(b.rep.Cells, c)
 	}
-	if b.o.podStarts > 0 {
-		ps := podStarts{Round: round, Setting: setting}
-		for i := range b.o.podStarts {
-			start := time.Now()
-			p, _, err := b.runPod(ctx, rs, fmt.Sprintf("start-%d", i), "LS", []*runtimeapi.ContainerConfig{
-				b.container("c0", 102, nil, framework.SleepCommand()...),
-			}, nil)
-			took := time.Since(start)
-			if p.id != "" {
-				cctx, cancel := cleanupCtx()
-				rerr := b.removePod(cctx, p)
-				cancel()
-				if rerr != nil {
-					return errors.Join(err, rerr)
-				}
-			}
-			if err != nil {
-				return err
-			}
-			ps.Ms = append(ps.Ms, float64(took)/float64(time.Millisecond))
-		}
-		summarize(&ps)
-		b.rep.PodStarts = append(b.rep.PodStarts, ps)
+	return nil
+}
+
+// measurePodStarts times -pod-starts pod starts, each removed before the next.
+func (b *bench) measurePodStarts(ctx context.Context, rs internalapi.RuntimeService, round int, setting string) error {
+	if b.o.podStarts <= 0 {
+		return nil
 	}
+	ps := podStarts{Round: round, Setting: setting}
+	for i := range b.o.podStarts {
+		start := time.Now()
+		p, _, err := b.runPod(ctx, rs, fmt.Sprintf("start-%d", i), "LS", []*runtimeapi.ContainerConfig{
+			b.container("c0", 102, nil, framework.SleepCommand()...),
+		}, nil)
+		took := time.Since(start)
+		if p.id != "" {
+			cctx, cancel := cleanupCtx(ctx)
+			rerr := b.removePod(cctx, p)
+			cancel()
+			if rerr != nil {
+				return errors.Join(err, rerr)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		ps.Ms = append(ps.Ms, float64(took)/float64(time.Millisecond))
+	}
+	summarize(&ps)
+	b.rep.PodStarts = append(b.rep.PodStarts, ps)
 	return nil
 }
 
@@ -516,7 +458,7 @@ func (b *bench) runPod(ctx context.Context, rs internalapi.RuntimeService, name,
 		qos, shares = "besteffort", 2
 	}
 	p := pod{parent: fmt.Sprintf("%s/kubepods/%s/pod%s", b.root, qos, cfg.Metadata.Uid)}
-	if err := makeCgroup(p.parent, shares); err != nil {
+	if err := podcgroup.Make(p.parent, shares); err != nil {
 		return p, nil, err
 	}
 	cfg.Linux.CgroupParent = p.parent
@@ -547,7 +489,7 @@ func (b *bench) removePod(ctx context.Context, p pod) error {
 	if p.id != "" {
 		errs = append(errs, framework.RemovePod(ctx, b.direct, p.id))
 	}
-	errs = append(errs, removeCgroupTree(p.parent))
+	errs = append(errs, podcgroup.RemoveTree(p.parent))
 	return errors.Join(errs...)
 }
 
@@ -609,171 +551,4 @@ func (b *bench) measureHost(ctx context.Context, c *cell, server pod, be []strin
 func (b *bench) loadArgs(bin string, rate float64, out string) []string {
 	return []string{bin, "load", "--url", "http://" + b.addr + "/", "--rate", strconv.FormatFloat(rate, 'f', -1, 64),
 		"--warmup", b.o.warmup.String(), "--duration", b.o.duration.String(), "--out", out}
-}
-
-// window is the CPU time of the BE and LS cgroups at a cell's start, and the steal sampler that
-// runs through it.
-type window struct {
-	be, ls   []string
-	beU, lsU time.Duration
-	// proxy is tandem-proxy's pid (0 without one), proxyU its CPU time at the start.
-	proxy   int
-	proxyU  time.Duration
-	steal   float64
-	start   time.Time
-	sampler *stealSampler
-}
-
-func startWindow(be, ls []string, proxy int) (*window, error) {
-	w := &window{be: be, ls: ls, proxy: proxy, start: time.Now()}
-	var err error
-	if w.proxyU, err = processCPU(proxy); err != nil {
-		return nil, err
-	}
-	if w.steal, err = stealSeconds(); err != nil {
-		return nil, err
-	}
-	if w.beU, err = sumUsage(be); err != nil {
-		return nil, err
-	}
-	if w.lsU, err = sumUsage(ls); err != nil {
-		return nil, err
-	}
-	// Last, so that no error above leaves it running.
-	if w.sampler, err = startStealSampler("/proc/stat", stealEvery); err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-// stop ends the steal sampler of a window that failed before its end; after end it does nothing.
-func (w *window) stop() { _, _, _, _, _ = w.sampler.end() }
-
-// end fills c's cores and steal over the window and returns its stalls, for fillCell; extraLS is LS
-// CPU outside the LS cgroups (the host client).
-func (w *window) end(c *cell, extraLS time.Duration) (stalls, error) {
-	st, n, samplerCPU, gap, err := w.sampler.end()
-	if err != nil {
-		return nil, err
-	}
-	beU, err := sumUsage(w.be)
-	if err != nil {
-		return nil, err
-	}
-	lsU, err := sumUsage(w.ls)
-	if err != nil {
-		return nil, err
-	}
-	steal, err := stealSeconds()
-	if err != nil {
-		return nil, err
-	}
-	proxyU, err := processCPU(w.proxy)
-	if err != nil {
-		return nil, err
-	}
-	wall := time.Since(w.start).Seconds()
-	c.ProxyCores = (proxyU - w.proxyU).Seconds() / wall
-	// Rounded: the counter moves in 10 ms units, and 20 ms read as 20.000000000003 would exceed a
-	// -max-steal of 20ms.
-	c.StealMs = math.Round((steal - w.steal) * 1000)
-	c.BECores = (beU - w.beU).Seconds() / wall
-	c.LSCores = (lsU - w.lsU + extraLS).Seconds() / wall
-	c.StealIntervals, c.SamplerCores, c.SampleMaxGapMs = n, samplerCPU.Seconds()/wall, float64(gap)/float64(time.Millisecond)
-	return st, nil
-}
-
-// processCPU is the CPU time (user and system) process pid has used, 0 for pid 0. tandem-proxy is a
-// process of the host, beside the host view's client: what it uses is the node agent's cost, and the
-// host client competes with it.
-func processCPU(pid int) (time.Duration, error) {
-	if pid == 0 {
-		return 0, nil
-	}
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, fmt.Errorf("find tandem-proxy (pid %d): %w", pid, err)
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("read tandem-proxy's CPU time: %w", err)
-	}
-	return time.Duration(st.CPUTime() * float64(time.Second)), nil
-}
-
-// stealSeconds is the CPU time the hypervisor has taken from this machine's CPUs since boot (the
-// steal column of /proc/stat), summed over the CPUs.
-func stealSeconds() (float64, error) {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0, fmt.Errorf("open /proc: %w", err)
-	}
-	st, err := fs.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("read /proc/stat: %w", err)
-	}
-	return st.CPUTotal.Steal, nil
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read the load client's result: %w", err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("parse the load client's result %s: %w", path, err)
-	}
-	return nil
-}
-
-func readResult(path string, c *cell, st stalls) error {
-	var r loadResult
-	if err := readJSON(path, &r); err != nil {
-		return err
-	}
-	fillCell(c, r, st)
-	return nil
-}
-
-// waitExited polls until a container has exited, and fails unless it exited 0.
-func waitExited(ctx context.Context, rs internalapi.RuntimeService, id string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		st, err := rs.ContainerStatus(ctx, id, false)
-		if err != nil {
-			return fmt.Errorf("status of the load client: %w", err)
-		}
-		if s := st.GetStatus(); s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
-			if s.GetExitCode() != 0 {
-				return fmt.Errorf("the load client exited %d: see %s", s.GetExitCode(), s.GetLogPath())
-			}
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the load client still runs after %v", timeout)
-		}
-		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
-
-// waitServing polls url until it answers 200.
-func waitServing(ctx context.Context, url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the LS service at %s does not answer after %v (last: %v)", url, timeout, err)
-		}
-		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
 }

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 )
 
 // Views: whose latency is measured.
@@ -95,19 +95,20 @@ type podStarts struct {
 
 // report is the whole run, as -json writes it.
 type report struct {
-	Date       time.Time   `json:"date"`
-	Flavor     string      `json:"flavor"`
-	Capacity   float64     `json:"capacityCores"`
-	Duration   string      `json:"duration"`
-	Rounds     int         `json:"rounds"`
-	WorkUs     float64     `json:"workUsPerRequest"`
-	TouchBytes int         `json:"touchBytesPerRequest"`
-	Antagonist string      `json:"antagonist"`
-	LS         string      `json:"lsService,omitempty"`
-	HostCgroup string      `json:"hostClientCgroup"`
-	Load       string      `json:"loadAverageAfter"`
-	Cells      []cell      `json:"cells"`
-	PodStarts  []podStarts `json:"podStarts"`
+	Date       time.Time        `json:"date"`
+	Flavor     string           `json:"flavor"`
+	Capacity   float64          `json:"capacityCores"`
+	Duration   string           `json:"duration"`
+	Rounds     int              `json:"rounds"`
+	WorkUs     float64          `json:"workUsPerRequest"`
+	TouchBytes int              `json:"touchBytesPerRequest"`
+	Antagonist string           `json:"antagonist"`
+	LS         string           `json:"lsService,omitempty"`
+	HostCgroup string           `json:"hostClientCgroup"`
+	Load       string           `json:"loadAverageAfter"`
+	Machine    *figures.Machine `json:"machine,omitempty"`
+	Cells      []cell           `json:"cells"`
+	PodStarts  []podStarts      `json:"podStarts"`
 }
 
 // fillCell sets a cell's latency figures from a client's result and the stalls of its window.
@@ -115,12 +116,12 @@ func fillCell(c *cell, r loadResult, st stalls) {
 	all, clean := splitStalled(r, st)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	c.Sent, c.Failed, c.Stalled = r.Sent, r.Failed, len(all)-len(clean)
-	c.P50Ms = ms(quantile.Nearest(all, 0.50))
-	c.P99Ms = ms(quantile.Nearest(all, 0.99))
-	c.P999Ms = ms(quantile.Nearest(all, 0.999))
-	c.CleanP50Ms = ms(quantile.Nearest(clean, 0.50))
-	c.CleanP99Ms = ms(quantile.Nearest(clean, 0.99))
-	c.CleanP999Ms = ms(quantile.Nearest(clean, 0.999))
+	c.P50Ms = ms(figures.Nearest(all, 0.50))
+	c.P99Ms = ms(figures.Nearest(all, 0.99))
+	c.P999Ms = ms(figures.Nearest(all, 0.999))
+	c.CleanP50Ms = ms(figures.Nearest(clean, 0.50))
+	c.CleanP99Ms = ms(figures.Nearest(clean, 0.99))
+	c.CleanP999Ms = ms(figures.Nearest(clean, 0.999))
 	c.MaxLagMs = float64(r.MaxLagUs) / 1000
 	c.ServerOutside = r.ServerOutside
 }
@@ -158,13 +159,6 @@ func idleFilled(beCores, capacity, lsSoloCores float64) float64 {
 	return beCores / idle
 }
 
-func ratio(v, base float64) float64 {
-	if base <= 0 {
-		return 0
-	}
-	return v / base
-}
-
 // relate fills every cell's ratios and idle share from the solo cell of the same round, view and
 // rate, and every pod-start ratio from solo's of the same round.
 func relate(cells []cell, starts []podStarts, capacity float64) {
@@ -182,14 +176,14 @@ func relate(cells []cell, starts []podStarts, capacity float64) {
 		if !ok || c.Setting == settingSolo {
 			continue
 		}
-		c.P99Ratio, c.P999Ratio = ratio(c.P99Ms, s.P99Ms), ratio(c.P999Ms, s.P999Ms)
-		c.CleanP99Ratio, c.CleanP999Ratio = ratio(c.CleanP99Ms, s.CleanP99Ms), ratio(c.CleanP999Ms, s.CleanP999Ms)
+		c.P99Ratio, c.P999Ratio = figures.Ratio(c.P99Ms, s.P99Ms), figures.Ratio(c.P999Ms, s.P999Ms)
+		c.CleanP99Ratio, c.CleanP999Ratio = figures.Ratio(c.CleanP99Ms, s.CleanP99Ms), figures.Ratio(c.CleanP999Ms, s.CleanP999Ms)
 		c.IdleFilled = idleFilled(c.BECores, capacity, s.LSCores)
 	}
 	for i := range starts {
 		for _, s := range starts {
 			if s.Setting == settingSolo && s.Round == starts[i].Round && starts[i].Setting != settingSolo {
-				starts[i].Ratio = ratio(starts[i].P50Ms, s.P50Ms)
+				starts[i].Ratio = figures.Ratio(starts[i].P50Ms, s.P50Ms)
 			}
 		}
 	}
@@ -201,8 +195,8 @@ func summarize(p *podStarts) {
 	for i, ms := range p.Ms {
 		ds[i] = time.Duration(ms * float64(time.Millisecond))
 	}
-	p.P50Ms = float64(quantile.Nearest(ds, 0.5)) / float64(time.Millisecond)
-	p.MaxMs = float64(quantile.Nearest(ds, 1)) / float64(time.Millisecond)
+	p.P50Ms = float64(figures.Nearest(ds, 0.5)) / float64(time.Millisecond)
+	p.MaxMs = float64(figures.Nearest(ds, 1)) / float64(time.Millisecond)
 }
 
 // fmtClean formats a clean percentile, "-" when every request was stalled (there is none).
@@ -222,13 +216,6 @@ func maxSamplerCores(cells []cell) float64 {
 	return m
 }
 
-func fmtRatio(r float64) string {
-	if r == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f", r)
-}
-
 // writeTables prints the run: the definitions and targets, one table per round, and a summary
 // across rounds shaped like the issue's table.
 func writeTables(w io.Writer, rep report) {
@@ -238,6 +225,9 @@ func writeTables(w io.Writer, rep report) {
 	}
 	fmt.Fprintf(w, "colocation bench: containerd %s, %.0f CPUs, %s per cell, %d round(s), %s, BE antagonist %s\n",
 		rep.Flavor, rep.Capacity, rep.Duration, rep.Rounds, service, cmp.Or(rep.Antagonist, antagonistCPU))
+	if rep.Machine != nil {
+		fmt.Fprintf(w, "machine: %s\n", rep.Machine.Line())
+	}
 	fmt.Fprintf(w, "latency from each request's intended send time (open loop); ratios are to solo in the same round\n")
 	fmt.Fprintf(w, "idle filled = BE cores / (capacity - LS-side cores of solo at that load): the share of the CPU LS leaves idle that BE used\n")
 	fmt.Fprintf(w, "view pod: the client is an LS peer pod; view host: the client is a process in the bench's cgroup (%s)\n", rep.HostCgroup)
@@ -266,7 +256,7 @@ func writeTables(w io.Writer, rep report) {
 				proxy = fmt.Sprintf("%.1f", c.ProxyCores*1000)
 			}
 			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.2f\t%.2f\t%s\t%d/%d\t%.1f\t%.0f\t%d\t%d\t%s\t%s\t%s\t%s\t\n",
-				c.View, c.Rate, c.Setting, c.P50Ms, c.P99Ms, c.P999Ms, fmtRatio(c.P99Ratio), fmtRatio(c.P999Ratio),
+				c.View, c.Rate, c.Setting, c.P50Ms, c.P99Ms, c.P999Ms, figures.FormatRatio(c.P99Ratio), figures.FormatRatio(c.P999Ratio),
 				c.LSCores, c.BECores, filled, c.Failed, c.Sent, c.MaxLagMs, c.StealMs, c.Attempts,
 				c.Stalled, fmtClean(c, c.CleanP50Ms), fmtClean(c, c.CleanP99Ms), fmtClean(c, c.CleanP999Ms), proxy)
 		}
@@ -276,7 +266,7 @@ func writeTables(w io.Writer, rep report) {
 			fmt.Fprintln(tw, "pod start (run+create+start)\tsetting\tp50 ms\tmax ms\tp50/solo\t")
 			for _, p := range rep.PodStarts {
 				if p.Round == r {
-					fmt.Fprintf(tw, "\t%s\t%.0f\t%.0f\t%s\t\n", p.Setting, p.P50Ms, p.MaxMs, fmtRatio(p.Ratio))
+					fmt.Fprintf(tw, "\t%s\t%.0f\t%.0f\t%s\t\n", p.Setting, p.P50Ms, p.MaxMs, figures.FormatRatio(p.Ratio))
 				}
 			}
 			_ = tw.Flush()

@@ -17,7 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/bench/floorproxy"
-	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/figures"
+	"github.com/tandemkit/tandem/bench/internal/procstat"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
@@ -85,12 +86,6 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		return err
 	}
 	logger := klog.FromContext(ctx)
-	// Clean-up must run even after Ctrl-C has cancelled ctx.
-	cleanupCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
-	}
-	want := func(name string) bool { return slices.Contains(o.targets, name) }
-
 	if err := framework.EnsureDebianPackages(ctx); err != nil {
 		return err
 	}
@@ -114,30 +109,9 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 	}()
 
 	// Build first: a broken build should fail before 100 containers start.
-	proxyBin := o.proxyBinary
-	if want(targetTandem) && proxyBin == "" && !o.aa {
-		logger.Info("Building tandem-proxy")
-		if proxyBin, err = framework.BuildProxy(ctx, filepath.Join(dir, "bin")); err != nil {
-			return err
-		}
-	}
-
-	// The floor is built as tandem-proxy is, unless it runs in this process or from this executable; the
-	// A/A check's second floor is always that build.
-	var floorBin floorBuild
-	if (want(targetFloor) && !o.floorInProcess && !o.floorFromBenchmark) || (want(targetTandem) && o.aa) {
-		logger.Info("Building the floor proxy")
-		if floorBin.path, err = framework.BuildPackage(ctx, filepath.Join(dir, "bin"), floorPackage, "floor-proxy"); err != nil {
-			return err
-		}
-	}
-	twinBin := floorBin
-	if o.floorFromBenchmark {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("find this benchmark's executable for --floor-from-benchmark: %w", err)
-		}
-		floorBin = floorBuild{path: exe, fromBenchmark: true}
+	bins, err := buildBinaries(ctx, o, filepath.Join(dir, "bin"))
+	if err != nil {
+		return err
 	}
 
 	logger.Info("Starting containerd", "flavor", o.flavor)
@@ -147,7 +121,7 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		return err
 	}
 	defer func() {
-		cctx, cancel := cleanupCtx()
+		cctx, cancel := cleanupCtx(ctx)
 		defer cancel()
 		logger.Info("Stopping containerd and removing the pods")
 		if err := ctrd.Stop(cctx); err != nil {
@@ -156,7 +130,73 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 		}
 		keepDir = false
 	}()
+	if err := startPods(ctx, ctrd, o); err != nil {
+		return err
+	}
+	ps := &proxies{}
+	defer func() { retErr = errors.Join(retErr, ps.stop(ctx)) }()
+	if err := ps.start(ctx, o, dir, ctrd, bins); err != nil {
+		return err
+	}
+	rep, err := ps.measure(ctx, o, bins)
+	if err != nil {
+		return err
+	}
+	rep.print(os.Stdout)
+	if o.jsonPath != "" {
+		if err := rep.writeJSON(o.jsonPath); err != nil {
+			return err
+		}
+		logger.Info("Results written", "path", o.jsonPath)
+	}
+	return nil
+}
 
+// cleanupCtx is a deadline of its own for one cleanup, which must run even after Ctrl-C has cancelled
+// ctx.
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+}
+
+// binaries are the proxies a run starts: tandem-proxy, the floor, and the A/A check's second floor.
+type binaries struct {
+	proxy       string
+	floor, twin floorBuild
+}
+
+// buildBinaries builds what the run's targets need.
+func buildBinaries(ctx context.Context, o options, dir string) (binaries, error) {
+	logger := klog.FromContext(ctx)
+	want := func(name string) bool { return slices.Contains(o.targets, name) }
+	b := binaries{proxy: o.proxyBinary}
+	var err error
+	if want(targetTandem) && b.proxy == "" && !o.aa {
+		logger.Info("Building tandem-proxy")
+		if b.proxy, err = framework.BuildProxy(ctx, dir); err != nil {
+			return b, err
+		}
+	}
+	// The floor is built as tandem-proxy is, unless it runs in this process or from this executable; the
+	// A/A check's second floor is always that build.
+	if (want(targetFloor) && !o.floorInProcess && !o.floorFromBenchmark) || (want(targetTandem) && o.aa) {
+		logger.Info("Building the floor proxy")
+		if b.floor.path, err = framework.BuildPackage(ctx, dir, floorPackage, "floor-proxy"); err != nil {
+			return b, err
+		}
+	}
+	b.twin = b.floor
+	if o.floorFromBenchmark {
+		exe, err := os.Executable()
+		if err != nil {
+			return b, fmt.Errorf("find this benchmark's executable for --floor-from-benchmark: %w", err)
+		}
+		b.floor = floorBuild{path: exe, fromBenchmark: true}
+	}
+	return b, nil
+}
+
+// startPods runs the run's pods and their containers directly on containerd.
+func startPods(ctx context.Context, ctrd *framework.Containerd, o options) error {
 	rs, _, err := framework.NewCRIClients(ctx, ctrd.Endpoint)
 	if err != nil {
 		return err
@@ -168,180 +208,193 @@ func runBenchmark(ctx context.Context, o options) (retErr error) {
 			return err
 		}
 	}
-	logger.Info("Pods running", "pods", o.pods, "containers", o.pods*o.containersPerPod, "took", time.Since(started).Round(time.Millisecond))
+	klog.FromContext(ctx).Info("Pods running", "pods", o.pods, "containers", o.pods*o.containersPerPod, "took", time.Since(started).Round(time.Millisecond))
+	return nil
+}
 
-	var targets []target
-	var conns []*grpc.ClientConn
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	}()
-	addTarget := func(name, endpoint string) error {
-		conn, err := dialCRI(endpoint)
-		if err != nil {
-			return err
-		}
-		conns = append(conns, conn)
-		targets = append(targets, target{name: name, client: runtimeapi.NewRuntimeServiceClient(conn)})
-		return nil
+// proxies are the targets a run measures and the proxy processes behind them.
+type proxies struct {
+	targets []target
+	conns   []*grpc.ClientConn
+	floor   *floorProcess    // the floor in a process of its own; nil when it runs in this one
+	twin    *floorProcess    // the A/A check's second floor, in tandem-proxy's place
+	tandem  *framework.Proxy // nil in the A/A check
+	undo    runctx.Cleanups
+	// runtimeVersion is the runtime's name and version, as the last target answered Version.
+	runtimeVersion string
+}
+
+// stop stops what start started, last first, then closes the connections.
+func (ps *proxies) stop(ctx context.Context) error {
+	err := ps.undo.Run(ctx)
+	for _, c := range ps.conns {
+		_ = c.Close()
 	}
+	return err
+}
 
+func (ps *proxies) add(name, endpoint string) error {
+	conn, err := dialCRI(endpoint)
+	if err != nil {
+		return err
+	}
+	ps.conns = append(ps.conns, conn)
+	ps.targets = append(ps.targets, target{name: name, client: runtimeapi.NewRuntimeServiceClient(conn)})
+	return nil
+}
+
+// start starts the run's targets in the order of the table: direct, floor, tandem (or the A/A check's
+// second floor in its place), and checks that each shows the runtime's pods.
+func (ps *proxies) start(ctx context.Context, o options, dir string, ctrd *framework.Containerd, bins binaries) error {
+	want := func(name string) bool { return slices.Contains(o.targets, name) }
 	if want(targetDirect) {
-		if err := addTarget(targetDirect, ctrd.Endpoint); err != nil {
+		if err := ps.add(targetDirect, ctrd.Endpoint); err != nil {
 			return err
 		}
 	}
-	var floor *floorProcess
-	if want(targetFloor) && o.floorInProcess {
-		endpoint, stopFloor, err := serveFloorInProcess(ctx, dir, ctrd.Endpoint, o.floorUnary)
-		if err != nil {
-			return err
-		}
-		defer stopFloor()
-		if err := addTarget(targetFloor, endpoint); err != nil {
-			return err
-		}
-	} else if want(targetFloor) {
-		if floor, err = startFloor(dir, ctrd.Endpoint, o.floorUnary, floorBin, 0); err != nil {
-			return err
-		}
-		defer func() {
-			cctx, cancel := cleanupCtx()
-			defer cancel()
-			if err := floor.Stop(cctx); err != nil {
-				retErr = errors.Join(retErr, err)
-			}
-		}()
-		if err := addTarget(targetFloor, floor.Endpoint); err != nil {
+	if want(targetFloor) {
+		if err := ps.startFloor(ctx, o, dir, ctrd.Endpoint, bins.floor); err != nil {
 			return err
 		}
 	}
-	var tandem *framework.Proxy
-	var twin *floorProcess // the A/A check's second floor
-	var tandemFresh memory
 	if want(targetTandem) && o.aa {
-		twinDir := filepath.Join(dir, "aa")
-		if err := os.Mkdir(twinDir, 0o755); err != nil {
-			return fmt.Errorf("create A/A dir: %w", err)
-		}
-		twin, err = startFloor(twinDir, ctrd.Endpoint, o.floorUnary, twinBin, o.aaExtraWork)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			cctx, cancel := cleanupCtx()
-			defer cancel()
-			if err := twin.Stop(cctx); err != nil {
-				retErr = errors.Join(retErr, err)
-			}
-		}()
-		if err := addTarget(targetTandem, twin.Endpoint); err != nil {
+		if err := ps.startTwin(o, dir, ctrd.Endpoint, bins.twin); err != nil {
 			return err
 		}
 	} else if want(targetTandem) {
-		logger.Info("Starting tandem-proxy", "binary", proxyBin)
-		tandem, err = framework.StartProxy(ctx, framework.ProxyOptions{
-			Binary:          proxyBin,
-			RuntimeEndpoint: ctrd.Endpoint,
-			Dir:             filepath.Join(dir, "p"),
-			ExtraArgs:       []string{"-v", strconv.Itoa(o.proxyVerbosity)},
-		})
-		if err != nil {
-			return err
-		}
-		defer func() {
-			cctx, cancel := cleanupCtx()
-			defer cancel()
-			code, err := tandem.Stop(cctx)
-			if err != nil {
-				retErr = errors.Join(retErr, fmt.Errorf("stop tandem-proxy: %w", err))
-			} else if code != 0 {
-				retErr = errors.Join(retErr, fmt.Errorf("tandem-proxy exited with code %d on SIGTERM, want 0: see %s", code, tandem.LogPath))
-			}
-		}()
-		if err := addTarget(targetTandem, tandem.Endpoint); err != nil {
+		if err := ps.startTandem(ctx, o, dir, ctrd.Endpoint, bins.proxy); err != nil {
 			return err
 		}
 	}
-
-	var runtimeVersion string
-	for _, t := range targets {
+	for _, t := range ps.targets {
 		v, err := waitAnswering(ctx, t.client, 30*time.Second)
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		runtimeVersion = v.GetRuntimeName() + " " + v.GetRuntimeVersion()
+		ps.runtimeVersion = v.GetRuntimeName() + " " + v.GetRuntimeVersion()
 		if err := checkInventory(ctx, t, o.pods, o.pods*o.containersPerPod); err != nil {
 			return err
 		}
 	}
-	if tandem != nil {
-		// Its footprint once the store holds every pod and container, before
-		// any load: what a node pays right after tandem-proxy starts.
-		if tandemFresh, err = readMemory(tandem.PID()); err != nil {
+	return nil
+}
+
+func (ps *proxies) startFloor(ctx context.Context, o options, dir, backend string, build floorBuild) error {
+	if o.floorInProcess {
+		endpoint, stopFloor, err := serveFloorInProcess(ctx, dir, backend, o.floorUnary)
+		if err != nil {
 			return err
 		}
+		ps.undo.Add(func(context.Context) error { stopFloor(); return nil })
+		return ps.add(targetFloor, endpoint)
 	}
+	floor, err := startFloor(dir, backend, o.floorUnary, build, 0)
+	if err != nil {
+		return err
+	}
+	ps.floor = floor
+	ps.undo.Add(floor.Stop)
+	return ps.add(targetFloor, floor.Endpoint)
+}
 
-	rep := newReport(o, runtimeVersion)
-	if tandem != nil {
-		rep.proxyBuild = buildOf(proxyBin)
+func (ps *proxies) startTwin(o options, dir, backend string, build floorBuild) error {
+	twinDir := filepath.Join(dir, "aa")
+	if err := os.Mkdir(twinDir, 0o755); err != nil {
+		return fmt.Errorf("create A/A dir: %w", err)
+	}
+	twin, err := startFloor(twinDir, backend, o.floorUnary, build, o.aaExtraWork)
+	if err != nil {
+		return err
+	}
+	ps.twin = twin
+	ps.undo.Add(twin.Stop)
+	return ps.add(targetTandem, twin.Endpoint)
+}
+
+func (ps *proxies) startTandem(ctx context.Context, o options, dir, backend, bin string) error {
+	klog.FromContext(ctx).Info("Starting tandem-proxy", "binary", bin)
+	tandem, err := framework.StartProxy(ctx, framework.ProxyOptions{
+		Binary:          bin,
+		RuntimeEndpoint: backend,
+		Dir:             filepath.Join(dir, "p"),
+		ExtraArgs:       []string{"-v", strconv.Itoa(o.proxyVerbosity)},
+	})
+	if err != nil {
+		return err
+	}
+	ps.tandem = tandem
+	ps.undo.Add(func(ctx context.Context) error {
+		code, err := tandem.Stop(ctx)
+		if err != nil {
+			return fmt.Errorf("stop tandem-proxy: %w", err)
+		} else if code != 0 {
+			return fmt.Errorf("tandem-proxy exited with code %d on SIGTERM, want 0: see %s", code, tandem.LogPath)
+		}
+		return nil
+	})
+	return ps.add(targetTandem, tandem.Endpoint)
+}
+
+// measure takes the latency runs and, with tandem-proxy, its cost at rest.
+func (ps *proxies) measure(ctx context.Context, o options, bins binaries) (*report, error) {
+	logger := klog.FromContext(ctx)
+	var tandemFresh memory
+	rep := newReport(o, ps.runtimeVersion)
+	if ps.tandem != nil {
+		// Its footprint once the store holds every pod and container, before
+		// any load: what a node pays right after tandem-proxy starts.
+		var err error
+		if tandemFresh, err = readMemory(ps.tandem.PID()); err != nil {
+			return nil, err
+		}
+		rep.proxyBuild = buildOf(bins.proxy)
 	}
 	p := plan{iterations: o.iterations, batchPerWorker: o.batch, warmupPerWorker: o.warmup, collectBetweenBatches: !o.gcInBatches}
 	// CPU time each proxy process spends on the same calls: where latency
 	// differs, this tells whether it is work or waiting.
 	proxyPIDs := map[string]int{}
-	if floor != nil {
-		proxyPIDs[targetFloor] = floor.PID()
+	if ps.floor != nil {
+		proxyPIDs[targetFloor] = ps.floor.PID()
 	}
-	if tandem != nil {
-		proxyPIDs[targetTandem] = tandem.PID()
+	if ps.tandem != nil {
+		proxyPIDs[targetTandem] = ps.tandem.PID()
 	}
-	if twin != nil {
-		proxyPIDs[targetTandem] = twin.PID()
+	if ps.twin != nil {
+		proxyPIDs[targetTandem] = ps.twin.PID()
 	}
 	for i := range o.runs {
 		logger.Info("Measuring latency", "run", i+1, "of", o.runs, "targets", o.targets, "iterations", p.iterations)
-		run, err := measureRun(ctx, targets, p, proxyPIDs, o.warmup, o.iterations)
+		run, err := measureRun(ctx, ps.targets, p, proxyPIDs, o.warmup, o.iterations)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rep.runs = append(rep.runs, run)
 	}
-
-	if tandem != nil && o.idleSeconds > 0 {
-		logger.Info("Measuring idle cost", "settle", o.idleSettle, "seconds", o.idleSeconds)
-		if err := runctx.Sleep(ctx, o.idleSettle); err != nil {
-			return err
-		}
-		idle, err := measureIdleAll(ctx, tandem.PID(), floor, time.Duration(o.idleSeconds)*time.Second)
-		if err != nil {
-			return err
-		}
-		idle.TandemFresh = tandemFresh
-		rep.Idle = &idle
+	if ps.tandem == nil || o.idleSeconds <= 0 {
+		return rep, nil
 	}
-
-	rep.print(os.Stdout)
-	if o.jsonPath != "" {
-		if err := rep.writeJSON(o.jsonPath); err != nil {
-			return err
-		}
-		logger.Info("Results written", "path", o.jsonPath)
+	logger.Info("Measuring idle cost", "settle", o.idleSettle, "seconds", o.idleSeconds)
+	if err := runctx.Sleep(ctx, o.idleSettle); err != nil {
+		return nil, err
 	}
-	return nil
+	idle, err := measureIdleAll(ctx, ps.tandem.PID(), ps.floor, time.Duration(o.idleSeconds)*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	idle.TandemFresh = tandemFresh
+	rep.Idle = &idle
+	return rep, nil
 }
 
 // measureRun is one complete latency measurement of the targets, with the CPU time each proxy process
 // spent on it.
 func measureRun(ctx context.Context, targets []target, p plan, proxyPIDs map[string]int, warmup, iterations int) (latencyRun, error) {
 	logger := klog.FromContext(ctx)
-	run := latencyRun{LoadBefore: hostinfo.LoadAverage()}
+	run := latencyRun{LoadBefore: figures.LoadAverage()}
 	ticksBefore := map[string]int64{}
 	switchesBefore := map[string]switches{}
 	for name, pid := range proxyPIDs {
-		t, err := readCPUTicks(pid)
+		t, err := procstat.CPUTicks(pid)
 		if err != nil {
 			return run, err
 		}
@@ -362,13 +415,13 @@ func measureRun(ctx context.Context, targets []target, p plan, proxyPIDs map[str
 		return run, err
 	}
 	run.Seconds = time.Since(measureStart).Seconds()
-	run.LoadAfter = hostinfo.LoadAverage()
+	run.LoadAfter = figures.LoadAverage()
 	calls := len(benchmarkRPCs()) * len(benchmarkModes()) * iterations
 	for _, m := range benchmarkModes() {
 		calls += len(benchmarkRPCs()) * warmup * m.workers
 	}
 	for name, pid := range proxyPIDs {
-		after, err := readCPUTicks(pid)
+		after, err := procstat.CPUTicks(pid)
 		if err != nil {
 			return run, err
 		}

@@ -12,7 +12,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 )
 
 // rpc is one CRI call the benchmark times. The requests are the ones kubelet
@@ -238,10 +238,10 @@ func summarize(s series) quantiles {
 	all := s.durations(nil)
 	even := s.durations(func(x sample) bool { return x.round%2 == 0 })
 	odd := s.durations(func(x sample) bool { return x.round%2 == 1 })
-	q := quantiles{P50: quantile.Nearest(all, 0.50), P99: quantile.Nearest(all, 0.99), N: len(all)}
+	q := quantiles{P50: figures.Nearest(all, 0.50), P99: figures.Nearest(all, 0.99), N: len(all)}
 	if len(even) > 0 && len(odd) > 0 {
-		q.HalfGapP50 = absDur(quantile.Nearest(even, 0.50) - quantile.Nearest(odd, 0.50))
-		q.HalfGapP99 = absDur(quantile.Nearest(even, 0.99) - quantile.Nearest(odd, 0.99))
+		q.HalfGapP50 = absDur(figures.Nearest(even, 0.50) - figures.Nearest(odd, 0.50))
+		q.HalfGapP99 = absDur(figures.Nearest(even, 0.99) - figures.Nearest(odd, 0.99))
 	}
 	return q
 }

@@ -12,11 +12,8 @@ import (
 	"time"
 
 	"github.com/tandemkit/tandem/bench/internal/exepages"
+	"github.com/tandemkit/tandem/bench/internal/procstat"
 )
-
-// userHZ is the unit of utime and stime in /proc/PID/stat. The kernel's ABI
-// fixes it at 100 on every architecture Tandem runs on, whatever CONFIG_HZ is.
-const userHZ = 100
 
 // memory is what /proc/PID/status says about a process's resident set.
 type memory struct {
@@ -66,39 +63,6 @@ func readMemory(pid int) (memory, error) {
 		return memory{}, fmt.Errorf("read memory of pid %d: %w", pid, err)
 	}
 	return parseStatus(b)
-}
-
-// parseCPUTicks returns utime+stime from the text of /proc/PID/stat.
-func parseCPUTicks(b []byte) (int64, error) {
-	// The command name (field 2) is in parentheses and may hold spaces or
-	// parentheses itself; everything after the last ')' is space separated.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc stat: no command name")
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	// fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-	const utime, stime = 14 - 3, 15 - 3
-	if len(fields) <= stime {
-		return 0, fmt.Errorf("malformed /proc stat: %d fields after the command name", len(fields))
-	}
-	u, err := strconv.ParseInt(fields[utime], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("utime in /proc stat: %w", err)
-	}
-	s, err := strconv.ParseInt(fields[stime], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("stime in /proc stat: %w", err)
-	}
-	return u + s, nil
-}
-
-func readCPUTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read cpu time of pid %d: %w", pid, err)
-	}
-	return parseCPUTicks(b)
 }
 
 // idleCost is a process's footprint while nobody calls it.
@@ -220,7 +184,7 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 		return c, err
 	}
 	start := time.Now()
-	t0, err := readCPUTicks(pid)
+	t0, err := procstat.CPUTicks(pid)
 	if err != nil {
 		return c, err
 	}
@@ -248,13 +212,13 @@ func measureIdle(ctx context.Context, pid int, d time.Duration) (idleCost, error
 		}
 		c.Used = &ws
 	}
-	t1, err := readCPUTicks(pid)
+	t1, err := procstat.CPUTicks(pid)
 	if err != nil {
 		return c, err
 	}
 	c.Seconds = time.Since(start).Seconds()
 	c.CPUTicks = t1 - t0
-	c.CPUPercentCore = 100 * float64(c.CPUTicks) / userHZ / c.Seconds
+	c.CPUPercentCore = 100 * float64(c.CPUTicks) / procstat.UserHZ / c.Seconds
 	return c, nil
 }
 

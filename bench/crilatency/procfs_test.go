@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tandemkit/tandem/bench/internal/procstat"
 )
 
 func TestParseStatus(t *testing.T) {
@@ -39,35 +41,6 @@ func TestParseStatus(t *testing.T) {
 			}
 			if !tt.wantErr && got != tt.want {
 				t.Errorf("got %+v, want %+v", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestParseCPUTicks(t *testing.T) {
-	t.Parallel()
-	// Fields 14 and 15 (utime, stime) are 1234 and 56 in each line.
-	rest := " S 1 2 3 0 -1 4194560 1000 0 0 0 1234 56 0 0 20 0 9 0 12345 1262916 5498 18446744073709551615\n"
-	tests := []struct {
-		name    string
-		in      string
-		want    int64
-		wantErr bool
-	}{
-		{name: "plain name", in: "4242 (tandem-proxy)" + rest, want: 1290},
-		{name: "name with spaces and parentheses", in: "4242 (a (b) c)" + rest, want: 1290},
-		{name: "truncated", in: "4242 (x) S 1 2 3\n", wantErr: true},
-		{name: "no name", in: "4242 S 1 2", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := parseCPUTicks([]byte(tt.in))
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
-			}
-			if got != tt.want {
-				t.Errorf("got %d ticks, want %d", got, tt.want)
 			}
 		})
 	}
@@ -202,7 +175,7 @@ func TestMeasureIdleSeesOwnCPU(t *testing.T) {
 	// CPU time, not a percentage: the window measureIdle divides by includes its own reads at the end, and
 	// parallel tests spend CPU in this process too, so only the times are comparable.
 	want := cpu(after) - cpu(before)
-	got := time.Duration(c.CPUTicks) * time.Second / userHZ
+	got := time.Duration(c.CPUTicks) * time.Second / procstat.UserHZ
 	const slack = 30 * time.Millisecond // three 10 ms ticks
 	if c.CPUPercentCore <= 0 || got < want-slack || got > want+slack {
 		t.Errorf("measured %v of CPU (%.1f%% of a core), getrusage says %v (±%v)", got, c.CPUPercentCore, want, slack)

@@ -2,17 +2,15 @@ package main
 
 import (
 	"debug/buildinfo"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/tandemkit/tandem/bench/internal/exepages"
-	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/figures"
+	"github.com/tandemkit/tandem/bench/internal/procstat"
 )
 
 // Targets: tandem-proxy's added latency against the floor's, in every run,
@@ -27,13 +25,9 @@ const (
 )
 
 type machine struct {
-	hostinfo.Facts
+	figures.Machine
 	Runtime string `json:"runtime"`
 	Flavor  string `json:"flavor"`
-}
-
-func readMachine(flavor, runtimeVersion string) machine {
-	return machine{Facts: hostinfo.Read(), Runtime: runtimeVersion, Flavor: flavor}
 }
 
 // buildOf says how a Go executable was built: its RSS follows its size, and the size follows cgo and
@@ -78,7 +72,7 @@ type proxyCPU struct {
 }
 
 func (p proxyCPU) microsPerCall() float64 {
-	return float64(p.Ticks) * 1e6 / userHZ / float64(p.Calls)
+	return float64(p.Ticks) * 1e6 / procstat.UserHZ / float64(p.Calls)
 }
 
 // latencyRun is one complete latency measurement: every RPC, mode and target.
@@ -146,7 +140,7 @@ type report struct {
 }
 
 func newReport(o options, runtimeVersion string) *report {
-	return &report{machine: readMachine(o.flavor, runtimeVersion), opts: o}
+	return &report{machine: machine{Machine: figures.ReadMachine(), Runtime: runtimeVersion, Flavor: o.flavor}, opts: o}
 }
 
 // latencyRows compares the targets on every RPC and mode of one run.
@@ -177,17 +171,9 @@ func latencyRows(s map[key]series, targets []target) []row {
 	return rows
 }
 
-func us(d time.Duration) string {
-	v := float64(d) * microsPerNano
-	if math.Abs(v) >= 100 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
 // excessNote says what the interval of a comparison over its limit shows.
 func excessNote(c *comparison) string {
-	iv := fmt.Sprintf("90%% interval of the excess %s to %sµs", us(c.Excess.Low), us(c.Excess.High))
+	iv := fmt.Sprintf("90%% interval of the excess %s to %sµs", figures.Cell(c.Excess.Low, time.Microsecond), figures.Cell(c.Excess.High, time.Microsecond))
 	if c.MissShown {
 		return iv + ": a miss this run shows, MISS"
 	}
@@ -214,7 +200,7 @@ func ratioCell(c *comparison) string {
 func (r *report) print(w io.Writer) {
 	o, m := r.opts, r.machine
 	fmt.Fprintf(w, "\nTandem CRI latency benchmark\n")
-	fmt.Fprintf(w, "machine:  %d vCPU (%s), kernel %s, %s, %s\n", m.CPUs, m.CPUModel, m.Kernel, m.OS, m.GoVersion)
+	fmt.Fprintf(w, "machine:  %s\n", m.Line())
 	fmt.Fprintf(w, "runtime:  %s (flavor %s), %d pods x %d running containers\n", m.Runtime, m.Flavor, o.pods, o.containersPerPod)
 	floorKind := "frame pump for streams, one Invoke for unary CRI methods"
 	if !o.floorUnary {
@@ -285,7 +271,7 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "CPU, %% of one core\t%.3f%%\t%s\t<= %.0f%% %s\t\n", i.Tandem.CPUPercentCore,
 			floorMem(func(c idleCost) string { return fmt.Sprintf("%.3f%%", c.CPUPercentCore) }), limitCPUPct, okMiss(i.Tandem.cpuMet()))
-		fmt.Fprintf(tw, "CPU ticks (1/%d s) in window\t%d\t%s\t\t\n", userHZ, i.Tandem.CPUTicks, floorMem(func(c idleCost) string { return fmt.Sprint(c.CPUTicks) }))
+		fmt.Fprintf(tw, "CPU ticks (1/%d s) in window\t%d\t%s\t\t\n", procstat.UserHZ, i.Tandem.CPUTicks, floorMem(func(c idleCost) string { return fmt.Sprint(c.CPUTicks) }))
 		perSecond := func(c idleCost) string {
 			return fmt.Sprintf("%.1f", float64(c.Switches.Voluntary+c.Switches.Involuntary)/c.Seconds)
 		}
@@ -366,10 +352,10 @@ func (run latencyRun) print(w io.Writer) {
 				fmt.Fprint(tw, "-\t-\t")
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t", us(q.P50), us(q.P99))
+			fmt.Fprintf(tw, "%s\t%s\t", figures.Cell(q.P50, time.Microsecond), figures.Cell(q.P99, time.Microsecond))
 			gap50, gap99 = max(gap50, q.HalfGapP50), max(gap99, q.HalfGapP99)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t\n", us(gap50), us(gap99))
+		fmt.Fprintf(tw, "%s\t%s\t\n", figures.Cell(gap50, time.Microsecond), figures.Cell(gap99, time.Microsecond))
 	}
 	_ = tw.Flush()
 
@@ -381,8 +367,8 @@ func (run latencyRun) print(w io.Writer) {
 		fmt.Fprintln(tw, "RPC\tmode\tfloor+ p50\ttandem+ p50\tratio p50\tfloor+ p99\ttandem+ p99\tratio p99\t")
 		for _, rw := range run.rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", rw.rpc, rw.mode,
-				us(rw.p50.FloorAdded), us(rw.p50.TandemAdded), ratioCell(rw.p50),
-				us(rw.p99.FloorAdded), us(rw.p99.TandemAdded), ratioCell(rw.p99))
+				figures.Cell(rw.p50.FloorAdded, time.Microsecond), figures.Cell(rw.p50.TandemAdded, time.Microsecond), ratioCell(rw.p50),
+				figures.Cell(rw.p99.FloorAdded, time.Microsecond), figures.Cell(rw.p99.TandemAdded, time.Microsecond), ratioCell(rw.p99))
 		}
 		_ = tw.Flush()
 		var notes []string
@@ -396,13 +382,13 @@ func (run latencyRun) print(w io.Writer) {
 				case c.c.FloorWithinNoise:
 					verdict := "within it too: ok"
 					if !c.c.Meets {
-						verdict = fmt.Sprintf("%sµs beyond it%s", us(c.c.ExcessOverLimit), shown)
+						verdict = fmt.Sprintf("%sµs beyond it%s", figures.Cell(c.c.ExcessOverLimit, time.Microsecond), shown)
 					}
 					notes = append(notes, fmt.Sprintf("%s %s %s: floor added %sµs is within noise (±%sµs), so no ratio; tandem added %sµs, %s",
-						rw.rpc, rw.mode, c.name, us(c.c.FloorAdded), us(c.c.Noise), us(c.c.TandemAdded), verdict))
+						rw.rpc, rw.mode, c.name, figures.Cell(c.c.FloorAdded, time.Microsecond), figures.Cell(c.c.Noise, time.Microsecond), figures.Cell(c.c.TandemAdded, time.Microsecond), verdict))
 				case !c.c.Meets:
 					notes = append(notes, fmt.Sprintf("%s %s %s: tandem adds %sµs more than %.1fx the floor allows%s",
-						rw.rpc, rw.mode, c.name, us(c.c.ExcessOverLimit), c.c.Limit, shown))
+						rw.rpc, rw.mode, c.name, figures.Cell(c.c.ExcessOverLimit, time.Microsecond), c.c.Limit, shown))
 				}
 			}
 		}
@@ -424,7 +410,7 @@ func (run latencyRun) print(w io.Writer) {
 	if len(run.proxyCPU) > 0 {
 		fmt.Fprintf(w, "\nproxy CPU time over the latency run (utime+stime, same calls for each):")
 		for _, p := range run.proxyCPU {
-			fmt.Fprintf(w, "  %s %.2f s = %.0f µs/call", p.Target, float64(p.Ticks)/userHZ, p.microsPerCall())
+			fmt.Fprintf(w, "  %s %.2f s = %.0f µs/call", p.Target, float64(p.Ticks)/procstat.UserHZ, p.microsPerCall())
 		}
 		fmt.Fprintf(w, "\ncontext switches per call (all threads, voluntary + involuntary):")
 		for _, p := range run.proxyCPU {
@@ -474,153 +460,3 @@ func okMiss(ok bool) string {
 }
 
 // The JSON form gives every duration in microseconds.
-
-type jsonQuantiles struct {
-	P50us        float64 `json:"p50Micros"`
-	P99us        float64 `json:"p99Micros"`
-	HalfGapP50us float64 `json:"halfGapP50Micros"`
-	HalfGapP99us float64 `json:"halfGapP99Micros"`
-	Samples      int     `json:"samples"`
-}
-
-type jsonComparison struct {
-	FloorAddedUs     float64  `json:"floorAddedMicros"`
-	TandemAddedUs    float64  `json:"tandemAddedMicros"`
-	NoiseUs          float64  `json:"noiseMicros"`
-	Ratio            *float64 `json:"ratio"` // null when the floor's added latency is within noise
-	Limit            float64  `json:"limit"`
-	FloorWithinNoise bool     `json:"floorWithinNoise"`
-	Meets            bool     `json:"meets"`
-	// The 90 % interval of tandem added - limit x floor added, and whether
-	// the run has shown a miss (excessInterval).
-	ExcessLowUs  float64 `json:"excessLowMicros"`
-	ExcessHighUs float64 `json:"excessHighMicros"`
-	MissShown    bool    `json:"missShown"`
-}
-
-type jsonRow struct {
-	RPC     string                   `json:"rpc"`
-	Mode    string                   `json:"mode"`
-	Targets map[string]jsonQuantiles `json:"targets"`
-	P50     *jsonComparison          `json:"p50,omitempty"`
-	P99     *jsonComparison          `json:"p99,omitempty"`
-}
-
-type jsonIdle struct {
-	Seconds          float64  `json:"seconds"`
-	CPUTicks         int64    `json:"cpuTicks"`
-	CPUPercentOfCore float64  `json:"cpuPercentOfOneCore"`
-	VmRSSStartKiB    int64    `json:"vmRSSStartKiB"`
-	VmRSSEndKiB      int64    `json:"vmRSSEndKiB"`
-	VmHWMKiB         int64    `json:"vmHWMKiB"`
-	Switches         switches `json:"contextSwitches"`
-	// Set where the referenced bits could be cleared (root).
-	AnonKiB       *int64 `json:"anonKiB,omitempty"`
-	FileKiB       *int64 `json:"fileKiB,omitempty"`
-	FileUsedKiB   *int64 `json:"fileUsedInWindowKiB,omitempty"`
-	WorkingSetKiB *int64 `json:"workingSetKiB,omitempty"`
-	// The resident pages of the executable by module and package, in bytes.
-	Executable      *exepages.Report `json:"executable,omitempty"`
-	ExecutableError string           `json:"executableError,omitempty"`
-}
-
-type jsonRun struct {
-	Seconds    float64    `json:"seconds"`
-	LoadBefore string     `json:"loadBefore"`
-	LoadAfter  string     `json:"loadAfter"`
-	Latency    []jsonRow  `json:"latency"`
-	ProxyCPU   []proxyCPU `json:"proxyCPU"`
-	Met        bool       `json:"latencyTargetsMet"`
-}
-
-type jsonReport struct {
-	Machine          machine   `json:"machine"`
-	FloorUnaryInvoke bool      `json:"floorUnaryInvoke"`
-	FloorInProcess   bool      `json:"floorInProcess"`
-	FloorFromBench   bool      `json:"floorFromBenchmark"`
-	AA               bool      `json:"aaCheck"`
-	AAExtraWorkUs    float64   `json:"aaExtraWorkMicros,omitempty"`
-	ClientGCInBatch  bool      `json:"clientGCInBatches"`
-	TandemBuild      string    `json:"tandemBuild,omitempty"`
-	Pods             int       `json:"pods"`
-	Containers       int       `json:"containers"`
-	Iterations       int       `json:"iterations"`
-	Batch            int       `json:"batchPerCaller"`
-	Warmup           int       `json:"warmupPerCaller"`
-	Runs             []jsonRun `json:"runs"`
-	TandemFreshRSS   *int64    `json:"tandemRSSAfterStartKiB,omitempty"`
-	TandemIdle       *jsonIdle `json:"tandemIdle,omitempty"`
-	FloorIdle        *jsonIdle `json:"floorIdle,omitempty"`
-	TargetP50Ratio   float64   `json:"targetP50Ratio"`
-	TargetP99Ratio   float64   `json:"targetP99Ratio"`
-	TargetRSSMiB     float64   `json:"targetRSSMiB"`
-	TargetCPUPercent float64   `json:"targetCPUPercent"`
-}
-
-func toMicros(d time.Duration) float64 { return float64(d) * microsPerNano }
-
-func toJSONComparison(c *comparison) *jsonComparison {
-	if c == nil {
-		return nil
-	}
-	j := &jsonComparison{
-		FloorAddedUs: toMicros(c.FloorAdded), TandemAddedUs: toMicros(c.TandemAdded), NoiseUs: toMicros(c.Noise),
-		Limit: c.Limit, FloorWithinNoise: c.FloorWithinNoise, Meets: c.Meets,
-		ExcessLowUs: toMicros(c.Excess.Low), ExcessHighUs: toMicros(c.Excess.High), MissShown: c.MissShown,
-	}
-	if !math.IsNaN(c.Ratio) {
-		r := c.Ratio
-		j.Ratio = &r
-	}
-	return j
-}
-
-func toJSONIdle(c idleCost) *jsonIdle {
-	j := &jsonIdle{
-		Seconds: c.Seconds, CPUTicks: c.CPUTicks, CPUPercentOfCore: c.CPUPercentCore,
-		VmRSSStartKiB: c.Start.VmRSSKiB, VmRSSEndKiB: c.End.VmRSSKiB, VmHWMKiB: c.End.VmHWMKiB,
-		Switches: c.Switches, Executable: c.Executable, ExecutableError: c.ExecutableErr,
-	}
-	if u := c.Used; u != nil {
-		ws := u.KiB()
-		j.AnonKiB, j.FileKiB, j.FileUsedKiB, j.WorkingSetKiB = &u.AnonKiB, &u.FileKiB, &u.FileUsedKiB, &ws
-	}
-	return j
-}
-
-func (r *report) writeJSON(path string) error {
-	j := jsonReport{
-		Machine: r.machine, FloorUnaryInvoke: r.opts.floorUnary, FloorInProcess: r.opts.floorInProcess, FloorFromBench: r.opts.floorFromBenchmark, AA: r.opts.aa, AAExtraWorkUs: toMicros(r.opts.aaExtraWork),
-		ClientGCInBatch: r.opts.gcInBatches, TandemBuild: r.proxyBuild,
-		Pods: r.opts.pods, Containers: r.opts.pods * r.opts.containersPerPod,
-		Iterations: r.opts.iterations, Batch: r.opts.batch, Warmup: r.opts.warmup,
-		TargetP50Ratio: limitP50, TargetP99Ratio: limitP99, TargetRSSMiB: limitRSSMiB, TargetCPUPercent: limitCPUPct,
-	}
-	for _, run := range r.runs {
-		jrun := jsonRun{Seconds: run.Seconds, LoadBefore: run.LoadBefore, LoadAfter: run.LoadAfter, ProxyCPU: run.proxyCPU, Met: run.met()}
-		for _, rw := range run.rows {
-			jr := jsonRow{RPC: rw.rpc, Mode: rw.mode, Targets: map[string]jsonQuantiles{}, P50: toJSONComparison(rw.p50), P99: toJSONComparison(rw.p99)}
-			for t, q := range rw.q {
-				jr.Targets[t] = jsonQuantiles{P50us: toMicros(q.P50), P99us: toMicros(q.P99), HalfGapP50us: toMicros(q.HalfGapP50), HalfGapP99us: toMicros(q.HalfGapP99), Samples: q.N}
-			}
-			jrun.Latency = append(jrun.Latency, jr)
-		}
-		j.Runs = append(j.Runs, jrun)
-	}
-	if r.Idle != nil {
-		fresh := r.Idle.TandemFresh.VmRSSKiB
-		j.TandemFreshRSS = &fresh
-		j.TandemIdle = toJSONIdle(r.Idle.Tandem)
-		if r.Idle.Floor != nil {
-			j.FloorIdle = toJSONIdle(*r.Idle.Floor)
-		}
-	}
-	b, err := json.MarshalIndent(j, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode results: %w", err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	return nil
-}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 )
 
 // How sure the verdict must be before it calls a target missed. A
@@ -75,7 +75,7 @@ func excessInterval(direct, floor, tandem series, qs []float64, limits []float64
 				buf = append(buf, m[r]...)
 			}
 			for i, q := range qs {
-				pct[i][t] = quantile.Nearest(buf, q) // sorts buf once; later calls find it sorted
+				pct[i][t] = figures.Nearest(buf, q) // sorts buf once; later calls find it sorted
 			}
 		}
 		for i, lim := range limits {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 )
 
 // synth builds a series of rounds x perRound calls, each taking what f says.
@@ -59,7 +59,7 @@ func TestExcessInterval(t *testing.T) {
 			direct := synth(rounds, perRound, func(int) time.Duration { return backend(rng) })
 			floor := synth(rounds, perRound, func(int) time.Duration { return backend(rng) + us(100) })
 			tandem := synth(rounds, perRound, func(r int) time.Duration { return backend(rng) + tt.tandemHop(r) })
-			pct := func(s series) time.Duration { return quantile.Nearest(s.durations(nil), tt.q) }
+			pct := func(s series) time.Duration { return figures.Nearest(s.durations(nil), tt.q) }
 			c := compare(pct(direct), pct(floor), pct(tandem), 0, tt.limit)
 			iv := excessInterval(direct, floor, tandem, []float64{tt.q}, []float64{tt.limit}, bootstrapReplicates, newBootstrapRand())[0]
 			c = c.withExcess(iv)

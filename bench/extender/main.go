@@ -43,7 +43,7 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/resource/qos"
 	extender "github.com/tandemkit/tandem/scheduler-extender"
@@ -93,8 +93,8 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("cluster: %d nodes, %d assigned pods, cache synced in %s; GOMAXPROCS=%d, %s %s/%s\n",
-		*clusterSize, *clusterSize**podsPerNode, time.Since(start).Round(time.Millisecond), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Printf("cluster: %d nodes, %d assigned pods, cache synced in %s\nmachine: %s\n",
+		*clusterSize, *clusterSize**podsPerNode, time.Since(start).Round(time.Millisecond), figures.ReadMachine().Line())
 	fmt.Printf("pod: a Spark executor requesting kubernetes.io/batch-cpu 1000 and batch-memory 2Gi\n")
 
 	scale := 1
@@ -109,70 +109,78 @@ func run(ctx context.Context) error {
 	fmt.Printf("%-16s %-18s %9s %9s %9s %9s %9s %7s %8s %10s  %s\n", "request", "call", "wall p50", "wall p99",
 		"cpu p50", "cpu p99", "proc cpu", "allocs", "KiB", "per s x8", "target")
 	for _, sc := range scenarios {
-		pod := batchPod()
-		var names []string
-		var full []*corev1.Node
-		for i := 0; i < sc.nodes; i++ {
-			// Spread the asked-about nodes over the cluster, as kube-scheduler's sampling does; the
-			// prime stride visits distinct nodes and mixes cold, hot and stale ones.
-			idx := (i * 7919) % *clusterSize
-			names = append(names, nodes[idx].Name)
-			full = append(full, nodes[idx])
-		}
-		filterBody := requestBody(pod, names, full, sc.full)
-		// kube-scheduler asks prioritize about the nodes filter let through.
-		passed, err := call(h, extender.FilterPath, filterBody)
-		if err != nil {
+		if err := runScenario(h, sc, nodes, *clusterSize, *concurrency, *throughputFor/time.Duration(scale)); err != nil {
 			return err
-		}
-		prioritizeBody, err := prioritizeRequest(pod, passed, full, sc.full)
-		if err != nil {
-			return err
-		}
-		if _, err := call(h, extender.PrioritizePath, prioritizeBody); err != nil {
-			return err
-		}
-		passRate, err := passedShare(passed, sc.nodes)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%s: filter passes %.0f%% of the nodes asked about (the rest: above the cpu threshold, stale metric, or no room)\n", sc.name, passRate)
-
-		rows := []struct {
-			call   string
-			bodies [][2]string // path, body pairs per iteration
-		}{
-			{"filter", [][2]string{{extender.FilterPath, filterBody}}},
-			{"prioritize", [][2]string{{extender.PrioritizePath, prioritizeBody}}},
-			{"filter+prioritize", [][2]string{{extender.FilterPath, filterBody}, {extender.PrioritizePath, prioritizeBody}}},
-		}
-		for _, row := range rows {
-			m, err := measure(h, row.bodies, sc.iters)
-			if err != nil {
-				return err
-			}
-			tput, err := throughput(h, row.bodies, *concurrency, *throughputFor/time.Duration(scale))
-			if err != nil {
-				return err
-			}
-			p50, p99 := quantile.Nearest(m.wall, 0.50), quantile.Nearest(m.wall, 0.99)
-			c50, c99 := quantile.Nearest(m.onCPU, 0.50), quantile.Nearest(m.onCPU, 0.99)
-			target := "-"
-			if row.call == "filter+prioritize" && (sc.targetP50 > 0 || sc.targetP99 > 0) {
-				var parts []string
-				if sc.targetP50 > 0 {
-					parts = append(parts, fmt.Sprintf("p50<=%s wall %s cpu %s", sc.targetP50, verdict(p50 <= sc.targetP50), verdict(c50 <= sc.targetP50)))
-				}
-				if sc.targetP99 > 0 {
-					parts = append(parts, fmt.Sprintf("p99<=%s wall %s cpu %s", sc.targetP99, verdict(p99 <= sc.targetP99), verdict(c99 <= sc.targetP99)))
-				}
-				target = strings.Join(parts, "; ")
-			}
-			fmt.Printf("%-16s %-18s %9s %9s %9s %9s %9s %7.0f %8.1f %10.0f  %s\n", sc.name, row.call, fmtDur(p50), fmtDur(p99),
-				fmtDur(c50), fmtDur(c99), fmtDur(m.cpuPerRound), m.allocs, m.bytes/1024, tput, target)
 		}
 	}
 	return loopback(h, nodes, *clusterSize, 2000/scale)
+}
+
+// runScenario prints one scenario's rows: filter, prioritize and both, on the nodes asked about.
+func runScenario(h http.Handler, sc scenario, nodes []*corev1.Node, clusterSize, concurrency int, throughputFor time.Duration) error {
+	pod := batchPod()
+	var names []string
+	var full []*corev1.Node
+	for i := 0; i < sc.nodes; i++ {
+		// Spread the asked-about nodes over the cluster, as kube-scheduler's sampling does; the
+		// prime stride visits distinct nodes and mixes cold, hot and stale ones.
+		idx := (i * 7919) % clusterSize
+		names = append(names, nodes[idx].Name)
+		full = append(full, nodes[idx])
+	}
+	filterBody := requestBody(pod, names, full, sc.full)
+	// kube-scheduler asks prioritize about the nodes filter let through.
+	passed, err := call(h, extender.FilterPath, filterBody)
+	if err != nil {
+		return err
+	}
+	prioritizeBody, err := prioritizeRequest(pod, passed, full, sc.full)
+	if err != nil {
+		return err
+	}
+	if _, err := call(h, extender.PrioritizePath, prioritizeBody); err != nil {
+		return err
+	}
+	passRate, err := passedShare(passed, sc.nodes)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: filter passes %.0f%% of the nodes asked about (the rest: above the cpu threshold, stale metric, or no room)\n", sc.name, passRate)
+
+	rows := []struct {
+		call   string
+		bodies [][2]string // path, body pairs per iteration
+	}{
+		{"filter", [][2]string{{extender.FilterPath, filterBody}}},
+		{"prioritize", [][2]string{{extender.PrioritizePath, prioritizeBody}}},
+		{"filter+prioritize", [][2]string{{extender.FilterPath, filterBody}, {extender.PrioritizePath, prioritizeBody}}},
+	}
+	for _, row := range rows {
+		m, err := measure(h, row.bodies, sc.iters)
+		if err != nil {
+			return err
+		}
+		tput, err := throughput(h, row.bodies, concurrency, throughputFor)
+		if err != nil {
+			return err
+		}
+		p50, p99 := figures.Nearest(m.wall, 0.50), figures.Nearest(m.wall, 0.99)
+		c50, c99 := figures.Nearest(m.onCPU, 0.50), figures.Nearest(m.onCPU, 0.99)
+		target := "-"
+		if row.call == "filter+prioritize" && (sc.targetP50 > 0 || sc.targetP99 > 0) {
+			var parts []string
+			if sc.targetP50 > 0 {
+				parts = append(parts, fmt.Sprintf("p50<=%s wall %s cpu %s", sc.targetP50, verdict(p50 <= sc.targetP50), verdict(c50 <= sc.targetP50)))
+			}
+			if sc.targetP99 > 0 {
+				parts = append(parts, fmt.Sprintf("p99<=%s wall %s cpu %s", sc.targetP99, verdict(p99 <= sc.targetP99), verdict(c99 <= sc.targetP99)))
+			}
+			target = strings.Join(parts, "; ")
+		}
+		fmt.Printf("%-16s %-18s %9s %9s %9s %9s %9s %7.0f %8.1f %10.0f  %s\n", sc.name, row.call, figures.Duration(p50), figures.Duration(p99),
+			figures.Duration(c50), figures.Duration(c99), figures.Duration(m.cpuPerRound), m.allocs, m.bytes/1024, tput, target)
+	}
+	return nil
 }
 
 // loopback repeats the 500-name filter+prioritize round over real HTTP on 127.0.0.1 with a
@@ -228,7 +236,7 @@ func loopback(h http.Handler, nodes []*corev1.Node, clusterSize, iters int) erro
 	cpu := (cpuTime() - cpu0) / time.Duration(iters)
 	slices.Sort(lat)
 	fmt.Printf("%-16s %-18s %9s %9s %9s %9s %9s  (client and server both in this process)\n",
-		"500 names, HTTP", "filter+prioritize", fmtDur(quantile.Nearest(lat, 0.50)), fmtDur(quantile.Nearest(lat, 0.99)), "-", "-", fmtDur(cpu))
+		"500 names, HTTP", "filter+prioritize", figures.Duration(figures.Nearest(lat, 0.50)), figures.Duration(figures.Nearest(lat, 0.99)), "-", "-", figures.Duration(cpu))
 	return nil
 }
 
@@ -251,13 +259,6 @@ func verdict(ok bool) string {
 		return "PASS"
 	}
 	return "FAIL"
-}
-
-func fmtDur(d time.Duration) string {
-	if d < time.Millisecond {
-		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
-	}
-	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
 }
 
 // measure runs the calls of one pod iters times on one goroutine and returns the latency of each

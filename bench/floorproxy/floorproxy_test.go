@@ -218,7 +218,15 @@ func dial(t *testing.T, sock string) runtimeapi.RuntimeServiceClient {
 	return runtimeapi.NewRuntimeServiceClient(conn)
 }
 
-func TestProxyForwardsTransparently(t *testing.T) {
+// relays are both relay paths in front of one backend, and a client of the backend itself.
+type relays struct {
+	names   []string
+	proxied map[string]runtimeapi.RuntimeServiceClient
+	direct  runtimeapi.RuntimeServiceClient
+}
+
+// startRelays starts them; the context returned ends when the test's cleanups run.
+func startRelays(t *testing.T) (context.Context, relays) {
 	// Unix socket paths must stay under 108 bytes; t.TempDir() can be longer.
 	dir, err := os.MkdirTemp("", "fp")
 	if err != nil {
@@ -245,13 +253,13 @@ func TestProxyForwardsTransparently(t *testing.T) {
 		{name: "frame pump only"},
 		{name: "unary fast path", unary: UnaryMethods(&runtimeapi.RuntimeService_ServiceDesc)},
 	}
-	proxied := map[string]runtimeapi.RuntimeServiceClient{}
+	r := relays{proxied: map[string]runtimeapi.RuntimeServiceClient{}}
 	for _, px := range proxies {
 		p, err := New("unix://"+backendLis.Addr().String(), maxMsg, px.unary...)
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
-		lis := listen(t, dir, fmt.Sprintf("proxy%d.sock", len(proxied)))
+		lis := listen(t, dir, fmt.Sprintf("proxy%d.sock", len(r.proxied)))
 		served := make(chan error, 1)
 		go func() { served <- p.Serve(ctx, lis) }()
 		t.Cleanup(func() {
@@ -260,23 +268,31 @@ func TestProxyForwardsTransparently(t *testing.T) {
 				t.Errorf("Serve: %v", err)
 			}
 		})
-		proxied[px.name] = dial(t, lis.Addr().String())
+		r.proxied[px.name] = dial(t, lis.Addr().String())
+		r.names = append(r.names, px.name)
 	}
-	direct := dial(t, backendLis.Addr().String())
+	r.direct = dial(t, backendLis.Addr().String())
+	return ctx, r
 
+}
+
+// transparencyCase is one call made directly and through a relay.
+type transparencyCase struct {
+	name     string
+	ctx      func(context.Context) context.Context
+	call     call
+	wantCode codes.Code
+	wantMsgs int
+	// check asserts what the case is about, so that "direct and proxied
+	// agree" cannot pass by both being empty.
+	check func(o observed) error
+}
+
+func transparencyCases() []transparencyCase {
 	withMD := func(kv ...string) func(context.Context) context.Context {
 		return func(ctx context.Context) context.Context { return metadata.AppendToOutgoingContext(ctx, kv...) }
 	}
-	tests := []struct {
-		name     string
-		ctx      func(context.Context) context.Context
-		call     call
-		wantCode codes.Code
-		wantMsgs int
-		// check asserts what the case is about, so that "direct and proxied
-		// agree" cannot pass by both being empty.
-		check func(o observed) error
-	}{
+	return []transparencyCase{
 		{
 			name: "unary with request metadata, deadline, header and trailer",
 			ctx:  withMD("x-request-id", "req-42"),
@@ -364,17 +380,21 @@ func TestProxyForwardsTransparently(t *testing.T) {
 			},
 		},
 	}
-	for _, tt := range tests {
-		for _, px := range proxies {
-			t.Run(px.name+"/"+tt.name, func(t *testing.T) {
+}
+
+func TestProxyForwardsTransparently(t *testing.T) {
+	relayCtx, r := startRelays(t)
+	for _, tt := range transparencyCases() {
+		for _, name := range r.names {
+			t.Run(name+"/"+tt.name, func(t *testing.T) {
 				t.Parallel()
-				ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				ctx, cancel := context.WithTimeout(relayCtx, 30*time.Second)
 				defer cancel()
 				if tt.ctx != nil {
 					ctx = tt.ctx(ctx)
 				}
-				want := tt.call(ctx, direct)
-				got := tt.call(ctx, proxied[px.name])
+				want := tt.call(ctx, r.direct)
+				got := tt.call(ctx, r.proxied[name])
 				if got.status.Code() != tt.wantCode {
 					t.Fatalf("proxied call: code %v (%s), want %v", got.status.Code(), got.status.Message(), tt.wantCode)
 				}

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"text/tabwriter"
 	"time"
 
-	"github.com/tandemkit/tandem/bench/internal/hostinfo"
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 )
 
 // The hook framework's targets.
@@ -26,16 +23,12 @@ const (
 )
 
 type machine struct {
-	hostinfo.Facts
+	figures.Machine
 	// Processes is true when every server ran in a process of its own, false when all ran in one.
 	Processes bool `json:"processes"`
 	// Load averages (1, 5, 15 min) before and after the run: other work on the machine shows here.
 	LoadBefore string `json:"loadBefore"`
 	LoadAfter  string `json:"loadAfter"`
-}
-
-func readMachine() machine {
-	return machine{Facts: hostinfo.Read(), LoadBefore: hostinfo.LoadAverage()}
 }
 
 // result is one variant's latency, in microseconds. Added* are against the variant without hooks: the
@@ -108,8 +101,6 @@ type report struct {
 	RemoteHookInProxyMean float64 `json:"remoteHookInProxyMeanMicros"`
 }
 
-func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
 func summarize(name, description string, ds []time.Duration) result {
 	// Nearest sorts in place: the caller's samples keep their order.
 	sorted := slices.Clone(ds)
@@ -118,9 +109,9 @@ func summarize(name, description string, ds []time.Duration) result {
 		sum += d
 	}
 	r := result{Name: name, Description: description, Calls: len(sorted),
-		P50: micros(quantile.Nearest(sorted, 0.50)), P99: micros(quantile.Nearest(sorted, 0.99))}
+		P50: figures.In(figures.Nearest(sorted, 0.50), time.Microsecond), P99: figures.In(figures.Nearest(sorted, 0.99), time.Microsecond)}
 	if len(sorted) > 0 {
-		r.Mean = micros(sum / time.Duration(len(sorted)))
+		r.Mean = figures.In(sum/time.Duration(len(sorted)), time.Microsecond)
 	}
 	return r
 }
@@ -146,17 +137,17 @@ func newReport(m machine, o options, variants []variant, samples [][]time.Durati
 		}
 	}
 	if r := byName["inproc-5"]; r != nil {
-		limit := micros(limitInProcess5)
+		limit := figures.In(limitInProcess5, time.Microsecond)
 		rep.Checks = append(rep.Checks, check{Name: checkInProcess5, Value: *r.AddedP50, Limit: limit,
 			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs ≤ %.0f µs", *r.AddedP50, limit)})
 	}
 	if r := byName["remote-1"]; r != nil {
-		limit := micros(limitRemote)
+		limit := figures.In(limitRemote, time.Microsecond)
 		rep.Checks = append(rep.Checks, check{Name: checkRemote, Value: *r.AddedP50, Limit: limit,
 			Pass: *r.AddedP50 <= limit, How: fmt.Sprintf("added p50 %.1f µs ≤ %.0f µs", *r.AddedP50, limit)})
 	}
 	if r := byName["builtin"]; r != nil {
-		limit := micros(limitBuiltinP99)
+		limit := figures.In(limitBuiltinP99, time.Microsecond)
 		rep.Checks = append(rep.Checks, check{Name: checkBuiltin, Value: *r.AddedP99, Limit: limit,
 			Pass: *r.AddedP99 <= limit, How: fmt.Sprintf("added p99 %.1f µs ≤ %.0f µs", *r.AddedP99, limit)})
 	}
@@ -197,8 +188,7 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "CreateContainer through tandem proxy.Servers in front of stub runtimes, all in the benchmark's process (--layout one-process)\n")
 	}
 	fmt.Fprintf(w, "%d timed calls per variant in turns of %d (after %d warm-up calls), interleaved\n", r.Iterations, r.Batch, r.Warmup)
-	fmt.Fprintf(w, "machine: %s; %d CPUs (GOMAXPROCS %d) %s; kernel %s; %s; load %s → %s\n\n",
-		m.OS, m.CPUs, m.GOMAXPROCS, m.CPUModel, m.Kernel, m.GoVersion, m.LoadBefore, m.LoadAfter)
+	fmt.Fprintf(w, "machine: %s; load %s → %s\n\n", m.Line(), m.LoadBefore, m.LoadAfter)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "variant\tp50 µs\tp99 µs\tmean µs\tadded p50 µs\tadded p99 µs\t")
 	for _, res := range r.Results {
@@ -233,21 +223,4 @@ func (r *report) print(w io.Writer) {
 	for _, c := range r.Context {
 		fmt.Fprintf(w, "not a target, for context: %s: %s\n", c.Name, c.How)
 	}
-}
-
-// writeJSON writes the reports, one per layout run, as a JSON array.
-func writeJSON(path string, reps []*report) error {
-	b, err := json.MarshalIndent(reps, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if path == "-" {
-		_, err = os.Stdout.Write(b)
-		return err
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("write --json %s: %w", path, err)
-	}
-	return nil
 }

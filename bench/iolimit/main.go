@@ -34,8 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tandemkit/tandem/bench/internal/hostinfo"
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/resource/blkio"
 )
@@ -121,9 +120,8 @@ func run(ctx context.Context, duration time.Duration, rounds, rate int, writeCap
 	if err := fill(readFile, readSpan); err != nil {
 		return err
 	}
-	f := hostinfo.Read()
-	fmt.Printf("iolimit: %s (%s), disk %s (%s), reads %d/s of 4 KiB O_DIRECT over %d MiB, writer 1 MiB blocks, cap writeBPS %d MiB/s, %s per cell, %d rounds; load %s\n",
-		f.CPUModel, f.Kernel, disk, dev, rate, readSpan>>20, writeCap>>20, duration, rounds, hostinfo.LoadAverage())
+	fmt.Printf("iolimit: disk %s (%s), reads %d/s of 4 KiB O_DIRECT over %d MiB, writer 1 MiB blocks, cap writeBPS %d MiB/s, %s per cell, %d rounds; load %s\nmachine: %s\n",
+		disk, dev, rate, readSpan>>20, writeCap>>20, duration, rounds, figures.LoadAverage(), figures.ReadMachine().Line())
 	all := map[string][]result{}
 	for r := 0; r < rounds; r++ {
 		for _, c := range cells {
@@ -323,7 +321,7 @@ func report(all map[string][]result, rounds int, writeCap int64) {
 				rate = fmt.Sprintf("%.1f", float64(res.written)/res.elapsed.Seconds()/(1<<20))
 			}
 			fmt.Printf("%-20s %5d %8d %9s %9s %9s %9s %10.2fx %10.2fx %10s\n", c.name, r+1, len(res.lat),
-				round(p[0]), round(p[1]), round(p[2]), round(p[3]), ratio(p[1], s[1]), ratio(p[2], s[2]), rate)
+				round(p[0]), round(p[1]), round(p[2]), round(p[3]), figures.Ratio(float64(p[1]), float64(s[1])), figures.Ratio(float64(p[2]), float64(s[2])), rate)
 		}
 	}
 	fmt.Printf("the capped cells hold BE at writeBPS %d MiB/s (beClass.blkioQOS); on cgroup v1 buffered writes reach the disk through writeback outside the BE cgroup\n", writeCap>>20)
@@ -336,14 +334,7 @@ func percentiles(ds []time.Duration) [4]time.Duration {
 	if len(s) == 0 {
 		return [4]time.Duration{}
 	}
-	return [4]time.Duration{quantile.Nearest(s, 0.50), quantile.Nearest(s, 0.99), quantile.Nearest(s, 0.999), s[len(s)-1]}
-}
-
-func ratio(a, b time.Duration) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
+	return [4]time.Duration{figures.Nearest(s, 0.50), figures.Nearest(s, 0.99), figures.Nearest(s, 0.999), s[len(s)-1]}
 }
 
 func round(d time.Duration) string {

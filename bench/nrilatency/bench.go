@@ -16,7 +16,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/tandemkit/tandem/bench/internal/hostinfo"
+	"github.com/tandemkit/tandem/bench/internal/figures"
+	"github.com/tandemkit/tandem/bench/internal/podcgroup"
+	"github.com/tandemkit/tandem/bench/internal/procstat"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
@@ -72,10 +74,6 @@ func run(ctx context.Context, o options) (retErr error) {
 		return err
 	}
 	logger := klog.FromContext(ctx)
-	// Clean-up must run even after Ctrl-C has cancelled ctx.
-	cleanupCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
-	}
 	if err := framework.EnsureDebianPackages(ctx); err != nil {
 		return err
 	}
@@ -95,50 +93,97 @@ func run(ctx context.Context, o options) (retErr error) {
 			retErr = errors.Join(retErr, fmt.Errorf("remove work dir: %w", err))
 		}
 	}()
-
-	// tandem-proxy and tandem-nri build while the containerds start; containerd 2.4.2 itself is built
-	// once and cached, which takes minutes the first time.
-	type built struct {
-		proxy, nri string
-		err        error
-	}
-	buildDone := make(chan built, 1)
-	go func() {
-		b := built{proxy: o.proxyBinary, nri: o.nriBinary}
-		if slices.Contains(o.paths, pathProxy) && b.proxy == "" {
-			logger.Info("Building tandem-proxy")
-			b.proxy, b.err = framework.BuildProxy(ctx, filepath.Join(dir, "bin"))
-		}
-		if slices.Contains(o.paths, pathNRI) && b.nri == "" && b.err == nil {
-			logger.Info("Building tandem-nri")
-			b.nri, b.err = framework.BuildNRI(ctx, filepath.Join(dir, "bin"))
-		}
-		buildDone <- b
-	}()
-	if !framework.ContainerdV2Cached() {
-		logger.Info("Building containerd " + framework.ContainerdV2Version + " once (minutes on two CPUs)")
-	}
+	builds := startBuilds(ctx, o, filepath.Join(dir, "bin"))
 
 	// Every path's cgroups live under one private root, so the host's /kubepods is never touched.
 	base := fmt.Sprintf("/tdm-nrilat-%d", os.Getpid())
-	defer func() {
-		// Registered first, so it runs after the containerds have removed their pods.
-		if err := removeCgroupTree(base); err != nil {
-			retErr = errors.Join(retErr, err)
-		}
-	}()
-	capShares := int64(runtime.NumCPU()) * 1024
-	if err := makeCgroup(base, capShares); err != nil {
+	var cleanups runctx.Cleanups
+	// First added, so it runs after the containerds have removed their pods.
+	cleanups.Add(func(context.Context) error { return podcgroup.RemoveTree(base) })
+	defer func() { retErr = errors.Join(retErr, cleanups.Run(ctx)) }()
+	if err := podcgroup.Make(base, int64(runtime.NumCPU())*1024); err != nil {
 		return err
 	}
-
 	seed := o.seed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	// The daemons start in an order drawn from the seed: in A/A runs the first one started was the
-	// fastest by up to 4 ms per container (of some 115), so a fixed order would always hand that to the
-	// same path.
+	paths, startOrder, err := startContainerds(ctx, o, dir, base, seed, &cleanups, &stoppedClean)
+	if err != nil {
+		return err
+	}
+	b := <-builds
+	if b.err != nil {
+		return b.err
+	}
+	if err := startTandems(ctx, o, dir, paths, b, &cleanups); err != nil {
+		return err
+	}
+	v, err := paths[0].rs.Version(ctx, "0.1.0")
+	if err != nil {
+		return fmt.Errorf("path %s: Version: %w", paths[0].name, err)
+	}
+	for _, p := range paths {
+		// The pods go through their own path too, before Tandem stops, as kubelet removes them: tandem-nri
+		// then sees its StopPodSandbox and RemovePodSandbox events instead of containerd finding it gone.
+		cleanups.Add(func(ctx context.Context) error { return removePods(ctx, p) })
+		if err := startPods(ctx, p, dir, o.perPod); err != nil {
+			return err
+		}
+		if err := checkStore(ctx, p); err != nil {
+			return err
+		}
+	}
+	logger.Info("Pods running", "paths", o.paths)
+	rep := &report{machine: figures.ReadMachine(), runtime: v.GetRuntimeName() + " " + v.GetRuntimeVersion(), opts: o, seed: seed,
+		paths: o.paths, startOrder: startOrder, perPath: o.rounds * 2 * o.perPod}
+	if err := measure(ctx, paths, o, rep); err != nil {
+		return err
+	}
+	rep.print(os.Stdout)
+	if o.jsonPath != "" {
+		if err := rep.writeJSON(o.jsonPath); err != nil {
+			return err
+		}
+		logger.Info("Results written", "path", o.jsonPath)
+	}
+	return nil
+}
+
+// built is where tandem-proxy and tandem-nri were built, or why not.
+type built struct {
+	proxy, nri string
+	err        error
+}
+
+// startBuilds builds tandem-proxy and tandem-nri while the containerds start; containerd 2.4.2 itself
+// is built once and cached, which takes minutes the first time.
+func startBuilds(ctx context.Context, o options, dir string) <-chan built {
+	logger := klog.FromContext(ctx)
+	done := make(chan built, 1)
+	go func() {
+		b := built{proxy: o.proxyBinary, nri: o.nriBinary}
+		if slices.Contains(o.paths, pathProxy) && b.proxy == "" {
+			logger.Info("Building tandem-proxy")
+			b.proxy, b.err = framework.BuildProxy(ctx, dir)
+		}
+		if slices.Contains(o.paths, pathNRI) && b.nri == "" && b.err == nil {
+			logger.Info("Building tandem-nri")
+			b.nri, b.err = framework.BuildNRI(ctx, dir)
+		}
+		done <- b
+	}()
+	if !framework.ContainerdV2Cached() {
+		logger.Info("Building containerd " + framework.ContainerdV2Version + " once (minutes on two CPUs)")
+	}
+	return done
+}
+
+// startContainerds makes each path's QoS parents and starts its containerd. The daemons start in an
+// order drawn from the seed: in A/A runs the first one started was the fastest by up to 4 ms per
+// container (of some 115), so a fixed order would always hand that to the same path.
+func startContainerds(ctx context.Context, o options, dir, base string, seed uint64, cleanups *runctx.Cleanups, stoppedClean *bool) ([]*path, []string, error) {
+	capShares := int64(runtime.NumCPU()) * 1024
 	paths := make([]*path, len(o.paths))
 	var startOrder []string
 	for _, i := range rand.New(rand.NewPCG(seed, 0x6f72646572)).Perm(len(o.paths)) {
@@ -150,61 +195,39 @@ func run(ctx context.Context, o options) (retErr error) {
 			dir    string
 			shares int64
 		}{{p.root, capShares}, {p.root + "/kubepods", capShares}, {p.root + "/kubepods/besteffort", beShares}, {p.root + "/kubepods/burstable", int64(o.perPod) * lsShares}} {
-			if err := makeCgroup(c.dir, c.shares); err != nil {
-				return err
+			if err := podcgroup.Make(c.dir, c.shares); err != nil {
+				return nil, nil, err
 			}
 		}
 		cdir := filepath.Join(dir, dirLetter(name))
-		logger.Info("Starting containerd", "path", name, "version", framework.ContainerdV2Version)
+		klog.FromContext(ctx).Info("Starting containerd", "path", name, "version", framework.ContainerdV2Version)
+		var err error
 		p.ctrd, err = framework.StartContainerd(ctx, framework.ContainerdOptions{
 			Flavor: framework.Flavor2, Dir: cdir, NRISocket: framework.NRISocketPath(cdir),
 		})
 		if err != nil {
-			return fmt.Errorf("path %s: %w", name, err)
+			return nil, nil, fmt.Errorf("path %s: %w", name, err)
 		}
-		defer func() {
-			cctx, cancel := cleanupCtx()
-			defer cancel()
-			if err := p.ctrd.Stop(cctx); err != nil {
-				stoppedClean = false
-				retErr = errors.Join(retErr, fmt.Errorf("path %s: stop containerd: %w", name, err))
+		cleanups.Add(func(ctx context.Context) error {
+			if err := p.ctrd.Stop(ctx); err != nil {
+				*stoppedClean = false
+				return fmt.Errorf("path %s: stop containerd: %w", name, err)
 			}
-		}()
+			return nil
+		})
 	}
+	return paths, startOrder, nil
+}
 
-	b := <-buildDone
-	if b.err != nil {
-		return b.err
-	}
+// startTandems starts each path's Tandem (none has none; an A/A run none at all) and connects the
+// path's CRI client, through Tandem where there is one.
+func startTandems(ctx context.Context, o options, dir string, paths []*path, b built, cleanups *runctx.Cleanups) error {
 	for _, p := range paths {
 		endpoint := p.ctrd.Endpoint
 		if p.name != pathNone && !o.aa {
-			opts := framework.ProxyOptions{
-				Binary: b.proxy, RuntimeEndpoint: p.ctrd.Endpoint, Dir: filepath.Join(dir, "t"+dirLetter(p.name)),
-				ExtraArgs: []string{"--kubelet-cgroup-root", p.root, "--hooks-dir", filepath.Join(dir, "hooks.d"),
-					"--node-name", "nrilatency", "-v", strconv.Itoa(o.proxyVerbosity)},
+			if err := startTandem(ctx, o, dir, p, b, cleanups); err != nil {
+				return err
 			}
-			if p.name == pathNRI {
-				opts.Binary, opts.NRISocket = b.nri, p.ctrd.NRISocket
-			}
-			if err := os.MkdirAll(filepath.Join(dir, "hooks.d"), 0o755); err != nil {
-				return fmt.Errorf("create hooks dir: %w", err)
-			}
-			logger.Info("Starting "+p.tandemName(), "path", p.name)
-			if p.tandem, err = framework.StartProxy(ctx, opts); err != nil {
-				return fmt.Errorf("path %s: %w", p.name, err)
-			}
-			defer func() {
-				// Before its containerd stops (defers run last-in first-out).
-				cctx, cancel := cleanupCtx()
-				defer cancel()
-				code, err := p.tandem.Stop(cctx)
-				if err != nil {
-					retErr = errors.Join(retErr, fmt.Errorf("path %s: stop %s: %w", p.name, p.tandemName(), err))
-				} else if code != 0 {
-					retErr = errors.Join(retErr, fmt.Errorf("path %s: %s exited with code %d on SIGTERM, want 0: see %s", p.name, p.tandemName(), code, p.tandem.LogPath))
-				}
-			}()
 			endpoint = p.tandem.Endpoint
 		}
 		rs, is, err := framework.NewCRIClients(ctx, endpoint)
@@ -212,83 +235,100 @@ func run(ctx context.Context, o options) (retErr error) {
 			return err
 		}
 		p.rs = rs
-		defer func() {
-			cctx, cancel := cleanupCtx()
-			defer cancel()
-			_ = rs.Close(cctx)
-			_ = is.Close(cctx)
-		}()
+		cleanups.Add(func(ctx context.Context) error {
+			_ = rs.Close(ctx)
+			_ = is.Close(ctx)
+			return nil
+		})
 	}
+	return nil
+}
 
-	v, err := paths[0].rs.Version(ctx, "0.1.0")
+func startTandem(ctx context.Context, o options, dir string, p *path, b built, cleanups *runctx.Cleanups) error {
+	opts := framework.ProxyOptions{
+		Binary: b.proxy, RuntimeEndpoint: p.ctrd.Endpoint, Dir: filepath.Join(dir, "t"+dirLetter(p.name)),
+		ExtraArgs: []string{"--kubelet-cgroup-root", p.root, "--hooks-dir", filepath.Join(dir, "hooks.d"),
+			"--node-name", "nrilatency", "-v", strconv.Itoa(o.proxyVerbosity)},
+	}
+	if p.name == pathNRI {
+		opts.Binary, opts.NRISocket = b.nri, p.ctrd.NRISocket
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "hooks.d"), 0o755); err != nil {
+		return fmt.Errorf("create hooks dir: %w", err)
+	}
+	klog.FromContext(ctx).Info("Starting "+p.tandemName(), "path", p.name)
+	var err error
+	if p.tandem, err = framework.StartProxy(ctx, opts); err != nil {
+		return fmt.Errorf("path %s: %w", p.name, err)
+	}
+	// Before its containerd stops (cleanups run last added first).
+	cleanups.Add(func(ctx context.Context) error {
+		code, err := p.tandem.Stop(ctx)
+		if err != nil {
+			return fmt.Errorf("path %s: stop %s: %w", p.name, p.tandemName(), err)
+		} else if code != 0 {
+			return fmt.Errorf("path %s: %s exited with code %d on SIGTERM, want 0: see %s", p.name, p.tandemName(), code, p.tandem.LogPath)
+		}
+		return nil
+	})
+	return nil
+}
+
+// removePods removes the path's pods through the path.
+func removePods(ctx context.Context, p *path) error {
+	var errs []error
+	for _, pd := range p.pods {
+		if err := framework.RemovePod(ctx, p.rs, pd.id); err != nil {
+			errs = append(errs, fmt.Errorf("path %s: %w", p.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// idleTicks is the CPU each process uses at rest over d, with the pods running and no calls: its share
+// of the rounds' CPU that no container start caused. Ticks are 10 ms, so d must be some seconds long.
+func idleTicks(ctx context.Context, paths []*path, d time.Duration) (map[string]int64, error) {
+	if d <= 0 {
+		return nil, nil
+	}
+	klog.FromContext(ctx).Info("Measuring CPU at rest", "for", d)
+	start, err := cpuTicks(paths)
 	if err != nil {
-		return fmt.Errorf("path %s: Version: %w", paths[0].name, err)
+		return nil, err
 	}
-	runtimeVersion := v.GetRuntimeName() + " " + v.GetRuntimeVersion()
+	if err := runctx.Sleep(ctx, d); err != nil {
+		return nil, err
+	}
+	end, err := cpuTicks(paths)
+	if err != nil {
+		return nil, err
+	}
+	idle := map[string]int64{}
+	for k, v := range end {
+		idle[k] = v - start[k]
+	}
+	return idle, nil
+}
 
-	for _, p := range paths {
-		// The pods go through their own path too, before Tandem stops, as kubelet removes them: tandem-nri
-		// then sees its StopPodSandbox and RemovePodSandbox events instead of containerd finding it gone.
-		defer func() {
-			cctx, cancel := cleanupCtx()
-			defer cancel()
-			for _, pd := range p.pods {
-				if err := framework.RemovePod(cctx, p.rs, pd.id); err != nil {
-					retErr = errors.Join(retErr, fmt.Errorf("path %s: %w", p.name, err))
-				}
-			}
-		}()
-		if err := startPods(ctx, p, dir, o.perPod); err != nil {
-			return err
-		}
-		if err := checkStore(ctx, p); err != nil {
-			return err
-		}
+// measure runs the rounds, the warm-up ones untimed, and fills rep with the samples and each process's
+// CPU: over the timed rounds, at rest, and as Tandem's own timings count it.
+func measure(ctx context.Context, paths []*path, o options, rep *report) error {
+	idle, err := idleTicks(ctx, paths, o.idle)
+	if err != nil {
+		return err
 	}
-	logger.Info("Pods running", "paths", o.paths)
-
-	// What each process does at rest, with the pods running and no calls: its share of the rounds' CPU
-	// that no container start caused. Ticks are 10 ms, so the window must be some seconds long.
-	var idle map[string]int64
-	if o.idle > 0 {
-		logger.Info("Measuring CPU at rest", "for", o.idle)
-		start, err := cpuTicks(paths)
-		if err != nil {
-			return err
-		}
-		if err := runctx.Sleep(ctx, o.idle); err != nil {
-			return err
-		}
-		end, err := cpuTicks(paths)
-		if err != nil {
-			return err
-		}
-		idle = map[string]int64{}
-		for k, v := range end {
-			idle[k] = v - start[k]
-		}
-	}
-	rep := &report{machine: hostinfo.Read(), runtime: runtimeVersion, opts: o, seed: seed, paths: o.paths, startOrder: startOrder,
-		perPath: o.rounds * 2 * o.perPod}
-	rng := rand.New(rand.NewPCG(seed, seed^0x6e726c61))
+	rng := rand.New(rand.NewPCG(rep.seed, rep.seed^0x6e726c61))
 	var before map[string]int64
 	timesBefore := map[string]tandemTimes{}
 	var measureStart time.Time
 	for r := range o.warmupRounds + o.rounds {
 		timed := r >= o.warmupRounds
 		if timed && before == nil {
-			if before, err = cpuTicks(paths); err != nil {
+			if before, timesBefore, err = readCPU(ctx, paths); err != nil {
 				return err
 			}
-			for _, p := range paths {
-				if p.tandem != nil {
-					if timesBefore[p.name], err = readTandemTimes(ctx, p); err != nil {
-						return err
-					}
-				}
-			}
 			measureStart = time.Now()
-			rep.loadBefore = hostinfo.LoadAverage()
+			rep.loadBefore = figures.LoadAverage()
 		}
 		outs, err := runOneRound(ctx, paths, o, r, rng)
 		if err != nil {
@@ -302,12 +342,12 @@ func run(ctx context.Context, o options) (retErr error) {
 			}
 		}
 		if (r+1)%5 == 0 || r+1 == o.warmupRounds+o.rounds {
-			logger.Info("Progress", "rounds", r+1, "of", o.warmupRounds+o.rounds)
+			klog.FromContext(ctx).Info("Progress", "rounds", r+1, "of", o.warmupRounds+o.rounds)
 		}
 	}
 	rep.seconds = time.Since(measureStart).Seconds()
-	rep.loadAfter = hostinfo.LoadAverage()
-	after, err := cpuTicks(paths)
+	rep.loadAfter = figures.LoadAverage()
+	after, timesAfter, err := readCPU(ctx, paths)
 	if err != nil {
 		return err
 	}
@@ -320,21 +360,27 @@ func run(ctx context.Context, o options) (retErr error) {
 		if p.tandem != nil {
 			k := p.name + "/tandem"
 			rep.cpu = append(rep.cpu, cpuUse{Path: p.name, Process: p.tandemName(), Ticks: after[k] - before[k], IdleTicks: idle[k], IdleSeconds: o.idle.Seconds()})
-			t, err := readTandemTimes(ctx, p)
-			if err != nil {
-				return err
-			}
-			rep.inside[p.name] = insideTimes(timesBefore[p.name], t, rep.perPath)
+			rep.inside[p.name] = insideTimes(timesBefore[p.name], timesAfter[p.name], rep.perPath)
 		}
-	}
-	rep.print(os.Stdout)
-	if o.jsonPath != "" {
-		if err := rep.writeJSON(o.jsonPath); err != nil {
-			return err
-		}
-		logger.Info("Results written", "path", o.jsonPath)
 	}
 	return nil
+}
+
+// readCPU reads every process's CPU ticks and every Tandem's own timings.
+func readCPU(ctx context.Context, paths []*path) (map[string]int64, map[string]tandemTimes, error) {
+	ticks, err := cpuTicks(paths)
+	if err != nil {
+		return nil, nil, err
+	}
+	times := map[string]tandemTimes{}
+	for _, p := range paths {
+		if p.tandem != nil {
+			if times[p.name], err = readTandemTimes(ctx, p); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return ticks, times, nil
 }
 
 // startPods runs the path's LS and BE pods through the path's own socket, as kubelet would: the pod's
@@ -348,7 +394,7 @@ func startPods(ctx context.Context, p *path, dir string, perPod int) error {
 		if class == classLS {
 			shares = int64(perPod) * lsShares
 		}
-		if err := makeCgroup(pd.parent, shares); err != nil {
+		if err := podcgroup.Make(pd.parent, shares); err != nil {
 			return err
 		}
 		if err := preparePod(pd); err != nil {
@@ -482,7 +528,7 @@ func checkPolicies(p *path, pd *pod, id string) error {
 	if p.tandem == nil {
 		shares = beShares
 	}
-	got, want, err := cpuWeight(pd.parent, id, shares)
+	got, want, err := podcgroup.CPUWeight(pd.parent, id, shares)
 	if err != nil {
 		return fmt.Errorf("path %s: %w", p.name, err)
 	}
@@ -496,13 +542,13 @@ func checkPolicies(p *path, pd *pod, id string) error {
 func cpuTicks(paths []*path) (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, p := range paths {
-		t, err := readCPUTicks(p.ctrd.PID())
+		t, err := procstat.CPUTicks(p.ctrd.PID())
 		if err != nil {
 			return nil, fmt.Errorf("path %s: containerd: %w", p.name, err)
 		}
 		out[p.name+"/containerd"] = t
 		if p.tandem != nil {
-			if t, err = readCPUTicks(p.tandem.PID()); err != nil {
+			if t, err = procstat.CPUTicks(p.tandem.PID()); err != nil {
 				return nil, fmt.Errorf("path %s: %s: %w", p.name, p.tandemName(), err)
 			}
 			out[p.name+"/tandem"] = t

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -183,106 +181,4 @@ func burstableOOMScoreAdj(memReq int64) int64 {
 	}
 	capacity := int64(si.Totalram) * int64(si.Unit)
 	return min(max(1000-1000*memReq/capacity, 2), 999)
-}
-
-// cgroupFS is where the cgroup hierarchies are mounted.
-const cgroupFS = "/sys/fs/cgroup"
-
-// v1Controllers are the hierarchies kubelet creates a pod's cgroup in on cgroup v1.
-var v1Controllers = []string{"cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer", "hugetlb"}
-
-func cgroupV2() bool {
-	_, err := os.Stat(filepath.Join(cgroupFS, "cgroup.controllers"))
-	return err == nil
-}
-
-// makeCgroup creates path in every hierarchy, as kubelet creates a pod's cgroup (and the QoS parents)
-// before RunPodSandbox, and sets its CPU weight from shares.
-func makeCgroup(path string, shares int64) error {
-	if cgroupV2() {
-		dir := filepath.Join(cgroupFS, path)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create cgroup %s: %w", dir, err)
-		}
-		for d := filepath.Dir(dir); len(d) > len(cgroupFS); d = filepath.Dir(d) {
-			// Children get the controllers only if every ancestor delegates them.
-			_ = os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+cpu +cpuset +memory +pids"), 0)
-		}
-		return writeFile(filepath.Join(dir, "cpu.weight"), strconv.FormatInt(sharesToWeight(shares), 10))
-	}
-	for _, c := range v1Controllers {
-		base := filepath.Join(cgroupFS, c)
-		if _, err := os.Stat(base); err != nil {
-			continue
-		}
-		if err := os.MkdirAll(filepath.Join(base, path), 0o755); err != nil {
-			return fmt.Errorf("create cgroup %s in %s: %w", path, c, err)
-		}
-	}
-	return writeFile(filepath.Join(cgroupFS, "cpu", path, "cpu.shares"), strconv.FormatInt(shares, 10))
-}
-
-func writeFile(path, value string) error {
-	if err := os.WriteFile(path, []byte(value), 0); err != nil {
-		return fmt.Errorf("set %s: %w", path, err)
-	}
-	return nil
-}
-
-// sharesToWeight is kubelet's conversion of cgroup v1 shares to a v2 weight.
-func sharesToWeight(shares int64) int64 { return 1 + (shares-2)*9999/262142 }
-
-// cpuWeight reads a container's CPU weight as shares on v1 or a weight on v2, with the value that
-// shares would give, so that the caller compares like with like.
-func cpuWeight(parent, id string, shares int64) (got, want int64, err error) {
-	file, want := filepath.Join(cgroupFS, "cpu", parent, id, "cpu.shares"), shares
-	if cgroupV2() {
-		file, want = filepath.Join(cgroupFS, parent, id, "cpu.weight"), sharesToWeight(shares)
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return 0, want, fmt.Errorf("read container cgroup: %w", err)
-	}
-	got, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, want, fmt.Errorf("parse %s: %w", file, err)
-	}
-	return got, want, nil
-}
-
-// removeCgroupTree removes path and every cgroup below it in every hierarchy, deepest first (a cgroup can
-// only be removed once it has no children and no tasks).
-func removeCgroupTree(path string) error {
-	hierarchies, _ := filepath.Glob(filepath.Join(cgroupFS, "*"))
-	hierarchies = append(hierarchies, cgroupFS) // v2's single hierarchy
-	var errs []error
-	for _, h := range hierarchies {
-		top := filepath.Join(h, path)
-		if _, err := os.Stat(top); err != nil {
-			continue
-		}
-		var dirs []string
-		_ = filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		slices.SortFunc(dirs, func(a, b string) int { return len(b) - len(a) })
-		for _, d := range dirs {
-			var err error
-			// A cgroup whose last task has just exited may refuse removal (EBUSY) for a moment.
-			for range 20 {
-				if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
-					err = nil
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -21,15 +21,6 @@ func TestBatchSpec(t *testing.T) {
 	}
 }
 
-func TestSharesToWeight(t *testing.T) {
-	t.Parallel()
-	for shares, want := range map[int64]int64{2: 1, 1024: 39, 262144: 10000} {
-		if got := sharesToWeight(shares); got != want {
-			t.Errorf("sharesToWeight(%d) = %d, want %d", shares, got, want)
-		}
-	}
-}
-
 func TestBurstableOOMScoreAdj(t *testing.T) {
 	t.Parallel()
 	if got := burstableOOMScoreAdj(lsMemRequest); got < 2 || got > 999 {

@@ -1,17 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/tandemkit/tandem/bench/internal/hostinfo"
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
+	"github.com/tandemkit/tandem/bench/internal/procstat"
 )
 
 // The calls reported for every container.
@@ -75,10 +73,10 @@ func summarize(samples []sample, path, call string) quantiles {
 			odd = append(odd, d)
 		}
 	}
-	q := quantiles{N: len(all), P50: quantile.Nearest(all, 0.50), P99: quantile.Nearest(all, 0.99)}
+	q := quantiles{N: len(all), P50: figures.Nearest(all, 0.50), P99: figures.Nearest(all, 0.99)}
 	if len(even) > 0 && len(odd) > 0 {
-		q.HalfGapP50 = absDur(quantile.Nearest(even, 0.50) - quantile.Nearest(odd, 0.50))
-		q.HalfGapP99 = absDur(quantile.Nearest(even, 0.99) - quantile.Nearest(odd, 0.99))
+		q.HalfGapP50 = absDur(figures.Nearest(even, 0.50) - figures.Nearest(odd, 0.50))
+		q.HalfGapP99 = absDur(figures.Nearest(even, 0.99) - figures.Nearest(odd, 0.99))
 	}
 	return q
 }
@@ -161,10 +159,10 @@ type cpuUse struct {
 // them: all of it, and net of the background rate measured at rest. Both in ms.
 func (c cpuUse) perContainer(containers int, seconds float64) (total, net float64) {
 	n := float64(max(containers, 1))
-	total = float64(c.Ticks) * 1000 / userHZ / n
+	total = float64(c.Ticks) * 1000 / procstat.UserHZ / n
 	net = total
 	if c.IdleSeconds > 0 {
-		net -= float64(c.IdleTicks) * 1000 / userHZ * seconds / c.IdleSeconds / n
+		net -= float64(c.IdleTicks) * 1000 / procstat.UserHZ * seconds / c.IdleSeconds / n
 	}
 	return total, net
 }
@@ -174,12 +172,12 @@ func (c cpuUse) restPercent() float64 {
 	if c.IdleSeconds <= 0 {
 		return 0
 	}
-	return float64(c.IdleTicks) / userHZ / c.IdleSeconds * 100
+	return float64(c.IdleTicks) / procstat.UserHZ / c.IdleSeconds * 100
 }
 
 // report is everything one run prints.
 type report struct {
-	machine    hostinfo.Facts
+	machine    figures.Machine
 	runtime    string
 	opts       options
 	seed       uint64
@@ -196,14 +194,6 @@ type report struct {
 	inside     map[string][]inside // by path: Tandem's own timings
 }
 
-func ms(d time.Duration) string {
-	v := float64(d) / float64(time.Millisecond)
-	if math.Abs(v) >= 100 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
 func ratio(a added) string {
 	if math.IsNaN(a.Ratio) {
 		return "-"
@@ -218,7 +208,7 @@ func ratio(a added) string {
 func (r *report) print(w io.Writer) {
 	m, o := r.machine, r.opts
 	fmt.Fprintf(w, "\nTandem container start benchmark: none, proxy, NRI\n")
-	fmt.Fprintf(w, "machine:  %d vCPU (%s), kernel %s, %s, %s\n", m.CPUs, m.CPUModel, m.Kernel, m.OS, m.GoVersion)
+	fmt.Fprintf(w, "machine:  %s\n", m.Line())
 	plugin := "only nri's has a plugin connected"
 	if o.aa {
 		plugin = "none has a plugin connected"
@@ -237,7 +227,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "          open loop at %g containers/s (all paths together) in blocks of one per path in random order (seed %d);\n", o.rate, r.seed)
 	fmt.Fprintf(w, "          between rounds, untimed: stop and remove through the same path, %s pause\n", o.settle)
 	fmt.Fprintf(w, "run:      %.0f s; load %s before, %s after (1/5/15 min); dispatcher at most %s ms late; at most %d starts in flight\n",
-		r.seconds, r.loadBefore, r.loadAfter, ms(r.maxLag), r.maxFlight)
+		r.seconds, r.loadBefore, r.loadAfter, figures.Cell(r.maxLag, time.Millisecond), r.maxFlight)
 
 	rs := rows(r.samples, r.paths)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -254,9 +244,9 @@ func (r *report) print(w io.Writer) {
 	for _, rw := range rs {
 		fmt.Fprintf(tw, "%s\t", rw.call)
 		for _, p := range r.paths {
-			fmt.Fprintf(tw, "%s\t%s\t", ms(rw.q[p].P50), ms(rw.q[p].P99))
+			fmt.Fprintf(tw, "%s\t%s\t", figures.Cell(rw.q[p].P50, time.Millisecond), figures.Cell(rw.q[p].P99, time.Millisecond))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t\n", ms(rw.maxGap50), ms(rw.maxGap99))
+		fmt.Fprintf(tw, "%s\t%s\t\n", figures.Cell(rw.maxGap50, time.Millisecond), figures.Cell(rw.maxGap99, time.Millisecond))
 	}
 	_ = tw.Flush()
 
@@ -277,7 +267,7 @@ func (r *report) print(w io.Writer) {
 		for _, rw := range rs {
 			fmt.Fprintf(tw, "%s\t", rw.call)
 			for _, p := range others {
-				fmt.Fprintf(tw, "%s\t(%s)\t%s\t(%s)\t", ms(rw.vs50[p].Added), ratio(rw.vs50[p]), ms(rw.vs99[p].Added), ratio(rw.vs99[p]))
+				fmt.Fprintf(tw, "%s\t(%s)\t%s\t(%s)\t", figures.Cell(rw.vs50[p].Added, time.Millisecond), ratio(rw.vs50[p]), figures.Cell(rw.vs99[p].Added, time.Millisecond), ratio(rw.vs99[p]))
 			}
 			fmt.Fprintln(tw)
 		}
@@ -366,7 +356,7 @@ type jsonRow struct {
 }
 
 type jsonReport struct {
-	Machine      hostinfo.Facts      `json:"machine"`
+	Machine      figures.Machine     `json:"machine"`
 	Runtime      string              `json:"runtime"`
 	Paths        []string            `json:"paths"`
 	StartOrder   []string            `json:"startOrder"`
@@ -386,10 +376,8 @@ type jsonReport struct {
 	Rows         []jsonRow           `json:"latency"`
 }
 
-func toMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 func toJSONAdded(a added) jsonAdded {
-	j := jsonAdded{AddedMs: toMs(a.Added), NoiseMs: toMs(a.Noise), WithinNoise: a.WithinNoise}
+	j := jsonAdded{AddedMs: figures.In(a.Added, time.Millisecond), NoiseMs: figures.In(a.Noise, time.Millisecond), WithinNoise: a.WithinNoise}
 	if !math.IsNaN(a.Ratio) {
 		r := a.Ratio
 		j.Ratio = &r
@@ -401,12 +389,12 @@ func (r *report) writeJSON(path string) error {
 	j := jsonReport{
 		Machine: r.machine, Runtime: r.runtime, Paths: r.paths, StartOrder: r.startOrder, Rounds: r.opts.rounds, WarmupRounds: r.opts.warmupRounds,
 		PerPod: r.opts.perPod, Rate: r.opts.rate, Seed: r.seed, AA: r.opts.aa, Seconds: r.seconds, LoadBefore: r.loadBefore,
-		LoadAfter: r.loadAfter, MaxLagMs: toMs(r.maxLag), MaxInFlight: r.maxFlight, CPU: r.cpu, Inside: r.inside,
+		LoadAfter: r.loadAfter, MaxLagMs: figures.In(r.maxLag, time.Millisecond), MaxInFlight: r.maxFlight, CPU: r.cpu, Inside: r.inside,
 	}
 	for _, rw := range rows(r.samples, r.paths) {
 		jr := jsonRow{Call: rw.call, Paths: map[string]jsonQuantiles{}, Sample: map[string][]float64{}}
 		for p, q := range rw.q {
-			jr.Paths[p] = jsonQuantiles{P50ms: toMs(q.P50), P99ms: toMs(q.P99), HalfGapP50ms: toMs(q.HalfGapP50), HalfGapP99ms: toMs(q.HalfGapP99), Samples: q.N}
+			jr.Paths[p] = jsonQuantiles{P50ms: figures.In(q.P50, time.Millisecond), P99ms: figures.In(q.P99, time.Millisecond), HalfGapP50ms: figures.In(q.HalfGapP50, time.Millisecond), HalfGapP99ms: figures.In(q.HalfGapP99, time.Millisecond), Samples: q.N}
 		}
 		if rw.hasNone {
 			jr.VsP50, jr.VsP99 = map[string]jsonAdded{}, map[string]jsonAdded{}
@@ -418,16 +406,9 @@ func (r *report) writeJSON(path string) error {
 			}
 		}
 		for _, s := range r.samples {
-			jr.Sample[s.path] = append(jr.Sample[s.path], toMs(s.of(rw.call)))
+			jr.Sample[s.path] = append(jr.Sample[s.path], figures.In(s.of(rw.call), time.Millisecond))
 		}
 		j.Rows = append(j.Rows, jr)
 	}
-	b, err := json.MarshalIndent(j, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode results: %w", err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	return nil
+	return figures.WriteJSON(path, j)
 }

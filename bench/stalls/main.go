@@ -29,6 +29,8 @@ import (
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/tandemkit/tandem/bench/internal/figures"
 )
 
 type result struct {
@@ -67,7 +69,7 @@ func run(ctx context.Context, d time.Duration, rounds int, gap time.Duration) er
 	for i := range all {
 		all[i] = i
 	}
-	fmt.Printf("stalls: %d CPUs, %s per measurement, gaps > %s counted\n", len(all), d, gap)
+	fmt.Printf("stalls: %d CPUs, %s per measurement, gaps > %s counted\nmachine: %s\n", len(all), d, gap, figures.ReadMachine().Line())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "round\tbusy CPUs\tcpu\tgaps\tlongest ms\tstalled ms\tsteal ms (machine)\t")
 	for r := 1; r <= rounds; r++ {

@@ -34,7 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tandemkit/tandem/bench/internal/quantile"
+	"github.com/tandemkit/tandem/bench/internal/figures"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	"github.com/tandemkit/tandem/resource/sched"
 )
@@ -112,8 +112,8 @@ func run() error {
 		fmt.Println("note: this kernel ignores slice requests (before Linux 6.12): the slice variants measure SCHED_BATCH alone")
 	}
 	self, _ := os.ReadFile("/proc/self/cgroup")
-	fmt.Printf("wakeup bench: %d CPUs, %s, %d BE spinners, %s per variant; kubepods stand-in weighs %d shares\n",
-		runtime.NumCPU(), h.kind(), *spinners, *d, runtime.NumCPU()*1024)
+	fmt.Printf("wakeup bench: %d CPUs, %s, %d BE spinners, %s per variant; kubepods stand-in weighs %d shares\nmachine: %s\n",
+		runtime.NumCPU(), h.kind(), *spinners, *d, runtime.NumCPU()*1024, figures.ReadMachine().Line())
 	if *inPod {
 		fmt.Println("measuring thread's cgroup: an LS pod's, kubepods/burstable/pod (512 shares), beside BE in the kubelet variants")
 	} else {
@@ -127,7 +127,7 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			p999 := quantile.Nearest(lat, 0.999)
+			p999 := figures.Nearest(lat, 0.999)
 			ratio := "-"
 			if v.name == "solo" {
 				solo = p999
@@ -140,14 +140,12 @@ func run() error {
 					late++
 				}
 			}
-			fmt.Printf("%-40s %8d %8.3f %8.3f %8.3f %8.3f %11s %12.1f\n", v.name, len(lat), ms(quantile.Nearest(lat, 0.5)),
-				ms(quantile.Nearest(lat, 0.99)), ms(p999), ms(quantile.Nearest(lat, 1)), ratio, float64(late)/d.Seconds())
+			fmt.Printf("%-40s %8d %8.3f %8.3f %8.3f %8.3f %11s %12.1f\n", v.name, len(lat), figures.In(figures.Nearest(lat, 0.5), time.Millisecond),
+				figures.In(figures.Nearest(lat, 0.99), time.Millisecond), figures.In(p999, time.Millisecond), figures.In(figures.Nearest(lat, 1), time.Millisecond), ratio, float64(late)/d.Seconds())
 		}
 	}
 	return nil
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // hierarchy creates the cgroups of one variant in the cpu controller's hierarchy, v1 or v2.
 type hierarchy struct {

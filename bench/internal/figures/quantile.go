@@ -1,5 +1,4 @@
-// Package quantile computes the latency percentiles the benchmarks report, one way for all of them.
-package quantile
+package figures
 
 import (
 	"math"

@@ -1,4 +1,4 @@
-package quantile
+package figures
 
 import (
 	"testing"
