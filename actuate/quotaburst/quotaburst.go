@@ -232,18 +232,23 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 		case <-ctx.Done():
 			<-followed
-			// With a context of its own, bounded: the quotas must go back even though ctx ended.
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			l.stepMu.Lock()
-			defer l.stepMu.Unlock()
-			if err := l.ResetAll(sctx, "stop"); err != nil {
-				logger.Error(err, "Raised CFS quotas not all put back on stop; the next start puts back what is left")
-				return err
-			}
-			return nil
+			return l.resetOnStop(ctx)
 		}
 	}
+}
+
+// resetOnStop puts the raised quotas back when the loop stops, with a context of its own, bounded: the
+// quotas must go back even though ctx ended.
+func (l *Loop) resetOnStop(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
+	if err := l.ResetAll(sctx, "stop"); err != nil {
+		klog.FromContext(ctx).Error(err, "Raised CFS quotas not all put back on stop; the next start puts back what is left")
+		return err
+	}
+	return nil
 }
 
 // change is one container quota to write.
@@ -345,7 +350,8 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) {
 			dirty[st.podID] = true
 		}
 	}
-	l.apply(ctx, changes, dirty)
+	// Each failure is logged where it happens; the next step decides the quotas again.
+	_ = l.apply(ctx, changes, dirty)
 }
 
 // track starts keeping a container: its cgroup found, its quota read. A quota above the base is a raise

@@ -208,7 +208,7 @@ func (c *Containerd) waitReady(ctx context.Context, timeout time.Duration) error
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("containerd did not answer CRI Version (last error: %v): see %s: %w", err, c.LogPath, ctx.Err())
+			return fmt.Errorf("containerd did not answer CRI Version (last error: %w): see %s: %w", err, c.LogPath, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -276,8 +276,11 @@ func (c *Containerd) ImportImage(ctx context.Context, tarball, image string) err
 		if err == nil && resp.GetImage() != nil {
 			return nil
 		}
+		if err == nil {
+			err = errors.New("ImageStatus answered no image")
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("imported image %s is not visible through CRI (last error: %v): see %s", image, err, c.LogPath)
+			return fmt.Errorf("imported image %s is not visible through CRI (last error: %w): see %s", image, err, c.LogPath)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
