@@ -71,13 +71,13 @@ func (h *hookServer) start(t *testing.T, ctx context.Context) {
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		log.Close()
+		_ = log.Close()
 		t.Fatalf("start %s: %v", h.bin, err)
 	}
 	h.cmd, h.done = cmd, make(chan struct{})
 	go func(done chan struct{}) {
 		_ = cmd.Wait()
-		log.Close()
+		_ = log.Close()
 		close(done)
 	}(h.done)
 	// A socket left by a killed server refuses connections, so only a dial proves this one listens.

@@ -114,7 +114,7 @@ func buildContainerdV2(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("create build dir: %w", err)
 	}
-	defer os.RemoveAll(mod)
+	defer func() { _ = os.RemoveAll(mod) }()
 	gomod := "module tandem.local/containerd-build\n\ngo 1.26\n\nrequire github.com/containerd/containerd/v2 " + ContainerdV2Version + "\n"
 	var imports strings.Builder
 	for _, p := range containerdV2Packages() {

@@ -311,7 +311,7 @@ func (c *Containerd) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, s := range shimSockets {
-		os.Remove(s) // a killed shim leaves its socket behind
+		_ = os.Remove(s) // a killed shim leaves its socket behind
 	}
 	if err := unmountUnder(c.Dir); err != nil {
 		errs = append(errs, err)
@@ -369,7 +369,7 @@ func (c *Containerd) removeAll(ctx context.Context) ([]string, error) {
 			continue
 		}
 		if pod.GetMetadata() != nil {
-			os.RemoveAll(podLogDir(pod.GetMetadata())) // made by PodSandboxConfig
+			_ = os.RemoveAll(podLogDir(pod.GetMetadata())) // made by PodSandboxConfig
 		}
 	}
 	return ids, errors.Join(errs...)
@@ -500,11 +500,11 @@ func removeCgroups(ids []string) {
 	}
 	for _, h := range hier {
 		for _, id := range ids {
-			os.Remove(filepath.Join(h, id)) // rmdir; fails harmlessly if it is gone or busy
+			_ = os.Remove(filepath.Join(h, id)) // rmdir; fails harmlessly if it is gone or busy
 		}
 		// The parent too, which runc created for the test's pods: rmdir fails harmlessly while another
 		// containerd still has pods there, and containerd creates it again when it needs it.
-		os.Remove(h)
+		_ = os.Remove(h)
 	}
 }
 

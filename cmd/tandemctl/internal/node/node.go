@@ -392,13 +392,13 @@ func writeFile(path string, data []byte, mode fs.FileMode) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	defer func() { _ = os.Remove(tmp.Name()) }() // after the rename, a no-op
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {
