@@ -13,6 +13,9 @@ E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 # method of every type in the binary. Without it tandem-proxy is 6 MB smaller and holds 3 MiB less RSS
 # (docs/performance.md). e2e/framework.BuildTags must say the same (a unit test checks).
 GOTAGS   ?= grpcnotrace
+# golangci-lint (configured in .golangci.yml), where hack/install-deps.sh installs it: Go's bin directory
+# ($GOBIN, else $GOPATH/bin), which need not be on PATH.
+GOLANGCI_LINT ?= $(shell d=$$($(GO) env GOBIN); echo $${d:-$$($(GO) env GOPATH)/bin})/golangci-lint
 # Which containerd builds the e2e tier runs against: Debian's 1.6 and a v2.4.2 built once and cached.
 TANDEM_E2E_FLAVORS ?= 1.6 2
 export TANDEM_E2E_FLAVORS
@@ -50,11 +53,15 @@ deps:
 ## and against a real two-node Kubernetes cluster with Tandem installed as docs/install.md says (tier 2)
 test: deps lint unit e2e e2e-cluster
 
+## lint: gofmt, go vet, and golangci-lint over Tandem's module (the e2e tier included) and e2e/cluster's
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
+	@command -v "$(GOLANGCI_LINT)" >/dev/null || { echo "$(GOLANGCI_LINT) not found: run make deps (hack/install-deps.sh)"; exit 1; }
+	$(GOLANGCI_LINT) run ./...
+	cd e2e/cluster && GOWORK=off GOFLAGS=-mod=mod $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
 
 unit:
 	$(GO) test -race -count=1 ./...

@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"net"
 	"os"
 	"path"
@@ -376,25 +375,32 @@ func mountOf(spec corev1.PodSpec, c corev1.Container, p string) (*corev1.VolumeM
 func agentFlags(t *testing.T, bin string) (known, ignored map[string]bool) {
 	t.Helper()
 	fset := token.NewFileSet()
-	notTest := func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }
 	dirs := []string{filepath.Join("..", "cmd", bin)}
 	var files []*ast.File
 	for i := 0; i < len(dirs); i++ {
-		pkgs, err := parser.ParseDir(fset, dirs[i], notTest, 0)
+		names, err := filepath.Glob(filepath.Join(dirs[i], "*.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range pkgs {
-			for _, f := range p.Files {
-				files = append(files, f)
-				if i > 0 {
-					continue
-				}
-				for _, imp := range f.Imports {
-					path, _ := strconv.Unquote(imp.Path.Value)
-					if rel, ok := strings.CutPrefix(path, "github.com/tandemkit/tandem/"); ok {
-						dirs = append(dirs, filepath.Join("..", filepath.FromSlash(rel)))
-					}
+		if len(names) == 0 {
+			t.Fatalf("no Go files in %s", dirs[i])
+		}
+		for _, name := range names {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+			if i > 0 {
+				continue
+			}
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if rel, ok := strings.CutPrefix(path, "github.com/tandemkit/tandem/"); ok {
+					dirs = append(dirs, filepath.Join("..", filepath.FromSlash(rel)))
 				}
 			}
 		}

@@ -106,7 +106,7 @@ func TestPodLifecycle(t *testing.T) {
 func lifecycle(t *testing.T, ctx context.Context, e *env, hostNetwork bool) {
 	rs := e.viaProxy
 	cfg := framework.PodSandboxConfig("lifecycle", "e2e", hostNetwork)
-	t.Cleanup(func() { os.RemoveAll(cfg.GetLogDirectory()) })
+	t.Cleanup(func() { _ = os.RemoveAll(cfg.GetLogDirectory()) })
 
 	podID, err := rs.RunPodSandbox(ctx, cfg, "")
 	if err != nil {

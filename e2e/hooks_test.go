@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,12 +43,8 @@ var hookExampleBinary = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	bin := filepath.Join(binDir(), "tandem-hook-example")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./cmd/tandem-hook-example")
+	cmd := exec.CommandContext(ctx, framework.GoBinary(), "build", "-o", bin, "./cmd/tandem-hook-example")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build tandem-hook-example: %w: %s", err, out)
@@ -76,13 +71,13 @@ func (h *hookServer) start(t *testing.T, ctx context.Context) {
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		log.Close()
+		_ = log.Close()
 		t.Fatalf("start %s: %v", h.bin, err)
 	}
 	h.cmd, h.done = cmd, make(chan struct{})
 	go func(done chan struct{}) {
 		_ = cmd.Wait()
-		log.Close()
+		_ = log.Close()
 		close(done)
 	}(h.done)
 	// A socket left by a killed server refuses connections, so only a dial proves this one listens.

@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
-	os.RemoveAll(binDir())
+	_ = os.RemoveAll(binDir())
 	os.Exit(code)
 }
 

@@ -31,8 +31,8 @@ func TestRuntimeErrorsPassThrough(t *testing.T) {
 		cfg := framework.PodSandboxConfig("bad-input", "e2e", true)
 		badHandler := framework.PodSandboxConfig("bad-handler", "e2e", true)
 		t.Cleanup(func() {
-			os.RemoveAll(cfg.GetLogDirectory())
-			os.RemoveAll(badHandler.GetLogDirectory())
+			_ = os.RemoveAll(cfg.GetLogDirectory())
+			_ = os.RemoveAll(badHandler.GetLogDirectory())
 		})
 		podID, _ := e.runPod(t, ctx, e.direct, "bad-input", true, 0)
 		cases := []struct {

@@ -424,7 +424,7 @@ func (u *usageReader) nodeMemory() (used, total int64) {
 	if s := u.latest(); s != nil {
 		return s.Node.MemoryBytes, s.Capacity.MemoryBytes
 	}
-	used, total, _ = readMeminfo()
+	_, total, _ = readMeminfo()
 	return u.baseMemory, total
 }
 

@@ -101,7 +101,7 @@ func TestSystemConfigOnTheNode(t *testing.T) {
 		`tandem_sysconfig_state{key="watermarkScaleFactor",state="applied"} 1`,
 		// Anolis's memcg reaper, found missing at run time on this mainline kernel.
 		`tandem_sysconfig_state{key="memcgReapBackGround",state="ignored"} 1`,
-		fmt.Sprintf(`tandem_sysconfig_value{file="%s"} %s`, minFreeKbytesPath, wantMin),
+		fmt.Sprintf(`tandem_sysconfig_value{file=%q} %s`, minFreeKbytesPath, wantMin),
 	} {
 		if !strings.Contains(metrics, line) {
 			t.Errorf("/metrics lacks %s", line)

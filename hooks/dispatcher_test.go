@@ -394,9 +394,7 @@ func TestPanickingHookFailsTheCallNotTheProxy(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	h := &fnHook{name: "broken", create: func(context.Context, *PodInfo, *ContainerInfo) (*Adjustment, error) {
-		var m map[string]string
-		m["x"] = "boom"
-		return nil, nil
+		panic("boom")
 	}}
 	d, err := NewDispatcher(ctx, []Registration{reg(h, 100, Fail, 0)}, nil)
 	if err != nil {

@@ -25,8 +25,8 @@ const (
 // DefaultTimeout bounds each hook call unless its registration says otherwise.
 const DefaultTimeout = 2 * time.Second
 
-// ErrSkip, wrapped by a Registration's New, leaves the hook out without failing the others: the kernel
-// lacks what it needs, say. One log line says so.
+// ErrSkip is what a Registration's New wraps to leave the hook out without failing the others: the
+// kernel lacks what it needs, say. One log line says so.
 var ErrSkip = errors.New("hook not available here")
 
 // Registration describes one hook: built-in ones come from policy.Builtin, remote ones from hooks.d.

@@ -178,8 +178,12 @@ func TestRequests(t *testing.T) {
 			return err
 		}, want: request{method: "GET", path: "/api/v1/namespaces/default/pods/web"}},
 		{name: "get a pod that is gone", call: func() error {
-			if _, err := c.GetPod(ctx, "default", "gone"); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("got %v, want NotFound", err)
+			_, err := c.GetPod(ctx, "default", "gone")
+			if err == nil {
+				return errors.New("got no error, want NotFound")
+			}
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("got %w, want NotFound", err)
 			}
 			return nil
 		}, want: request{method: "GET", path: "/api/v1/namespaces/default/pods/gone"}},
@@ -190,8 +194,10 @@ func TestRequests(t *testing.T) {
 			body: &policyv1.Eviction{TypeMeta: metav1.TypeMeta{Kind: "Eviction", APIVersion: "policy/v1"}, ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 				DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}}}},
 		{name: "eviction a disruption budget refuses", call: func() error {
-			if err := c.EvictPod(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pdb"}}); !apierrors.IsTooManyRequests(err) {
-				return fmt.Errorf("got %v, want TooManyRequests", err)
+			if err := c.EvictPod(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pdb"}}); err == nil {
+				return errors.New("got no error, want TooManyRequests")
+			} else if !apierrors.IsTooManyRequests(err) {
+				return fmt.Errorf("got %w, want TooManyRequests", err)
 			}
 			return nil
 		}, want: request{method: "POST", path: "/api/v1/namespaces/default/pods/pdb/eviction", contentType: runtime.ContentTypeProtobuf}},

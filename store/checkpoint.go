@@ -127,7 +127,7 @@ func (c *Checkpoint) Load() (*Snapshot, error) {
 	}
 	var f checkpointFile
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, fmt.Errorf("%s: %v: %w", c.path, err, ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: %w", c.path, err, ErrCorrupt)
 	}
 	if f.Version != checkpointVersion {
 		return nil, fmt.Errorf("%s: version %d, want %d: %w", c.path, f.Version, checkpointVersion, ErrCorrupt)
@@ -138,7 +138,7 @@ func (c *Checkpoint) Load() (*Snapshot, error) {
 	}
 	var snap Snapshot
 	if err := json.Unmarshal(f.Data, &snap); err != nil {
-		return nil, fmt.Errorf("%s: %v: %w", c.path, err, ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: %w", c.path, err, ErrCorrupt)
 	}
 	// Checkpoints written before the checkpoint kept only what Tandem reads hold every label and
 	// annotation; the format is the same, so they load, and are cut down to what a new one holds.

@@ -346,7 +346,8 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) {
 			dirty[st.podID] = true
 		}
 	}
-	l.apply(ctx, changes, dirty)
+	// Each failure is logged where it happens; the next step decides the quotas again.
+	_ = l.apply(ctx, changes, dirty)
 }
 
 // track starts keeping a container: its cgroup found, its quota read. A quota above the base is a raise

@@ -104,8 +104,12 @@ func newFakeNode(t *testing.T, tree map[string]string) *fakeNode {
 	if err := os.MkdirAll(filepath.Join(n.proc, "812"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(n.proc, "812", "comm"), []byte("kubelet\n"), 0o644)
-	os.WriteFile(filepath.Join(n.proc, "812", "cmdline"), []byte("/usr/bin/kubelet\x00--config=/var/lib/kubelet/config.yaml\x00--node-ip=10.0.0.2\x00"), 0o644)
+	if err := os.WriteFile(filepath.Join(n.proc, "812", "comm"), []byte("kubelet\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.proc, "812", "cmdline"), []byte("/usr/bin/kubelet\x00--config=/var/lib/kubelet/config.yaml\x00--node-ip=10.0.0.2\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	n.setBinary(t, "v1")
 	return n
 }
@@ -157,7 +161,9 @@ func TestNodeLifeCycle(t *testing.T) {
 	}
 
 	// kubelet restarted with the flag: a second install changes nothing and restarts nothing.
-	os.WriteFile(filepath.Join(n.proc, "812", "cmdline"), []byte("/usr/bin/kubelet\x00--node-ip=10.0.0.2\x00--config-dir=/etc/kubernetes/kubelet.conf.d\x00"), 0o644)
+	if err := os.WriteFile(filepath.Join(n.proc, "812", "cmdline"), []byte("/usr/bin/kubelet\x00--node-ip=10.0.0.2\x00--config-dir=/etc/kubernetes/kubelet.conf.d\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out, _, ran, err = n.run(t, "install")
 	if err != nil || strings.Contains(out, "wrote") || !strings.Contains(out, "unchanged "+envFile) || len(ran) != 2 {
 		t.Errorf("second install = %v, ran %q:\n%s", err, ran, out)

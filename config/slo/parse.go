@@ -322,7 +322,8 @@ func (d *sectionDecoder) check(path string, tree any, check func(any) ([]string,
 		errs = joined.Unwrap()
 	}
 	for _, e := range errs {
-		if fe, ok := e.(*FieldError); ok {
+		var fe *FieldError
+		if errors.As(e, &fe) {
 			msg := fe.Message
 			if msg == unknownField {
 				msg += "; check the spelling against Koordinator's " + d.key

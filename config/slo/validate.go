@@ -100,7 +100,10 @@ func view(key string, layers ...*strategy) []*FieldError {
 	}
 	out := make([]*FieldError, 0, len(v.errs))
 	for _, e := range v.errs {
-		out = append(out, e.(*FieldError))
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			out = append(out, fe)
+		}
 	}
 	return out
 }

@@ -90,7 +90,7 @@ func EnsureKubernetes(ctx context.Context) (string, error) {
 	for _, c := range kubernetesCommands() {
 		args = append(args, "k8s.io/kubernetes/cmd/"+c)
 	}
-	cmd := exec.CommandContext(ctx, goBinary(), args...)
+	cmd := exec.CommandContext(ctx, framework.GoBinary(), args...)
 	cmd.Dir = mod
 	// -mod=mod: this module replaces Tandem with ../.., so a dependency
 	// Tandem's go.mod gained since this go.mod was tidied must not stop
@@ -142,13 +142,6 @@ func RepoRoot() (string, error) {
 		return "", err
 	}
 	return filepath.Clean(filepath.Join(mod, "..", "..")), nil
-}
-
-func goBinary() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 func tail(b []byte, n int) string {

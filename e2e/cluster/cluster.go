@@ -98,7 +98,7 @@ type Options struct {
 	NRI bool
 }
 
-// NoPolicies, as Options.Policies, runs tandem-proxy without built-in
+// NoPolicies is the Options.Policies that runs tandem-proxy without built-in
 // policies: it only carries kubelet's calls.
 const NoPolicies = "none"
 
@@ -263,8 +263,7 @@ func ensurePackages(ctx context.Context) error {
 	}
 	cmd := exec.CommandContext(ctx, "apt-get", "install", "-y", "--no-install-recommends", "etcd-server")
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
+	if _, err := cmd.CombinedOutput(); err != nil {
 		// A fresh machine may not have read its package lists yet.
 		upd := exec.CommandContext(ctx, "apt-get", "update")
 		if uout, uerr := upd.CombinedOutput(); uerr != nil {
@@ -272,7 +271,7 @@ func ensurePackages(ctx context.Context) error {
 		}
 		cmd = exec.CommandContext(ctx, "apt-get", "install", "-y", "--no-install-recommends", "etcd-server")
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		if out, err = cmd.CombinedOutput(); err != nil {
+		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("install etcd-server with apt-get (run as root with Debian's package sources): %w: %s", err, tail(out, 2000))
 		}
 	}
@@ -311,7 +310,7 @@ func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	var ports []int
@@ -775,7 +774,7 @@ func (c *Cluster) waitServing(ctx context.Context, name string, timeout time.Dur
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not become ready (last error: %v): see %s: %w", name, last, d.Log, ctx.Err())
+			return fmt.Errorf("%s did not become ready (last error: %w): see %s: %w", name, last, d.Log, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -799,7 +798,7 @@ func httpOK(ctx context.Context, client *http.Client, url string) error {
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s answered %d", url, resp.StatusCode)
 	}

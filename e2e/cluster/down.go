@@ -368,7 +368,7 @@ func removeContainerLogLinks(dir string) {
 	links, _ := filepath.Glob("/var/log/containers/*.log")
 	for _, l := range links {
 		if target, err := os.Readlink(l); err == nil && strings.HasPrefix(target, dir+"/") {
-			os.Remove(l)
+			_ = os.Remove(l)
 		}
 	}
 }

@@ -305,7 +305,7 @@ func (c *Cluster) importImages(ctx context.Context, root string) error {
 	// A second of slack for file systems with coarse timestamps.
 	start := time.Now().Add(-time.Second)
 	cmd := exec.CommandContext(ctx, "make", "-C", root, "images")
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(goBinary())+":"+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(framework.GoBinary())+":"+os.Getenv("PATH"))
 	var errs []error
 	// The images it wrote before a failure are still imported: one image
 	// that does not build must not keep the others out of the cluster.
@@ -392,7 +392,7 @@ func waitCRIImages(ctx context.Context, endpoint string, names []string) error {
 			return err == nil && resp.GetImage() != nil, nil
 		})
 		if err != nil {
-			return fmt.Errorf("imported image %s is not visible through CRI (last error: %v): %w", name, last, err)
+			return fmt.Errorf("imported image %s is not visible through CRI (last error: %w): %w", name, last, err)
 		}
 	}
 	return nil
@@ -491,7 +491,7 @@ func (c *Cluster) pointAtAPIServer(ctx context.Context, root string) []error {
 		found = true
 		host, port, err := c.APIServerForPods()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("Deployment %s/%s: %w", d.Namespace, d.Name, err))
+			errs = append(errs, fmt.Errorf("deployment %s/%s: %w", d.Namespace, d.Name, err))
 			continue
 		}
 		if _, err := c.RunKubectl(ctx, "set", "env", "-n", d.Namespace, "deployment/"+d.Name,
@@ -529,7 +529,7 @@ func (c *Cluster) waitWebhook(ctx context.Context) error {
 		}
 		t := time.Now()
 		if _, err := c.RunKubectl(ctx, "rollout", "status", "-n", d.Namespace, "deployment/"+d.Name, "--timeout=2m"); err != nil {
-			errs = append(errs, fmt.Errorf("Deployment %s/%s did not roll out within 2 minutes: %w", d.Namespace, d.Name, err))
+			errs = append(errs, fmt.Errorf("deployment %s/%s did not roll out within 2 minutes: %w", d.Namespace, d.Name, err))
 			continue
 		}
 		klog.FromContext(ctx).Info("tandem-webhook ready", "namespace", d.Namespace, "elapsed", time.Since(t).Round(time.Millisecond))

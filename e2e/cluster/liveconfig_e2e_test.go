@@ -400,7 +400,7 @@ func TestLiveConfig(t *testing.T) {
 				t.Errorf("%s: agent /readyz after the typo: %v", name, err)
 				continue
 			}
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
 				t.Errorf("%s: agent /readyz after the typo: %s", name, resp.Status)
 			}

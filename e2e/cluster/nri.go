@@ -394,7 +394,7 @@ func (c *Cluster) KillAgent(ctx context.Context, node string) (oldPID, newPID in
 		return last == nil, nil
 	})
 	if err != nil {
-		return oldPID, newPID, fmt.Errorf("tandem-nri on node %s not back 2 minutes after SIGKILL (last: %v): see %s: %w", node, last, c.AgentLogs(node), err)
+		return oldPID, newPID, fmt.Errorf("tandem-nri on node %s not back 2 minutes after SIGKILL (last: %w): see %s: %w", node, last, c.AgentLogs(node), err)
 	}
 	return oldPID, newPID, nil
 }

@@ -352,7 +352,7 @@ func portForward(ctx context.Context, t *testing.T, pod string) {
 		t.Fatalf("GET through kubectl port-forward %s: %v (kubectl: %s)", pod, err, stderr.String())
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if want := "hello from " + pod + "\n"; resp.StatusCode != http.StatusOK || string(body) != want {
 		t.Fatalf("GET through kubectl port-forward %s: %d %q, want 200 %q", pod, resp.StatusCode, body, want)
 	}

@@ -361,7 +361,7 @@ func (v *VMNode) waitSSH(ctx context.Context, timeout time.Duration) error {
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("VM %s did not take an ssh login within %s (last: %v): see its console in %s", v.Name, timeout, last, v.Console)
+		return fmt.Errorf("VM %s did not take an ssh login within %s (last: %w): see its console in %s", v.Name, timeout, last, v.Console)
 	}
 	return nil
 }

@@ -129,7 +129,7 @@ func EnsureVMImage(ctx context.Context) (VMImage, error) {
 		return VMImage{}, fmt.Errorf("clear %s: %w", tmp, err)
 	}
 	if err := buildVMImage(ctx, vmImageIn(tmp), EnsureKubernetes); err != nil {
-		os.RemoveAll(tmp)
+		_ = os.RemoveAll(tmp)
 		return VMImage{}, err
 	}
 	if err := os.RemoveAll(im.Dir); err != nil {
@@ -151,7 +151,7 @@ func buildVMImage(ctx context.Context, im VMImage, kubernetes func(context.Conte
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", root, err)
 	}
-	defer os.RemoveAll(root)
+	defer func() { _ = os.RemoveAll(root) }()
 	type built struct {
 		dir string
 		err error

@@ -84,7 +84,7 @@ var nriAgent = vmAgent{
 		t.Helper()
 		out := strings.TrimSpace(vmRun(ctx, t, "pgrep -x tandem-nri || true"))
 		var pid int
-		fmt.Sscan(out, &pid)
+		_, _ = fmt.Sscan(out, &pid) // 0 when it is not running
 		return pid
 	},
 	kill: func(ctx context.Context, t *testing.T) { vmRun(ctx, t, "pkill -KILL -x tandem-nri") },

@@ -217,7 +217,7 @@ func TestColocationProfile(t *testing.T) {
 
 	t.Run("a pod no rule concerns is not sent for validation", func(t *testing.T) {
 		series := func(path, decision string) string {
-			return fmt.Sprintf(`tandem_webhook_admission_requests_total{decision="%s",webhook="%s"}`, decision, path)
+			return fmt.Sprintf(`tandem_webhook_admission_requests_total{decision=%q,webhook=%q}`, decision, path)
 		}
 		count := func() (mutated, validated float64) {
 			m := webhookMetrics(ctx, t, cs)
@@ -437,11 +437,13 @@ func kubectlApply(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(f.Name())
+	defer func() { _ = os.Remove(f.Name()) }()
 	if _, err := f.Write(b); err != nil {
 		return nil, err
 	}
-	f.Close()
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
 	return suite.c.RunKubectl(ctx, "apply", "-f", f.Name())
 }
 
@@ -502,7 +504,7 @@ func webhookMetrics(ctx context.Context, t *testing.T, cs kubernetes.Interface) 
 			t.Fatalf("metrics of %s: %v", p.Name, err)
 		}
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		cancel()
 		series := map[string]float64{}
 		for _, l := range strings.Split(string(b), "\n") {

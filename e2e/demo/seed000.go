@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -86,11 +87,17 @@ func (d *demo) runSeedPod(ctx context.Context, p seedPod) (string, string, error
 	}
 	ctrID, err := d.rs.CreateContainer(ctx, podID, cc, cfg)
 	if p.refused {
+		if err == nil {
+			return podID, "", errors.New("want the pod refused for lack of CPUs, but its container was created")
+		}
 		if status.Code(err) != codes.ResourceExhausted {
-			return podID, "", fmt.Errorf("want the pod refused for lack of CPUs, got %v", err)
+			return podID, "", fmt.Errorf("want the pod refused for lack of CPUs, got: %w", err)
 		}
 		msg := status.Convert(err).Message()
-		return podID, "refused, as it must be here: …" + msg[strings.Index(msg, "not enough"):], nil
+		if i := strings.Index(msg, "not enough"); i >= 0 {
+			msg = msg[i:]
+		}
+		return podID, "refused, as it must be here: …" + msg, nil
 	}
 	if err != nil {
 		return podID, "", err

@@ -114,7 +114,7 @@ func buildContainerdV2(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("create build dir: %w", err)
 	}
-	defer os.RemoveAll(mod)
+	defer func() { _ = os.RemoveAll(mod) }()
 	gomod := "module tandem.local/containerd-build\n\ngo 1.26\n\nrequire github.com/containerd/containerd/v2 " + ContainerdV2Version + "\n"
 	var imports strings.Builder
 	for _, p := range containerdV2Packages() {
@@ -139,7 +139,7 @@ func buildContainerdV2(ctx context.Context, dir string) error {
 		append([]string{"build", "-tags", "no_btrfs", "-o", out + "/"}, containerdV2Packages()...),
 	}
 	for _, args := range steps {
-		cmd := exec.CommandContext(ctx, goBinary(), args...)
+		cmd := exec.CommandContext(ctx, GoBinary(), args...)
 		cmd.Dir = mod
 		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -155,12 +155,16 @@ func buildContainerdV2(ctx context.Context, dir string) error {
 	return nil
 }
 
-// goBinary finds the go command: on PATH, else beside GOROOT.
-func goBinary() string {
+// GoBinary finds the go command: on PATH, else in $GOROOT, else where the Go tarball installs it (where
+// the Makefile looks too).
+func GoBinary() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go")
+	}
+	return "/usr/local/go/bin/go"
 }
 
 // RepoRoot returns the root of the Tandem module, found from this file's
@@ -172,7 +176,7 @@ func RepoRoot(ctx context.Context) (string, error) {
 			return root, nil
 		}
 	}
-	out, err := exec.CommandContext(ctx, goBinary(), "env", "GOMOD").Output()
+	out, err := exec.CommandContext(ctx, GoBinary(), "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("find the repository root with go env GOMOD: %w", err)
 	}
@@ -210,7 +214,7 @@ func BuildPackage(ctx context.Context, outDir, pkg, name string) (string, error)
 		return "", err
 	}
 	bin := filepath.Join(outDir, name)
-	cmd := exec.CommandContext(ctx, goBinary(), "build", "-tags", BuildTags, "-o", bin, pkg)
+	cmd := exec.CommandContext(ctx, GoBinary(), "build", "-tags", BuildTags, "-o", bin, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -225,7 +229,7 @@ func buildPause(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, goBinary(), "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./e2e/framework/pause")
+	cmd := exec.CommandContext(ctx, GoBinary(), "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./e2e/framework/pause")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

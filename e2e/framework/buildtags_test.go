@@ -50,7 +50,7 @@ func TestNodeAgentsLinkNoCostlyPackages(t *testing.T) {
 	}
 	banned := []string{"text/template", "golang.org/x/net/trace", "github.com/cilium/ebpf"}
 	for _, cmd := range []string{"./cmd/tandem-proxy", "./cmd/tandem-nri"} {
-		c := exec.Command(goBinary(), "list", "-tags", BuildTags, "-deps", "-f", "{{.ImportPath}}:{{join .Imports \",\"}}", cmd)
+		c := exec.Command(GoBinary(), "list", "-tags", BuildTags, "-deps", "-f", "{{.ImportPath}}:{{join .Imports \",\"}}", cmd)
 		c.Dir = root
 		out, err := c.Output()
 		if err != nil {

@@ -208,7 +208,7 @@ func (c *Containerd) waitReady(ctx context.Context, timeout time.Duration) error
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("containerd did not answer CRI Version (last error: %v): see %s: %w", err, c.LogPath, ctx.Err())
+			return fmt.Errorf("containerd did not answer CRI Version (last error: %w): see %s: %w", err, c.LogPath, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -276,8 +276,11 @@ func (c *Containerd) ImportImage(ctx context.Context, tarball, image string) err
 		if err == nil && resp.GetImage() != nil {
 			return nil
 		}
+		if err == nil {
+			err = errors.New("ImageStatus answered no image")
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("imported image %s is not visible through CRI (last error: %v): see %s", image, err, c.LogPath)
+			return fmt.Errorf("imported image %s is not visible through CRI (last error: %w): see %s", image, err, c.LogPath)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -308,7 +311,7 @@ func (c *Containerd) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, s := range shimSockets {
-		os.Remove(s) // a killed shim leaves its socket behind
+		_ = os.Remove(s) // a killed shim leaves its socket behind
 	}
 	if err := unmountUnder(c.Dir); err != nil {
 		errs = append(errs, err)
@@ -366,7 +369,7 @@ func (c *Containerd) removeAll(ctx context.Context) ([]string, error) {
 			continue
 		}
 		if pod.GetMetadata() != nil {
-			os.RemoveAll(podLogDir(pod.GetMetadata())) // made by PodSandboxConfig
+			_ = os.RemoveAll(podLogDir(pod.GetMetadata())) // made by PodSandboxConfig
 		}
 	}
 	return ids, errors.Join(errs...)
@@ -497,11 +500,11 @@ func removeCgroups(ids []string) {
 	}
 	for _, h := range hier {
 		for _, id := range ids {
-			os.Remove(filepath.Join(h, id)) // rmdir; fails harmlessly if it is gone or busy
+			_ = os.Remove(filepath.Join(h, id)) // rmdir; fails harmlessly if it is gone or busy
 		}
 		// The parent too, which runc created for the test's pods: rmdir fails harmlessly while another
 		// containerd still has pods there, and containerd creates it again when it needs it.
-		os.Remove(h)
+		_ = os.Remove(h)
 	}
 }
 

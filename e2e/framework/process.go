@@ -30,13 +30,13 @@ func startProcess(bin string, args, env []string, logPath string) (*process, err
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		log.Close()
+		_ = log.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	p := &process{pid: cmd.Process.Pid, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		log.Close()
+		_ = log.Close()
 		close(p.done)
 	}()
 	return p, nil

@@ -192,7 +192,7 @@ func (p *Proxy) WaitReady(ctx context.Context, timeout time.Duration) error {
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("tandem-proxy did not become ready (last: %v): see %s: %w", last, p.LogPath, ctx.Err())
+			return fmt.Errorf("tandem-proxy did not become ready (last: %w): see %s: %w", last, p.LogPath, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

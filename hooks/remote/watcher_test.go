@@ -193,7 +193,7 @@ func TestWatcherMissingDirectory(t *testing.T) {
 	d, _ := startWatcher(t, ctx, dir)
 
 	polltest.Until(t, "the missing directory to be logged", func() bool { return strings.Contains(logs(), "Hook directory does not exist") })
-	file := fmt.Sprintf(`{"endpoint": "%s", "stages": ["PreCreateContainer"], "order": 700}`, p)
+	file := fmt.Sprintf(`{"endpoint": %q, "stages": ["PreCreateContainer"], "order": 700}`, p)
 	for round := range 2 {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -220,7 +220,7 @@ func TestLoaderConnections(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, endpoint string, order int) {
 		t.Helper()
-		data := fmt.Sprintf(`{"endpoint": "%s", "stages": ["PreCreateContainer"], "order": %d}`, endpoint, order)
+		data := fmt.Sprintf(`{"endpoint": %q, "stages": ["PreCreateContainer"], "order": %d}`, endpoint, order)
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}

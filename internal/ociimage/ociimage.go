@@ -46,6 +46,7 @@ type Entry struct {
 // EntryType says what an Entry is.
 type EntryType byte
 
+// The entry types, as tar numbers them.
 const (
 	File    EntryType = tar.TypeReg
 	Dir     EntryType = tar.TypeDir

@@ -46,7 +46,7 @@ func (r *fileReader) read(path string) ([]byte, error) {
 	}
 	b, err := r.readAt0(fd)
 	if err != nil || !r.keep || len(r.open) >= maxKeptFiles {
-		unix.Close(fd)
+		_ = unix.Close(fd)
 	} else {
 		if r.open == nil {
 			r.open = map[string]int{}
@@ -87,7 +87,7 @@ func (r *fileReader) readAt0(fd int) ([]byte, error) {
 // close closes the kept descriptor of path, if there is one.
 func (r *fileReader) close(path string) {
 	if fd, ok := r.open[path]; ok {
-		unix.Close(fd)
+		_ = unix.Close(fd)
 		delete(r.open, path)
 	}
 }

@@ -60,7 +60,7 @@ func loadRunQueueProbe(tracefs string, off schedOffsets) (_ rqProbe, retErr erro
 	p.start, err = bpf.NewMap(bpf.MapSpec{Name: "tandem_rq_start", Type: bpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: rqStartEntries})
 	if err != nil {
 		if memlockErr != nil && errors.Is(err, unix.EPERM) {
-			return nil, fmt.Errorf("create run-queue start map (the memlock limit could not be lifted: %v; give CAP_SYS_RESOURCE or raise LimitMEMLOCK): %w", memlockErr, err)
+			return nil, fmt.Errorf("create run-queue start map (the memlock limit could not be lifted: %w; give CAP_SYS_RESOURCE or raise LimitMEMLOCK): %w", memlockErr, err)
 		}
 		return nil, fmt.Errorf("create run-queue start map: %w", err)
 	}

@@ -53,7 +53,7 @@ type spec struct {
 func ParseSpec(annotation string) (map[string]Container, error) {
 	var s spec
 	if err := json.Unmarshal([]byte(annotation), &s); err != nil {
-		return nil, fmt.Errorf("annotation %s: %v: %w", AnnotationExtendedResourceSpec, err, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("annotation %s: %w: %w", AnnotationExtendedResourceSpec, err, errdefs.ErrInvalidArgument)
 	}
 	out := make(map[string]Container, len(s.Containers))
 	for _, name := range slices.Sorted(maps.Keys(s.Containers)) {
@@ -68,7 +68,7 @@ func ParseSpec(annotation string) (map[string]Container, error) {
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("annotation %s, container %s: %v: %w", AnnotationExtendedResourceSpec, name, err, errdefs.ErrInvalidArgument)
+			return nil, fmt.Errorf("annotation %s, container %s: %w: %w", AnnotationExtendedResourceSpec, name, err, errdefs.ErrInvalidArgument)
 		}
 		out[name] = got
 	}

@@ -32,7 +32,7 @@ func TestRealThrottle(t *testing.T) {
 	f, err := os.Open(data)
 	must(t, err)
 	must(t, f.Sync())
-	f.Close()
+	must(t, f.Close())
 	var st syscall.Stat_t
 	must(t, syscall.Stat(data, &st))
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))

@@ -38,13 +38,13 @@ func (m CPUMax) Above(limit CPUMax) bool {
 	return lh > rh || lh == rh && ll > rl
 }
 
-// Under returns the quota, at period, that allows no more CPU than limit (rounded down, so it is never
-// Above it), and no more than the kernel's MaxQuota; -1 when limit is unlimited.
-func (limit CPUMax) Under(period int64) int64 {
-	if limit.Unlimited() || limit.Period <= 0 {
+// Under returns the quota, at period, that allows no more CPU than m (rounded down, so it is never
+// Above it), and no more than the kernel's MaxQuota; -1 when m is unlimited.
+func (m CPUMax) Under(period int64) int64 {
+	if m.Unlimited() || m.Period <= 0 {
 		return -1
 	}
-	return min(Scale(limit.Quota, period, limit.Period), MaxQuota)
+	return min(Scale(m.Quota, period, m.Period), MaxQuota)
 }
 
 // Tree reads the cgroups below a parent: what the suppress loop needs to keep cgroup v1's rule that no

@@ -1,13 +1,13 @@
 package cgroup
 
 import (
-	"github.com/opencontainers/cgroups"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/cgroups"
 )
 
 func i64(v int64) *int64   { return &v }

@@ -470,7 +470,7 @@ func writeValue(file, v string) error {
 		return err
 	}
 	if _, err := f.WriteString(v); err != nil {
-		f.Close()
+		_ = f.Close() // the write error is the one to report
 		return fmt.Errorf("write %s: %w", file, err)
 	}
 	return f.Close()

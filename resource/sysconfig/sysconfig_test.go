@@ -3,6 +3,7 @@ package sysconfig
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -45,7 +46,7 @@ func newTree(t *testing.T, anolis bool) tree {
 			t.Fatal(err)
 		}
 	}
-	put(filepath.Join(tr.proc, "meminfo"), "MemTotal:       16777216 kB\nMemFree:         8000000 kB\n")
+	put(filepath.Join(tr.proc, "meminfo"), "MemTotal:       "+strconv.Itoa(memTotal)+" kB\nMemFree:         8000000 kB\n")
 	put(filepath.Join(tr.proc, minFree), origMin)
 	put(filepath.Join(tr.proc, wsf), origWSF)
 	if anolis {

@@ -84,7 +84,7 @@ func Restore(ctx context.Context, a *alloc.Allocator, recorded []Recorded) int {
 func restore(a *alloc.Allocator, r Recorded) error {
 	set, err := topology.ParseCPUList(r.CPUs)
 	if err != nil {
-		return fmt.Errorf("cpuset %q: %v: %w", r.CPUs, err, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("cpuset %q: %w: %w", r.CPUs, err, errdefs.ErrInvalidArgument)
 	}
 	o := Owner(r.PodUID, r.Container)
 	if err := a.Restore(o, r.Class, set); err != nil {
@@ -119,7 +119,7 @@ func BindPolicy(pod *hooks.PodInfo) (alloc.BindPolicy, error) {
 		PreferredCPUBindPolicy string `json:"preferredCPUBindPolicy"`
 	}
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		return "", fmt.Errorf("annotation %s: %v: %w", AnnotationResourceSpec, err, errdefs.ErrInvalidArgument)
+		return "", fmt.Errorf("annotation %s: %w: %w", AnnotationResourceSpec, err, errdefs.ErrInvalidArgument)
 	}
 	p, err := alloc.ParseBindPolicy(spec.PreferredCPUBindPolicy)
 	if err != nil {

@@ -285,7 +285,7 @@ func TestKnobs(t *testing.T) {
 // Ignored or Off is not, for the same configuration and kernel.
 func TestKnobsAgreeWithTheHook(t *testing.T) {
 	t.Parallel()
-	for _, k := range []kernel{anolisV1Full, v2Mainline, kernel{1, anolisOnlyFiles}, highOnlyV1} {
+	for _, k := range []kernel{anolisV1Full, v2Mainline, {1, anolisOnlyFiles}, highOnlyV1} {
 		_, ctx := ktesting.NewTestContext(t)
 		_, w := tree(t, k)
 		report := states(t, Knobs(lsOnly(anolisLS), w))

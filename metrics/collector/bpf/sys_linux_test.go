@@ -188,6 +188,9 @@ func TestAttributeLayouts(t *testing.T) {
 	}{
 		{"map_create.map_type", unsafe.Offsetof(c.mapType), 0},
 		{"map_create.max_entries", unsafe.Offsetof(c.maxEntries), 12},
+		{"map_create.map_flags", unsafe.Offsetof(c.mapFlags), 16},
+		{"map_create.inner_map_fd", unsafe.Offsetof(c.innerMapFD), 20},
+		{"map_create.numa_node", unsafe.Offsetof(c.numaNode), 24},
 		{"map_create.map_name", unsafe.Offsetof(c.name), 28},
 		{"sizeof map_create", unsafe.Sizeof(c), 48},
 		{"elem.map_fd", unsafe.Offsetof(e.mapFD), 0},
@@ -211,6 +214,7 @@ func TestAttributeLayouts(t *testing.T) {
 		{"prog_load.log_size", unsafe.Offsetof(p.logSize), 28},
 		{"prog_load.log_buf", unsafe.Offsetof(p.logBuf), 32},
 		{"prog_load.kern_version", unsafe.Offsetof(p.kernVersion), 40},
+		{"prog_load.prog_flags", unsafe.Offsetof(p.progFlags), 44},
 		{"prog_load.prog_name", unsafe.Offsetof(p.name), 48},
 		{"sizeof prog_load", unsafe.Sizeof(p), 64},
 	}

@@ -359,7 +359,7 @@ func splitWords(s string) []string {
 	return out
 }
 
-// ErrKubeletFlagBypass: a kubelet flag names another runtime endpoint than the proxy's, and
+// ErrKubeletFlagBypass says a kubelet flag names another runtime endpoint than the proxy's, and
 // flags beat kubelet's configuration files, so the drop-in could not point kubelet at the proxy.
 var ErrKubeletFlagBypass = errors.New("a kubelet flag would take kubelet past tandem-proxy")
 

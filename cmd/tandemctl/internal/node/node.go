@@ -108,6 +108,7 @@ type Change struct {
 // Action says what happened to a file.
 type Action string
 
+// The actions: a file written, already as wanted, removed, or already gone.
 const (
 	Wrote     Action = "wrote"
 	Unchanged Action = "unchanged"
@@ -339,7 +340,7 @@ func Uninstall(o Options) ([]Change, error) {
 	return changes, nil
 }
 
-// ErrNoPreviousBinary: there is nothing to roll back to.
+// ErrNoPreviousBinary says there is nothing to roll back to.
 var ErrNoPreviousBinary = errors.New("no previous tandem-proxy binary")
 
 // Rollback swaps the installed tandem-proxy binary with the one the last install replaced,
@@ -391,13 +392,13 @@ func writeFile(path string, data []byte, mode fs.FileMode) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	defer func() { _ = os.Remove(tmp.Name()) }() // after the rename, a no-op
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {

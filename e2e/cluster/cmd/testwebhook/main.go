@@ -74,7 +74,7 @@ const DenyMessage = "denied by testwebhook"
 func serve(addr, cert, key string, stdout io.Writer) error {
 	self := os.Getenv("POD_NAME") + " on " + os.Getenv("NODE_NAME")
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.Handle("POST /validate", validator(self, stdout))
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	// The API server picks one of a Service's ready endpoints when it dials
