@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
@@ -139,7 +140,7 @@ func startNode(t *testing.T, ctx context.Context, sock string, extra ...hooks.Re
 	}
 	cfg := DefaultConfig()
 	cfg.Socket, cfg.Reconnect = sock, 50*time.Millisecond
-	p, err := New(cfg, Deps{Hooks: d, Cgroups: cg, Registerer: reg, Refresh: refresh,
+	p, err := New(cfg, frontend.Deps{Hooks: d, Cgroups: cg, Registerer: reg, Refresh: refresh,
 		Synchronized: func(ctx context.Context, snap *store.Snapshot) { cpuset.Restore(ctx, cpus, recorded(snap)) }})
 	if err != nil {
 		t.Fatal(err)

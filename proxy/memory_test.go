@@ -27,6 +27,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 )
 
@@ -145,7 +146,7 @@ func TestMemoryChildProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, Deps{Hooks: d})
+	srv, err := New(cfg, frontend.Deps{Hooks: d})
 	if err != nil {
 		t.Fatal(err)
 	}

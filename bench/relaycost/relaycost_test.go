@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/bench/floorproxy"
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/proxy"
 )
 
@@ -119,7 +120,7 @@ func BenchmarkRelay(b *testing.B) {
 	cfg.Listen = filepath.Join(dir, "tandem.sock")
 	cfg.RuntimeEndpoint = backendEndpoint
 	cfg.StateDir = filepath.Join(dir, "state")
-	tandem, err := proxy.New(cfg, proxy.Deps{})
+	tandem, err := proxy.New(cfg, frontend.Deps{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
@@ -67,7 +68,7 @@ type Binary struct {
 	// Name is the binary's name, in flags' help and logs.
 	Name string
 	// NRI, when set, makes the agent an NRI plugin instead of a CRI proxy.
-	NRI func(o NRIOptions, deps FrontEndDeps) (Plugin, error)
+	NRI func(o NRIOptions, deps frontend.Deps) (Plugin, error)
 	// GCPercent is the garbage collector's target (GOGC) when the environment sets none; 0 keeps Go's
 	// default of 100.
 	GCPercent int
@@ -103,17 +104,6 @@ type Plugin interface {
 	FrontEnd
 	// Run serves containerd's events until ctx ends, reconnecting when containerd restarts.
 	Run(ctx context.Context) error
-}
-
-// FrontEndDeps are what the NRI front end is given; the proxy gets the same in proxy.Deps.
-type FrontEndDeps struct {
-	Hooks      *hooks.Dispatcher
-	Cgroups    cgroup.Writer
-	RDT        proxy.RDT
-	Registerer prometheus.Registerer
-	Refresh    <-chan struct{}
-	// Synchronized is called once the store holds what containerd reported at (re)connection.
-	Synchronized func(context.Context, *store.Snapshot)
 }
 
 // Main runs the binary until SIGTERM or SIGINT and exits non-zero on failure.
@@ -490,7 +480,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 	refresh := make(chan struct{}, 1)
 	var srv *proxy.Server
 	// The resctrl policy names a container's RDT class; the proxy moves its tasks there.
-	var rdt proxy.RDT
+	var rdt frontend.RDT
 	if cgroups != nil {
 		if fs, err := resctrl.Open(resctrl.DefaultRoot); err == nil {
 			rdt = resctrl.CgroupMover{FS: fs, CgroupRoot: st.cgroupRoot, CgroupVersion: cgroups.Version()}
@@ -588,7 +578,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 	// Without the API server, eviction stops the pod through the runtime.
 	var stopper evict.SandboxStopper
 	if b.NRI != nil {
-		plugin, err := b.NRI(st.nri, FrontEndDeps{Hooks: dispatcher, Cgroups: cgroups, RDT: rdt, Registerer: reg, Refresh: refresh, Synchronized: restore})
+		plugin, err := b.NRI(st.nri, frontend.Deps{Hooks: dispatcher, Cgroups: cgroups, RDT: rdt, Registerer: reg, Refresh: refresh, Synchronized: restore})
 		if err != nil {
 			return err
 		}
@@ -599,7 +589,7 @@ func run(ctx context.Context, b Binary, args []string) error {
 		defer rt.Close()
 		fe, serve, stopper = plugin, plugin.Run, rt
 	} else {
-		srv, err = proxy.New(cfg, proxy.Deps{Hooks: dispatcher, Cgroups: cgroups, RDT: rdt, Registerer: reg, Refresh: refresh})
+		srv, err = proxy.New(cfg, frontend.Deps{Hooks: dispatcher, Cgroups: cgroups, RDT: rdt, Registerer: reg, Refresh: refresh})
 		if err != nil {
 			return err
 		}
