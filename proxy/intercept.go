@@ -215,6 +215,9 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err := s.checkMetadata(ns, podName, name, req.GetConfig().GetLabels(), req.GetConfig().GetAnnotations()); err != nil {
 		return nil, err
 	}
+	// The request's resources in the hooks' shape, converted once: the hooks see them, and the store
+	// records them with the hooks' adjustment applied, which also goes into the request once.
+	resources := resourcesFromCRI(req.GetConfig().GetLinux().GetResources())
 	var adj *hooks.Adjustment
 	var pi *hooks.PodInfo
 	var ci *hooks.ContainerInfo
@@ -224,19 +227,22 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		if req.Config == nil {
 			req.Config = &runtimeapi.ContainerConfig{}
 		}
-		pi, ci = pod.HookInfo(), containerInfo("", req.Config)
+		pi, ci = pod.HookInfo(), containerInfo("", req.Config, resources)
 		var err error
 		if adj, err = s.runHooks(ctx, hooks.PreCreateContainer, pi, ci); err != nil {
 			return nil, err
 		}
 		applyContainer(req.Config, adj)
+		if adj != nil && adj.Resources != nil {
+			resources = hooks.ApplyResources(resources, adj.Resources)
+		}
 	} else {
 		logger.Info("Pod sandbox unknown to the store; container passed through without hooks", "podSandboxID", req.GetPodSandboxId())
 		ctx = klog.NewContext(ctx, logger)
 	}
-	var unsent map[string]string
 	if known {
-		unsent = s.unsentFiles(req.GetConfig().GetLinux().GetResources())
+		// Files runc would refuse leave the request; resources keeps them, for the start to write.
+		s.unsentFiles(req.GetConfig().GetLinux().GetResources())
 	}
 	resp, err := s.rt.CreateContainer(ctx, req, opts...)
 	if err != nil {
@@ -246,15 +252,9 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		}
 		return nil, err
 	}
-	ctr := containerFromConfig(resp.GetContainerId(), req.GetPodSandboxId(), req.GetConfig())
+	// The record holds what the runtime could not take (v1 files, the RDT class): the start applies it.
+	ctr := containerFromConfig(resp.GetContainerId(), req.GetPodSandboxId(), req.GetConfig(), resources)
 	ctr.State = store.ContainerCreated
-	if known {
-		var a *hooks.ResourceAdjustment
-		if adj != nil {
-			a = adj.Resources
-		}
-		ctr.Resources = recorded(req.GetConfig().GetLinux().GetResources(), unsent, hooks.RDTClass(nil, a))
-	}
 	s.store.PutContainer(ctr)
 	if known {
 		s.writer.PodResources(ctx, pod, adj)
