@@ -236,13 +236,11 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		if adj != nil && adj.Resources != nil {
 			resources = hooks.ApplyResources(resources, adj.Resources)
 		}
+		// Files runc would refuse leave the request; resources keeps them, for the start to write.
+		s.unsentFiles(req.Config.GetLinux().GetResources())
 	} else {
 		logger.Info("Pod sandbox unknown to the store; container passed through without hooks", "podSandboxID", req.GetPodSandboxId())
 		ctx = klog.NewContext(ctx, logger)
-	}
-	if known {
-		// Files runc would refuse leave the request; resources keeps them, for the start to write.
-		s.unsentFiles(req.GetConfig().GetLinux().GetResources())
 	}
 	resp, err := s.rt.CreateContainer(ctx, req, opts...)
 	if err != nil {
