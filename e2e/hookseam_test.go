@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/proxy"
 )
@@ -106,7 +107,7 @@ func TestHookSeamChangesRealCgroups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := proxy.New(cfg, proxy.Deps{Hooks: d})
+			srv, err := proxy.New(cfg, frontend.Deps{Hooks: d})
 			if err != nil {
 				t.Fatal(err)
 			}

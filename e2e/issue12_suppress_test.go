@@ -21,6 +21,7 @@ import (
 
 	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/metrics/collector"
@@ -200,7 +201,7 @@ func startIssue12Harness(t *testing.T, ctx context.Context, flavor string) *issu
 	cfg.Listen = filepath.Join(dir, "tandem.sock")
 	cfg.RuntimeEndpoint = ctrd.Endpoint
 	cfg.StateDir = filepath.Join(dir, "state")
-	h.srv, err = proxy.New(cfg, proxy.Deps{Hooks: d, Cgroups: cgroups, Refresh: refresh})
+	h.srv, err = proxy.New(cfg, frontend.Deps{Hooks: d, Cgroups: cgroups, Refresh: refresh})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
@@ -215,7 +216,7 @@ func startSuppressHarness(t *testing.T, ctx context.Context, flavor string) *sup
 	cfg.Listen = filepath.Join(dir, "tandem.sock")
 	cfg.RuntimeEndpoint = ctrd.Endpoint
 	cfg.StateDir = filepath.Join(dir, "state")
-	srv, err := proxy.New(cfg, proxy.Deps{Hooks: d, Cgroups: cgroups, Refresh: refresh})
+	srv, err := proxy.New(cfg, frontend.Deps{Hooks: d, Cgroups: cgroups, Refresh: refresh})
 	if err != nil {
 		t.Fatal(err)
 	}

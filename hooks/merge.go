@@ -335,10 +335,10 @@ func fieldsOf(a *Adjustment) string {
 	for k := range a.Env {
 		fs = append(fs, "env["+k+"]")
 	}
-	if !a.Resources.empty() {
+	if !a.Resources.Empty() {
 		fs = append(fs, "resources")
 	}
-	if !a.PodResources.empty() {
+	if !a.PodResources.Empty() {
 		fs = append(fs, "podResources")
 	}
 	slices.Sort(fs)

@@ -2,35 +2,30 @@ package hooks
 
 import (
 	"maps"
-	"slices"
-
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
 // resourceFields declares each scalar field of Resources and ResourceAdjustment once. The merge's diff,
-// claims and sizes, ApplyResources, and the conversions to and from CRI's and Koordinator's
-// LinuxContainerResources (which share field names) all read this table, so a new field is one line here
-// beside its struct fields. proto is the field's name in those messages, "" for a field they lack.
+// claims and sizes, ApplyResources and Whole all read this table, so a new field is one line here beside
+// its struct fields. The conversions to and from each protocol (CRI in package proxy, NRI in package nri,
+// the hook servers' in hooks/remote) live at that protocol's edge: nothing here knows a wire format.
 var resourceFields = [...]resourceField{
-	scalar[int64]{"cpuPeriod", "cpu_period", func(r *Resources) *int64 { return &r.CPUPeriod }, func(a *ResourceAdjustment) **int64 { return &a.CPUPeriod }},
-	scalar[int64]{"cpuQuota", "cpu_quota", func(r *Resources) *int64 { return &r.CPUQuota }, func(a *ResourceAdjustment) **int64 { return &a.CPUQuota }},
-	scalar[int64]{"cpuShares", "cpu_shares", func(r *Resources) *int64 { return &r.CPUShares }, func(a *ResourceAdjustment) **int64 { return &a.CPUShares }},
-	scalar[int64]{"memoryLimitInBytes", "memory_limit_in_bytes", func(r *Resources) *int64 { return &r.MemoryLimitInBytes }, func(a *ResourceAdjustment) **int64 { return &a.MemoryLimitInBytes }},
-	scalar[int64]{"memorySwapLimitInBytes", "memory_swap_limit_in_bytes", func(r *Resources) *int64 { return &r.MemorySwapLimitInBytes }, func(a *ResourceAdjustment) **int64 { return &a.MemorySwapLimitInBytes }},
-	scalar[int64]{"oomScoreAdj", "oom_score_adj", func(r *Resources) *int64 { return &r.OomScoreAdj }, func(a *ResourceAdjustment) **int64 { return &a.OomScoreAdj }},
-	scalar[string]{"cpusetCpus", "cpuset_cpus", func(r *Resources) *string { return &r.CpusetCpus }, func(a *ResourceAdjustment) **string { return &a.CpusetCpus }},
-	scalar[string]{"cpusetMems", "cpuset_mems", func(r *Resources) *string { return &r.CpusetMems }, func(a *ResourceAdjustment) **string { return &a.CpusetMems }},
-	scalar[string]{"rdtClass", "", func(r *Resources) *string { return &r.RDTClass }, func(a *ResourceAdjustment) **string { return &a.RDTClass }},
+	scalar[int64]{"cpuPeriod", func(r *Resources) *int64 { return &r.CPUPeriod }, func(a *ResourceAdjustment) **int64 { return &a.CPUPeriod }},
+	scalar[int64]{"cpuQuota", func(r *Resources) *int64 { return &r.CPUQuota }, func(a *ResourceAdjustment) **int64 { return &a.CPUQuota }},
+	scalar[int64]{"cpuShares", func(r *Resources) *int64 { return &r.CPUShares }, func(a *ResourceAdjustment) **int64 { return &a.CPUShares }},
+	scalar[int64]{"memoryLimitInBytes", func(r *Resources) *int64 { return &r.MemoryLimitInBytes }, func(a *ResourceAdjustment) **int64 { return &a.MemoryLimitInBytes }},
+	scalar[int64]{"memorySwapLimitInBytes", func(r *Resources) *int64 { return &r.MemorySwapLimitInBytes }, func(a *ResourceAdjustment) **int64 { return &a.MemorySwapLimitInBytes }},
+	scalar[int64]{"oomScoreAdj", func(r *Resources) *int64 { return &r.OomScoreAdj }, func(a *ResourceAdjustment) **int64 { return &a.OomScoreAdj }},
+	scalar[string]{"cpusetCpus", func(r *Resources) *string { return &r.CpusetCpus }, func(a *ResourceAdjustment) **string { return &a.CpusetCpus }},
+	scalar[string]{"cpusetMems", func(r *Resources) *string { return &r.CpusetMems }, func(a *ResourceAdjustment) **string { return &a.CpusetMems }},
+	scalar[string]{"rdtClass", func(r *Resources) *string { return &r.RDTClass }, func(a *ResourceAdjustment) **string { return &a.RDTClass }},
 }
 
 // The two map fields: claimed key by key, so they are not in the table.
 const (
 	subHugepageLimits = "hugepageLimits"
 	subUnified        = "unified"
-	protoHugepages    = "hugepage_limits"
-	protoUnified      = "unified"
 )
 
 // resourceField is what the merge and the conversions do with one scalar field.
@@ -45,17 +40,12 @@ type resourceField interface {
 	bytes(a *ResourceAdjustment) int
 	// whole sets a's field to r's value.
 	whole(r *Resources, a *ResourceAdjustment)
-	fromProto(m protoreflect.Message, r *Resources)
-	// nonZero sets a's field to r's value unless that is zero: the hook protocol has no "unset".
-	nonZero(r *Resources, a *ResourceAdjustment)
-	toProto(m protoreflect.Message, a *ResourceAdjustment)
 }
 
 type scalar[T int64 | string] struct {
-	name  string
-	proto protoreflect.Name
-	res   func(*Resources) *T
-	adj   func(*ResourceAdjustment) **T
+	name string
+	res  func(*Resources) *T
+	adj  func(*ResourceAdjustment) **T
 }
 
 func (f scalar[T]) fieldName() string { return f.name }
@@ -83,136 +73,6 @@ func (f scalar[T]) bytes(a *ResourceAdjustment) int {
 func (f scalar[T]) whole(r *Resources, a *ResourceAdjustment) {
 	v := *f.res(r)
 	*f.adj(a) = &v
-}
-
-func (f scalar[T]) descriptor(m protoreflect.Message) protoreflect.FieldDescriptor {
-	if f.proto == "" {
-		return nil
-	}
-	return m.Descriptor().Fields().ByName(f.proto)
-}
-
-func (f scalar[T]) fromProto(m protoreflect.Message, r *Resources) {
-	if fd := f.descriptor(m); fd != nil {
-		*f.res(r) = m.Get(fd).Interface().(T)
-	}
-}
-
-func (f scalar[T]) nonZero(r *Resources, a *ResourceAdjustment) {
-	var zero T
-	if v := *f.res(r); v != zero {
-		*f.adj(a) = &v
-	}
-}
-
-func (f scalar[T]) toProto(m protoreflect.Message, a *ResourceAdjustment) {
-	if fd := f.descriptor(m); fd != nil && *f.adj(a) != nil {
-		m.Set(fd, protoreflect.ValueOf(**f.adj(a)))
-	}
-}
-
-// ResourcesFromProto reads CRI's or Koordinator's LinuxContainerResources; nil (or an invalid message)
-// stays nil.
-func ResourcesFromProto(m protoreflect.Message) *Resources {
-	if m == nil || !m.IsValid() {
-		return nil
-	}
-	r := &Resources{}
-	for _, f := range resourceFields {
-		f.fromProto(m, r)
-	}
-	fields := m.Descriptor().Fields()
-	r.Unified = unifiedFromProto(m.Get(fields.ByName(protoUnified)).Map())
-	r.HugepageLimits = hugepagesFromProto(m.Get(fields.ByName(protoHugepages)).List())
-	return r
-}
-
-// AdjustmentFromProto reads the non-zero fields of a hook server's LinuxContainerResources: the protocol
-// answers with plain values, so zero means "no change", and a hugepage limit without a page size says
-// nothing. Nil when nothing is set.
-func AdjustmentFromProto(m protoreflect.Message) *ResourceAdjustment {
-	r := ResourcesFromProto(m)
-	if r == nil {
-		return nil
-	}
-	a := &ResourceAdjustment{Unified: r.Unified}
-	for _, f := range resourceFields {
-		f.nonZero(r, a)
-	}
-	delete(r.HugepageLimits, "")
-	if len(r.HugepageLimits) > 0 {
-		a.HugepageLimits = r.HugepageLimits
-	}
-	if a.empty() {
-		return nil
-	}
-	return a
-}
-
-// unifiedFromProto copies the unified map; nil when it is empty.
-func unifiedFromProto(u protoreflect.Map) map[string]string {
-	if u.Len() == 0 {
-		return nil
-	}
-	out := make(map[string]string, u.Len())
-	u.Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
-		out[k.String()] = v.String()
-		return true
-	})
-	return out
-}
-
-func hugepagesFromProto(l protoreflect.List) map[string]uint64 {
-	var out map[string]uint64
-	for i := range l.Len() {
-		h := l.Get(i).Message()
-		fields := h.Descriptor().Fields()
-		if out == nil {
-			out = map[string]uint64{}
-		}
-		out[h.Get(fields.ByName("page_size")).String()] = h.Get(fields.ByName("limit")).Uint()
-	}
-	return out
-}
-
-// ApplyToProto writes an adjustment into CRI's or Koordinator's LinuxContainerResources: set fields
-// replace, map entries are added or replaced (hugepage limits in page size order, so the same adjustment
-// always makes the same bytes).
-func ApplyToProto(m protoreflect.Message, a *ResourceAdjustment) {
-	if a == nil {
-		return
-	}
-	for _, f := range resourceFields {
-		f.toProto(m, a)
-	}
-	fields := m.Descriptor().Fields()
-	if len(a.Unified) > 0 {
-		u := m.Mutable(fields.ByName(protoUnified)).Map()
-		for k, v := range a.Unified {
-			u.Set(protoreflect.ValueOfString(k).MapKey(), protoreflect.ValueOfString(v))
-		}
-	}
-	if len(a.HugepageLimits) == 0 {
-		return
-	}
-	l := m.Mutable(fields.ByName(protoHugepages)).List()
-	for _, size := range slices.Sorted(maps.Keys(a.HugepageLimits)) {
-		limit := protoreflect.ValueOfUint64(a.HugepageLimits[size])
-		replaced := false
-		for i := range l.Len() {
-			h := l.Get(i).Message()
-			if h.Get(h.Descriptor().Fields().ByName("page_size")).String() == size {
-				h.Set(h.Descriptor().Fields().ByName("limit"), limit)
-				replaced = true
-			}
-		}
-		if !replaced {
-			h := l.NewElement()
-			h.Message().Set(h.Message().Descriptor().Fields().ByName("page_size"), protoreflect.ValueOfString(size))
-			h.Message().Set(h.Message().Descriptor().Fields().ByName("limit"), limit)
-			l.Append(h)
-		}
-	}
 }
 
 // Whole returns an adjustment that sets every field to r's values: what to send the runtime to make a
@@ -259,7 +119,8 @@ func ApplyResources(r *Resources, a *ResourceAdjustment) *Resources {
 	return out
 }
 
-func (r *ResourceAdjustment) empty() bool {
+// Empty reports whether the adjustment sets nothing; nil sets nothing.
+func (r *ResourceAdjustment) Empty() bool {
 	if r == nil {
 		return true
 	}

@@ -125,7 +125,7 @@ type Adjustment struct {
 // Empty reports whether the adjustment changes nothing.
 func (a *Adjustment) Empty() bool {
 	return a == nil || (len(a.Labels) == 0 && len(a.Annotations) == 0 && a.CgroupParent == nil &&
-		a.Resources.empty() && len(a.Env) == 0 && a.PodResources.empty())
+		a.Resources.Empty() && len(a.Env) == 0 && a.PodResources.Empty())
 }
 
 // Int64 and String make adjustment literals short: &hooks.ResourceAdjustment{CPUShares: hooks.Int64(512)}.

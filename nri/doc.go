@@ -23,10 +23,10 @@
 //     where later stages and the node loops read them, and recomputes them at Synchronize. A cgroup parent
 //     change is logged and dropped: a policy that moves pods between cgroups needs the proxy.
 //   - Pod-level cgroup settings (the batch pod's quota, cpu.idle on the pod's cgroup): the plugin writes
-//     them to the pod's cgroup itself, as the proxy does.
+//     them to the pod's cgroup itself, with frontend.Writer, as the proxy does.
 //   - Container labels cannot be added by NRI; annotations can, and are.
 //   - Unified cgroup files on cgroup v1 (runc refuses them) and the RDT class: written by the plugin once
-//     the container runs, as the proxy does.
+//     the container runs, with frontend.Writer, as the proxy does.
 //   - A change decided at PreStartContainer, and pool moves of running containers (an LSE pod took
 //     CPUs), reach containerd as unsolicited UpdateContainers from the refresh loop, never from inside an
 //     event: containerd holds its NRI lock for the event, so an update sent from it would wait for itself.

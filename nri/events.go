@@ -3,6 +3,7 @@ package nri
 import (
 	"context"
 	"maps"
+	"reflect"
 	"time"
 
 	"github.com/containerd/errdefs/pkg/errgrpc"
@@ -40,7 +41,7 @@ func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 			logger.Error(err, "Pod's sandbox hooks failed at synchronization; its labels and annotations are containerd's alone", "pod", klog.KRef(pod.Namespace, pod.Name))
 		} else {
 			recordSandbox(pod, adj)
-			p.applyPodResources(ctx, pod, adj)
+			p.writer.PodResources(ctx, pod, adj)
 		}
 		p.store.PutPod(pod)
 		seen[pod.ID] = true
@@ -89,7 +90,7 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) (err err
 	pod := podFromNRI(sb)
 	recordSandbox(pod, adj)
 	p.store.PutPod(pod)
-	p.applyPodResources(ctx, pod, adj)
+	p.writer.PodResources(ctx, pod, adj)
 	klog.FromContext(ctx).V(2).Info("Pod sandbox started", "podSandboxID", pod.ID)
 	if adj != nil && adj.CgroupParent != nil {
 		klog.FromContext(ctx).Info("A hook asked for another cgroup parent, which NRI cannot give a sandbox; ignored (it needs tandem-proxy as a CRI proxy)",
@@ -133,7 +134,7 @@ func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error
 		pod = podFromNRI(sb)
 	}
 	for _, c := range removed {
-		p.ctrLocks.Delete(c.ID)
+		p.ctrLocks.Forget(c.ID)
 		_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, pod.HookInfo(), c.HookInfo())
 	}
 	p.metrics.observe("RemovePodSandbox", start, nil)
@@ -159,7 +160,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	ctx, cancel := p.eventContext(ctx, "CreateContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
 	defer cancel()
 	defer func() { p.metrics.observe("CreateContainer", start, err) }()
-	defer p.lockContainer(c.GetId())()
+	defer p.ctrLocks.Lock(c.GetId())()
 	pod := p.podFor(sb)
 	pi, ci := pod.HookInfo(), containerInfo(c)
 	adj, err := p.runHooks(ctx, hooks.PreCreateContainer, pi, ci)
@@ -171,7 +172,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	if adj != nil && adj.Resources != nil && adj.Resources.OomScoreAdj != nil {
 		p.clampOOMScore(ctx, adj.Resources, c)
 	}
-	unified := p.unifiedToRuntime()
+	unified := p.writer.UnifiedToRuntime()
 	out, labels := containerAdjustment(adj, unified)
 	if len(labels) > 0 {
 		klog.FromContext(ctx).V(2).Info("Container labels from hooks kept by Tandem only: NRI cannot label a container", "labels", labels)
@@ -184,7 +185,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	}
 	ctr.State = store.ContainerCreated
 	p.store.PutContainer(ctr)
-	p.applyPodResources(ctx, pod, adj)
+	p.writer.PodResources(ctx, pod, adj)
 	klog.FromContext(ctx).V(2).Info("Container adjusted", "resources", ctr.Resources)
 	return out, nil, nil
 }
@@ -215,7 +216,7 @@ func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.
 	start := time.Now()
 	ctx, cancel := p.eventContext(ctx, "StartContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
 	defer cancel()
-	defer p.lockContainer(c.GetId())()
+	defer p.ctrLocks.Lock(c.GetId())()
 	pod := p.podFor(sb)
 	stored, ok := p.store.Container(c.GetId())
 	if !ok {
@@ -232,7 +233,7 @@ func (p *Plugin) StartContainer(ctx context.Context, sb *api.PodSandbox, c *api.
 		// NRI takes no adjustment here, and the task is made already: sent once the container runs.
 		p.specOnly.Store(c.GetId(), struct{}{})
 	}
-	p.applyPodResources(ctx, pod, adj)
+	p.writer.PodResources(ctx, pod, adj)
 	klog.FromContext(ctx).V(2).Info("Container starting")
 	return nil
 }
@@ -243,7 +244,7 @@ func (p *Plugin) PostStartContainer(ctx context.Context, sb *api.PodSandbox, c *
 	start := time.Now()
 	ctx, cancel := p.eventContext(ctx, "PostStartContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
 	defer cancel()
-	defer p.lockContainer(c.GetId())()
+	defer p.ctrLocks.Lock(c.GetId())()
 	pod := p.podFor(sb)
 	p.store.UpdateContainer(c.GetId(), func(sc *store.Container) { sc.State = store.ContainerRunning })
 	stored, ok := p.store.Container(c.GetId())
@@ -251,7 +252,7 @@ func (p *Plugin) PostStartContainer(ctx context.Context, sb *api.PodSandbox, c *
 		stored = containerFromNRI(c)
 		p.store.PutContainer(stored)
 	}
-	p.applyUnsent(ctx, pod, stored, p.v1Files(stored.Resources))
+	p.writer.ContainerResources(ctx, pod, stored.ID, stored.Resources)
 	_, _ = p.runHooks(ctx, hooks.PostStartContainer, pod.HookInfo(), stored.HookInfo())
 	// The task may run less than the store holds or the hooks decided (an update sent while it
 	// started, a CPU bound at PreStartContainer): the refresh loop sends it all now that containerd
@@ -270,7 +271,7 @@ func (p *Plugin) UpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	ctx, cancel := p.eventContext(ctx, "UpdateContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
 	defer cancel()
 	defer func() { p.metrics.observe("UpdateContainer", start, err) }()
-	defer p.lockContainer(c.GetId())()
+	defer p.ctrLocks.Lock(c.GetId())()
 	pod := p.podFor(sb)
 	stored, ok := p.store.Container(c.GetId())
 	if !ok {
@@ -289,14 +290,14 @@ func (p *Plugin) UpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	}
 	applied := hooks.ApplyResources(requested, a)
 	applied.RDTClass = hooks.RDTClass(stored.Resources, a)
-	if !p.unifiedToRuntime() {
+	if !p.writer.UnifiedToRuntime() {
 		// On cgroup v1 the files are the plugin's to write, after the update (PostUpdateContainer).
 		applied.Unified = mergeMap(maps.Clone(unifiedOf(stored.Resources)), applied.Unified)
 	}
 	stored.Resources = applied
 	p.store.PutContainer(stored)
-	p.applyPodResources(ctx, pod, adj)
-	if u := containerUpdate(c.GetId(), a, p.unifiedToRuntime()); u != nil {
+	p.writer.PodResources(ctx, pod, adj)
+	if u := containerUpdate(c.GetId(), a, p.writer.UnifiedToRuntime()); u != nil {
 		return []*api.ContainerUpdate{u}, nil
 	}
 	return nil, nil
@@ -306,9 +307,9 @@ func (p *Plugin) UpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 func (p *Plugin) PostUpdateContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) error {
 	ctx, cancel := p.eventContext(ctx, "PostUpdateContainer", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "container", c.GetName(), "containerID", c.GetId())
 	defer cancel()
-	defer p.lockContainer(c.GetId())()
+	defer p.ctrLocks.Lock(c.GetId())()
 	if stored, ok := p.store.Container(c.GetId()); ok && stored.State == store.ContainerRunning {
-		p.applyUnsent(ctx, p.podFor(sb), stored, p.v1Files(stored.Resources))
+		p.writer.ContainerResources(ctx, p.podFor(sb), stored.ID, stored.Resources)
 	}
 	return nil
 }
@@ -337,7 +338,7 @@ func (p *Plugin) RemoveContainer(ctx context.Context, sb *api.PodSandbox, c *api
 	if !ok {
 		removed = containerFromNRI(c)
 	}
-	p.ctrLocks.Delete(c.GetId())
+	p.ctrLocks.Forget(c.GetId())
 	p.specOnly.Delete(c.GetId())
 	pod := p.podFor(sb)
 	_, _ = p.runHooks(ctx, hooks.PostRemoveContainer, pod.HookInfo(), removed.HookInfo())
@@ -351,7 +352,7 @@ func (p *Plugin) postRemove(ctx context.Context, c *store.Container) {
 	if c == nil {
 		return
 	}
-	p.ctrLocks.Delete(c.ID)
+	p.ctrLocks.Forget(c.ID)
 	pod, ok := p.store.Pod(c.PodSandboxID)
 	if !ok {
 		pod = &store.Pod{ID: c.PodSandboxID}
@@ -368,4 +369,24 @@ func mergeMap(dst, src map[string]string) map[string]string {
 	}
 	maps.Copy(dst, src)
 	return dst
+}
+
+// changes reports whether the adjustment changes the recorded resources.
+func changes(r *hooks.Resources, a *hooks.ResourceAdjustment) bool {
+	if a == nil {
+		return false
+	}
+	cur := r.Clone()
+	if cur == nil {
+		cur = &hooks.Resources{}
+	}
+	return !reflect.DeepEqual(hooks.ApplyResources(cur, a), cur)
+}
+
+// unifiedOf returns r's unified files; nil for nil.
+func unifiedOf(r *hooks.Resources) map[string]string {
+	if r == nil {
+		return nil
+	}
+	return r.Unified
 }

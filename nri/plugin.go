@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/resource/cgroup"
 	"github.com/tandemkit/tandem/store"
 )
 
@@ -59,35 +59,14 @@ const eventMargin = 250 * time.Millisecond
 // maxReconnect bounds the wait between connection attempts.
 const maxReconnect = 10 * time.Second
 
-// RDT moves a container's tasks into a resctrl group (resource/resctrl.CgroupMover is one).
-type RDT interface {
-	Assign(ctx context.Context, group, ctrCgroup string) error
-}
-
-// Deps are the plugin's collaborators.
-type Deps struct {
-	// Hooks run the policies; nil runs none.
-	Hooks *hooks.Dispatcher
-	// Cgroups writes pod-level settings, and container files the runtime cannot take; nil leaves them
-	// unapplied, with a log line.
-	Cgroups cgroup.Writer
-	// RDT moves containers into their RDT class; nil leaves them, with a log line.
-	RDT RDT
-	// Registerer receives the plugin's metrics; nil keeps them unexposed.
-	Registerer prometheus.Registerer
-	// Refresh asks for PreUpdateContainerResources on every live container, as in the proxy.
-	Refresh <-chan struct{}
-	// Synchronized is called once the store holds what containerd reported at (re)connection, before
-	// any event is handled: the exclusive CPUs of the containers found are restored there.
-	Synchronized func(context.Context, *store.Snapshot)
-}
-
 // Plugin is Tandem as an NRI plugin.
 type Plugin struct {
 	cfg     Config
-	deps    Deps
+	deps    frontend.Deps
 	store   *store.Store
 	metrics *metrics
+	// writer applies what NRI cannot carry: pod-level settings, container files on cgroup v1, RDT classes.
+	writer *frontend.Writer
 
 	// stub is the connection of the moment; nil while not connected.
 	stub atomic.Pointer[stubRef]
@@ -103,7 +82,7 @@ type Plugin struct {
 
 	// ctrLocks serialises what the plugin does to one container: a refresh must not interleave with the
 	// container's own events.
-	ctrLocks sync.Map // container id → *sync.Mutex
+	ctrLocks frontend.Locks
 	// specOnly holds the containers whose task may not run what was decided for them: sent an update
 	// while not running (containerd writes it into the spec alone, and a container between its task's
 	// creation and its start has made the task from that spec already), or given a change at
@@ -114,7 +93,7 @@ type Plugin struct {
 type stubRef struct{ stub.Stub }
 
 // New returns a plugin ready to Run.
-func New(cfg Config, deps Deps) (*Plugin, error) {
+func New(cfg Config, deps frontend.Deps) (*Plugin, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
@@ -126,7 +105,9 @@ func New(cfg Config, deps Deps) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register NRI metrics: %w", err)
 	}
-	p := &Plugin{cfg: cfg, deps: deps, store: store.New(), metrics: m, kick: make(chan struct{}, 1), procRoot: "/proc"}
+	st := store.New()
+	p := &Plugin{cfg: cfg, deps: deps, store: st, metrics: m, kick: make(chan struct{}, 1), procRoot: "/proc",
+		writer: &frontend.Writer{Cgroups: deps.Cgroups, RDT: deps.RDT, Store: st, PodErrors: m.cgroupErrors, ContainerErrors: m.cgroupErrors}}
 	p.runtimeOOM.Store(unknownScore)
 	return p, nil
 }
@@ -235,26 +216,12 @@ func (p *Plugin) rollback(ctx context.Context, stage hooks.Stage, pod *hooks.Pod
 	}
 }
 
-// lockContainer takes the container's lock and returns its unlock.
-func (p *Plugin) lockContainer(id string) func() {
-	m, _ := p.ctrLocks.LoadOrStore(id, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
-}
-
 // requestRefresh asks the refresh loop for a pass.
 func (p *Plugin) requestRefresh() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-}
-
-// unifiedToRuntime reports whether containerd may be sent unified cgroup files: runc refuses them on
-// cgroup v1, where the plugin writes them itself.
-func (p *Plugin) unifiedToRuntime() bool {
-	return p.deps.Cgroups == nil || p.deps.Cgroups.Version() != 1
 }
 
 // nriLogger sends the stub's log lines to klog: its progress at V(2), its debugging at V(5).

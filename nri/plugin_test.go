@@ -22,10 +22,12 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/hooks/policy/qos"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
 	resqos "github.com/tandemkit/tandem/resource/qos"
@@ -139,7 +141,7 @@ func startNode(t *testing.T, ctx context.Context, sock string, extra ...hooks.Re
 	}
 	cfg := DefaultConfig()
 	cfg.Socket, cfg.Reconnect = sock, 50*time.Millisecond
-	p, err := New(cfg, Deps{Hooks: d, Cgroups: cg, Registerer: reg, Refresh: refresh,
+	p, err := New(cfg, frontend.Deps{Hooks: d, Cgroups: cg, Registerer: reg, Refresh: refresh,
 		Synchronized: func(ctx context.Context, snap *store.Snapshot) { cpuset.Restore(ctx, cpus, recorded(snap)) }})
 	if err != nil {
 		t.Fatal(err)
@@ -164,13 +166,7 @@ func startNode(t *testing.T, ctx context.Context, sock string, extra ...hooks.Re
 
 func (n *node) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for n.plugin.Ready(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("plugin not ready after 10s: %v", n.plugin.Ready(context.Background()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Within(t, 10*time.Second, "the plugin to be ready", func() bool { return n.plugin.Ready(context.Background()) == nil })
 }
 
 // recorded is what tandem-nri's wiring restores: the exclusive cpusets of live containers.
@@ -221,18 +217,18 @@ func container(pod *api.PodSandbox, name string, milli int64) *api.Container {
 // create runs the sandbox and creates the container. The plugin is ready once it has answered
 // Synchronize, a moment before containerd's side lists it among its plugins: until the plugin has seen
 // the sandbox, running it again is what a retrying kubelet would do.
-func create(ctx context.Context, r *fakeRuntime, n *node, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, error) {
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if err := r.r.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod}); err != nil {
-			return nil, err
+func create(t testing.TB, ctx context.Context, r *fakeRuntime, n *node, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, error) {
+	t.Helper()
+	var runErr error
+	polltest.Within(t, 5*time.Second, "the plugin to see sandbox "+pod.Id, func() bool {
+		if runErr = r.r.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod}); runErr != nil {
+			return true
 		}
-		if _, ok := n.plugin.Store().Pod(pod.Id); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the plugin never saw sandbox %s", pod.Id)
-		}
-		time.Sleep(10 * time.Millisecond)
+		_, ok := n.plugin.Store().Pod(pod.Id)
+		return ok
+	})
+	if runErr != nil {
+		return nil, runErr
 	}
 	resp, err := r.r.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: c})
 	if err != nil {
@@ -244,7 +240,7 @@ func create(ctx context.Context, r *fakeRuntime, n *node, pod *api.PodSandbox, c
 // createRunning creates the container and tells the plugin it runs, as containerd does after its start.
 func createRunning(t *testing.T, ctx context.Context, r *fakeRuntime, n *node, pod *api.PodSandbox, c *api.Container) {
 	t.Helper()
-	if _, err := create(ctx, r, n, pod, c); err != nil {
+	if _, err := create(t, ctx, r, n, pod, c); err != nil {
 		t.Fatal(err)
 	}
 	c.State = api.ContainerState_CONTAINER_RUNNING
@@ -253,7 +249,8 @@ func createRunning(t *testing.T, ctx context.Context, r *fakeRuntime, n *node, p
 	}
 }
 
-// TestCreateContainer: each class gets seed 000's treatment through NRI's adjustment, and an LSE
+// TestCreateContainer: each class gets its CPUs through NRI's adjustment, as the cpuset policy decides
+// (LSE and LSR whole cores of their own, LS and BE the shared pool), and an LSE
 // container with a fractional CPU is refused with nothing held.
 func TestCreateContainer(t *testing.T) {
 	tests := []struct {
@@ -277,7 +274,7 @@ func TestCreateContainer(t *testing.T) {
 			rt := startRuntime(t, sock, nil, nil)
 			n := startNode(t, ctx, sock)
 			pod := sandbox(tt.name, tt.class)
-			adj, err := create(ctx, rt, n, pod, container(pod, "app", tt.milli))
+			adj, err := create(t, ctx, rt, n, pod, container(pod, "app", tt.milli))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("CreateContainer error = %v, want one saying %q", err, tt.wantErr)
@@ -316,7 +313,7 @@ func TestPodLevelSettings(t *testing.T) {
 	rt := startRuntime(t, sock, nil, nil)
 	n := startNode(t, ctx, sock)
 	pod := sandbox("batch", "BE")
-	if _, err := create(ctx, rt, n, pod, container(pod, "app", 500)); err != nil {
+	if _, err := create(t, ctx, rt, n, pod, container(pod, "app", 500)); err != nil {
 		t.Fatal(err)
 	}
 	s, ok := n.cgroups.get(pod.Linux.CgroupParent)
@@ -340,21 +337,14 @@ func TestPoolMoves(t *testing.T) {
 	lsCtr := container(ls, "app", 500)
 	createRunning(t, ctx, rt, n, ls, lsCtr)
 	lse := sandbox("db", "LSE")
-	if _, err := create(ctx, rt, n, lse, container(lse, "app", 2000)); err != nil {
+	if _, err := create(t, ctx, rt, n, lse, container(lse, "app", 2000)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	polltest.Within(t, 5*time.Second, "the LS container's cpuset, sent and stored, to be 1-7,9-15 (off the LSE CPUs 0,8)", func() bool {
 		got := rt.lastCPUs(lsCtr.Id, 0)
 		stored, _ := n.plugin.Store().Container(lsCtr.Id)
-		if got == "1-7,9-15" && stored.Resources.CpusetCpus == got {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("LS container's last update cpuset = %q, stored %q; want 1-7,9-15 (off the LSE CPUs 0,8) in both", got, stored.Resources.CpusetCpus)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got == "1-7,9-15" && stored.Resources.CpusetCpus == got
+	})
 }
 
 // TestSynchronizeRestores: a restarted plugin (a new allocator, an empty store) rebuilds the exclusive
@@ -369,7 +359,7 @@ func TestSynchronizeRestores(t *testing.T) {
 	for i, class := range []string{"LSE", "LSR", "LSE", "LS"} {
 		pod := sandbox(fmt.Sprintf("p%d", i), class)
 		c := container(pod, "app", 2000)
-		adj, err := create(ctx, rt, first, pod, c)
+		adj, err := create(t, ctx, rt, first, pod, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -465,16 +455,12 @@ func TestReconnect(t *testing.T) {
 	second := filepath.Join(filepath.Dir(sock), "b.sock")
 	rt := startRuntime(t, second, nil, nil)
 	r.cut(second)
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(n.plugin.metrics.connects) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("plugin did not connect again within 5s of containerd going away")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Within(t, 5*time.Second, "the plugin to connect again after containerd went away", func() bool {
+		return testutil.ToFloat64(n.plugin.metrics.connects) >= 2
+	})
 	n.waitReady(t)
 	pod := sandbox("after", "LSE")
-	if _, err := create(ctx, rt, n, pod, container(pod, "app", 1000)); err != nil {
+	if _, err := create(t, ctx, rt, n, pod, container(pod, "app", 1000)); err != nil {
 		t.Fatalf("CreateContainer after the reconnection: %v", err)
 	}
 }
@@ -503,7 +489,7 @@ func TestSlowHookKeepsPlugin(t *testing.T) {
 		FailurePolicy: hooks.Ignore, New: func() (hooks.Hook, error) { return slowHook{}, nil }})
 	pod := sandbox("web", "LS")
 	start := time.Now()
-	adj, err := create(ctx, rt, n, pod, container(pod, "app", 500))
+	adj, err := create(t, ctx, rt, n, pod, container(pod, "app", 500))
 	if err != nil {
 		t.Fatalf("CreateContainer with a slow hook: %v", err)
 	}
@@ -514,7 +500,7 @@ func TestSlowHookKeepsPlugin(t *testing.T) {
 		t.Fatal("the other policies' cpuset was lost with the slow hook")
 	}
 	pod2 := sandbox("web2", "LS")
-	if _, err := create(ctx, rt, n, pod2, container(pod2, "app", 500)); err != nil {
+	if _, err := create(t, ctx, rt, n, pod2, container(pod2, "app", 500)); err != nil {
 		t.Fatalf("containerd dropped the plugin after the slow hook: %v", err)
 	}
 	if err := n.plugin.Ready(ctx); err != nil {
@@ -541,7 +527,7 @@ func TestOOMScoreClamped(t *testing.T) {
 	pod := sandbox("db", "LSE")
 	c := container(pod, "app", 1000)
 	c.Linux.OomScoreAdj = &api.OptionalInt{Value: -997}
-	adj, err := create(ctx, rt, n, pod, c)
+	adj, err := create(t, ctx, rt, n, pod, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +574,7 @@ func TestMovedAfterStart(t *testing.T) {
 	n := startNode(t, ctx, sock)
 	ls := sandbox("web", "LS")
 	lsCtr := container(ls, "app", 500)
-	if _, err := create(ctx, rt, n, ls, lsCtr); err != nil {
+	if _, err := create(t, ctx, rt, n, ls, lsCtr); err != nil {
 		t.Fatal(err)
 	}
 	lse := sandbox("db", "LSE")
@@ -596,11 +582,9 @@ func TestMovedAfterStart(t *testing.T) {
 	createRunning(t, ctx, rt, n, lse, lseCtr)
 	// The refresh the LSE pod asked for reaches the LS container while it is only created: containerd
 	// would write it into the spec alone.
-	for deadline := time.Now().Add(2 * time.Second); rt.lastCPUs(lsCtr.Id, 0) != "1-7,9-15"; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("created LS container sent cpuset %q, want 1-7,9-15 (its spec updated)", rt.lastCPUs(lsCtr.Id, 0))
-		}
-	}
+	polltest.Within(t, 2*time.Second, "the created LS container's spec to be updated to cpuset 1-7,9-15", func() bool {
+		return rt.lastCPUs(lsCtr.Id, 0) == "1-7,9-15"
+	})
 	if err := rt.r.StartContainer(ctx, &api.StartContainerRequest{Pod: ls, Container: lsCtr}); err != nil {
 		t.Fatal(err)
 	}
@@ -611,17 +595,9 @@ func TestMovedAfterStart(t *testing.T) {
 	if err := rt.r.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: ls, Container: lsCtr}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		got := rt.lastCPUs(lsCtr.Id, before)
-		if got == "1-7,9-15" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("LS container's cpuset sent after it started = %q, want 1-7,9-15 (off the LSE CPUs 0,8)", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Within(t, 2*time.Second, "the LS container's cpuset sent after it started to be 1-7,9-15 (off the LSE CPUs 0,8)", func() bool {
+		return rt.lastCPUs(lsCtr.Id, before) == "1-7,9-15"
+	})
 }
 
 // lastCPUs is the cpuset of the last update the runtime received for a container, from its from-th on.

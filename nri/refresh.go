@@ -85,7 +85,7 @@ func (p *Plugin) refreshAll(ctx context.Context) (int, error) {
 	for _, pd := range todo {
 		if hooks.QuotaRises(pd.pod.Resources, pd.adj.PodResources) {
 			// cgroup v1 refuses a container quota above its pod's: a rising pod quota goes first.
-			p.applyPodResources(ctx, pd.pod, pd.adj)
+			p.writer.PodResources(ctx, pd.pod, pd.adj)
 		}
 		if pd.update != nil {
 			updates = append(updates, pd.update)
@@ -103,7 +103,7 @@ func (p *Plugin) refreshAll(ctx context.Context) (int, error) {
 	logger := klog.FromContext(ctx)
 	for _, pd := range todo {
 		if !hooks.QuotaRises(pd.pod.Resources, pd.adj.PodResources) {
-			p.applyPodResources(ctx, pd.pod, pd.adj)
+			p.writer.PodResources(ctx, pd.pod, pd.adj)
 		}
 		if pd.update == nil {
 			continue
@@ -123,7 +123,7 @@ func (p *Plugin) refreshAll(ctx context.Context) (int, error) {
 
 // plan runs the hooks for one container under its lock and returns its update, if any.
 func (p *Plugin) plan(ctx context.Context, pod *store.Pod, c *store.Container) (pending, bool) {
-	defer p.lockContainer(c.ID)()
+	defer p.ctrLocks.Lock(c.ID)()
 	c, ok := p.store.Container(c.ID)
 	if !ok {
 		return pending{}, false
@@ -149,7 +149,7 @@ func (p *Plugin) plan(ctx context.Context, pod *store.Pod, c *store.Container) (
 	}
 	if want != nil {
 		pd.applied = hooks.ApplyResources(c.Resources, want)
-		pd.update = containerUpdate(c.ID, want, p.unifiedToRuntime())
+		pd.update = containerUpdate(c.ID, want, p.writer.UnifiedToRuntime())
 		if pd.update == nil {
 			// Only what the plugin writes itself changed (v1 files, the RDT class).
 			p.recordLocked(ctx, pd)
@@ -160,7 +160,7 @@ func (p *Plugin) plan(ctx context.Context, pod *store.Pod, c *store.Container) (
 
 // record stores a container's new resources and, if it runs, writes what containerd could not take.
 func (p *Plugin) record(ctx context.Context, pd pending) {
-	defer p.lockContainer(pd.ctr.ID)()
+	defer p.ctrLocks.Lock(pd.ctr.ID)()
 	p.recordLocked(ctx, pd)
 }
 
@@ -183,8 +183,6 @@ func (p *Plugin) recordLocked(ctx context.Context, pd pending) {
 		p.specOnly.Delete(pd.ctr.ID)
 	}
 	if running {
-		c := *pd.ctr
-		c.Resources = pd.applied
-		p.applyUnsent(ctx, pd.pod, &c, p.v1Files(pd.applied))
+		p.writer.ContainerResources(ctx, pd.pod, pd.ctr.ID, pd.applied)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
@@ -106,7 +107,7 @@ func TestContainerSettingsTheRuntimeCannotCarry(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The runtime makes the container's cgroup; here the test does.
-			ctrDir := ContainerCgroup(parent, ctr.ContainerId)
+			ctrDir := frontend.ContainerCgroup(parent, ctr.ContainerId)
 			file := filepath.Join(hierarchy, ctrDir, burstFile)
 			touch(t, file)
 			sent := h.rt.lastCreate.GetConfig().GetLinux().GetResources().GetUnified()[burstFile]
@@ -187,7 +188,7 @@ func TestBurstLoweredBeforeTheQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The cgroup runc would make at create, with the quota it would write.
-	dir = filepath.Join(cpuRoot, ContainerCgroup(parent, ctr.ContainerId))
+	dir = filepath.Join(cpuRoot, frontend.ContainerCgroup(parent, ctr.ContainerId))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

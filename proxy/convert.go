@@ -25,7 +25,9 @@ func podFromConfig(id string, cfg *runtimeapi.PodSandboxConfig) *store.Pod {
 	}
 }
 
-func containerFromConfig(id, podID string, cfg *runtimeapi.ContainerConfig) *store.Container {
+// containerFromConfig is the store's record of a created container; resources are its config's, in the
+// hooks' shape, with what hooks changed.
+func containerFromConfig(id, podID string, cfg *runtimeapi.ContainerConfig, resources *hooks.Resources) *store.Container {
 	return &store.Container{
 		ID:           id,
 		PodSandboxID: podID,
@@ -34,13 +36,31 @@ func containerFromConfig(id, podID string, cfg *runtimeapi.ContainerConfig) *sto
 		Image:        cfg.GetImage().GetImage(),
 		Labels:       maps.Clone(cfg.GetLabels()),
 		Annotations:  maps.Clone(cfg.GetAnnotations()),
-		Resources:    resourcesFromCRI(cfg.GetLinux().GetResources()),
+		Resources:    resources,
 	}
 }
 
-// resourcesFromCRI converts CRI resources; nil stays nil.
+// resourcesFromCRI converts CRI resources into the hooks' shape; nil stays nil. CRI has no RDT class: the
+// store's record carries the one hooks chose.
 func resourcesFromCRI(r *runtimeapi.LinuxContainerResources) *hooks.Resources {
-	return hooks.ResourcesFromProto(r.ProtoReflect())
+	if r == nil {
+		return nil
+	}
+	out := &hooks.Resources{
+		CPUPeriod: r.CpuPeriod, CPUQuota: r.CpuQuota, CPUShares: r.CpuShares,
+		MemoryLimitInBytes: r.MemoryLimitInBytes, MemorySwapLimitInBytes: r.MemorySwapLimitInBytes,
+		OomScoreAdj: r.OomScoreAdj, CpusetCpus: r.CpusetCpus, CpusetMems: r.CpusetMems,
+	}
+	if len(r.Unified) > 0 {
+		out.Unified = maps.Clone(r.Unified)
+	}
+	for _, h := range r.HugepageLimits {
+		if out.HugepageLimits == nil {
+			out.HugepageLimits = map[string]uint64{}
+		}
+		out.HugepageLimits[h.GetPageSize()] = h.GetLimit()
+	}
+	return out
 }
 
 func sandboxInfo(req *runtimeapi.RunPodSandboxRequest) *hooks.PodInfo {
@@ -55,11 +75,12 @@ func sandboxInfo(req *runtimeapi.RunPodSandboxRequest) *hooks.PodInfo {
 	}
 }
 
-func containerInfo(id string, cfg *runtimeapi.ContainerConfig) *hooks.ContainerInfo {
+// containerInfo is what PreCreateContainer hooks see of a container; resources are its config's, in the
+// hooks' shape.
+func containerInfo(id string, cfg *runtimeapi.ContainerConfig, resources *hooks.Resources) *hooks.ContainerInfo {
 	ci := &hooks.ContainerInfo{
 		ID: id, Name: cfg.GetMetadata().GetName(), Attempt: cfg.GetMetadata().GetAttempt(),
-		Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
-		Resources: resourcesFromCRI(cfg.GetLinux().GetResources()),
+		Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(), Resources: resources,
 	}
 	for _, kv := range cfg.GetEnvs() {
 		if ci.Env == nil {
@@ -114,9 +135,41 @@ func applyContainer(cfg *runtimeapi.ContainerConfig, a *hooks.Adjustment) {
 	}
 }
 
-// applyResources writes a resource adjustment into CRI resources.
+// applyResources writes a resource adjustment into CRI resources: set fields replace, map entries are
+// added or replaced (hugepage limits in page size order, so the same adjustment always makes the same
+// bytes). The RDT class has no CRI field; the proxy applies it itself (frontend.Writer).
 func applyResources(r *runtimeapi.LinuxContainerResources, a *hooks.ResourceAdjustment) {
-	hooks.ApplyToProto(r.ProtoReflect(), a)
+	if a == nil {
+		return
+	}
+	setIf(&r.CpuPeriod, a.CPUPeriod)
+	setIf(&r.CpuQuota, a.CPUQuota)
+	setIf(&r.CpuShares, a.CPUShares)
+	setIf(&r.MemoryLimitInBytes, a.MemoryLimitInBytes)
+	setIf(&r.MemorySwapLimitInBytes, a.MemorySwapLimitInBytes)
+	setIf(&r.OomScoreAdj, a.OomScoreAdj)
+	setIf(&r.CpusetCpus, a.CpusetCpus)
+	setIf(&r.CpusetMems, a.CpusetMems)
+	r.Unified = mergeMap(r.Unified, a.Unified)
+	for _, size := range slices.Sorted(maps.Keys(a.HugepageLimits)) {
+		limit := a.HugepageLimits[size]
+		replaced := false
+		for _, h := range r.HugepageLimits {
+			if h.GetPageSize() == size {
+				h.Limit, replaced = limit, true
+			}
+		}
+		if !replaced {
+			r.HugepageLimits = append(r.HugepageLimits, &runtimeapi.HugepageLimit{PageSize: size, Limit: limit})
+		}
+	}
+}
+
+// setIf sets *dst to *v when an adjustment sets the field (v not nil).
+func setIf[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
 }
 
 // adjusted returns a container's stored resources with an adjustment applied, as a whole update for the

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 func TestForwardUnaryMatchesDirect(t *testing.T) {
@@ -178,16 +180,10 @@ func TestRuntimeDownFailsFastWithUnavailable(t *testing.T) {
 	start := time.Now()
 	var err error
 	// The connection may take a moment to notice; every call must fail fast either way.
-	for range 20 {
+	polltest.Within(t, 3*time.Second, "calls to fail with Unavailable while the runtime is down", func() bool {
 		_, err = h.rs().Version(ctx, &runtimeapi.VersionRequest{})
-		if status.Code(err) == codes.Unavailable {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("call with runtime down: %v, want Unavailable", err)
-	}
+		return status.Code(err) == codes.Unavailable
+	})
 	if time.Since(start) > 3*time.Second {
 		t.Fatalf("calls took %v to fail; want fast failure", time.Since(start))
 	}
@@ -197,16 +193,10 @@ func TestRuntimeDownFailsFastWithUnavailable(t *testing.T) {
 	// The runtime returns on the same socket: calls recover without restarting the proxy.
 	h.rtServer = startRuntime(t, h.rt, h.rtSock, 0)
 	t.Cleanup(h.rtServer.Stop)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err = h.rs().Version(ctx, &runtimeapi.VersionRequest{}); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("calls did not recover after the runtime returned: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	polltest.Within(t, 5*time.Second, "calls to recover after the runtime returned", func() bool {
+		_, err = h.rs().Version(ctx, &runtimeapi.VersionRequest{})
+		return err == nil
+	})
 }
 
 func TestGracefulStopEndsStreams(t *testing.T) {

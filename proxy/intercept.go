@@ -91,30 +91,6 @@ func (s *Server) rollback(ctx context.Context, stage hooks.Stage, pod *hooks.Pod
 	}
 }
 
-// applyPodResources writes pod-level settings to the pod's cgroup, which CRI cannot reach, and records
-// them in the store. The runtime has acted by then, so a failure is logged, not returned.
-func (s *Server) applyPodResources(ctx context.Context, podID, parent string, a *hooks.Adjustment) {
-	if a == nil || a.PodResources == nil {
-		return
-	}
-	logger := klog.FromContext(ctx)
-	switch {
-	case s.cgroups == nil:
-		logger.Info("Pod-level settings not applied: no cgroup hierarchy found at start", "podResources", a.PodResources)
-		return
-	case parent == "":
-		logger.Info("Pod-level settings not applied: the pod has no cgroup parent", "podResources", a.PodResources)
-		return
-	}
-	if err := s.cgroups.Write(parent, a.PodResources.CgroupSettings()); err != nil {
-		s.metrics.podCgroupErrors.Inc()
-		logger.Error(err, "Pod-level settings not applied", "cgroupParent", parent)
-		return
-	}
-	s.store.UpdatePod(podID, func(p *store.Pod) { p.Resources = hooks.ApplyResources(p.Resources, a.PodResources) })
-	logger.V(4).Info("Pod cgroup updated", "cgroupParent", parent, "podResources", a.PodResources)
-}
-
 // persist writes the checkpoint after a change. A failed write is logged and counted but does not fail
 // the call: the runtime has already acted, and the store in memory is still right.
 func (s *Server) persist(ctx context.Context) {
@@ -179,7 +155,7 @@ func (s *Server) runPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	pod.RuntimeHandler = req.GetRuntimeHandler()
 	pod.State = store.PodReady
 	s.store.PutPod(pod)
-	s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+	s.writer.PodResources(ctx, pod, adj)
 	s.persist(ctx)
 	logger.V(2).Info("Pod sandbox started", "podSandboxID", pod.ID)
 	return resp, nil
@@ -217,7 +193,7 @@ func (s *Server) removePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 		s.persist(ctx)
 	}
 	for _, c := range removed {
-		s.ctrLocks.Delete(c.ID)
+		s.ctrLocks.Forget(c.ID)
 	}
 	for _, c := range removed {
 		s.postHooks(ctx, hooks.PostRemoveContainer, orStub(pod, c.PodSandboxID), c)
@@ -239,6 +215,9 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err := s.checkMetadata(ns, podName, name, req.GetConfig().GetLabels(), req.GetConfig().GetAnnotations()); err != nil {
 		return nil, err
 	}
+	// The request's resources in the hooks' shape, converted once: the hooks see them, and the store
+	// records them with the hooks' adjustment applied, which also goes into the request once.
+	resources := resourcesFromCRI(req.GetConfig().GetLinux().GetResources())
 	var adj *hooks.Adjustment
 	var pi *hooks.PodInfo
 	var ci *hooks.ContainerInfo
@@ -248,19 +227,20 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		if req.Config == nil {
 			req.Config = &runtimeapi.ContainerConfig{}
 		}
-		pi, ci = pod.HookInfo(), containerInfo("", req.Config)
+		pi, ci = pod.HookInfo(), containerInfo("", req.Config, resources)
 		var err error
 		if adj, err = s.runHooks(ctx, hooks.PreCreateContainer, pi, ci); err != nil {
 			return nil, err
 		}
 		applyContainer(req.Config, adj)
+		if adj != nil && adj.Resources != nil {
+			resources = hooks.ApplyResources(resources, adj.Resources)
+		}
+		// Files runc would refuse leave the request; resources keeps them, for the start to write.
+		s.unsentFiles(req.Config.GetLinux().GetResources())
 	} else {
 		logger.Info("Pod sandbox unknown to the store; container passed through without hooks", "podSandboxID", req.GetPodSandboxId())
 		ctx = klog.NewContext(ctx, logger)
-	}
-	var unsent map[string]string
-	if known {
-		unsent = s.unsentFiles(req.GetConfig().GetLinux().GetResources())
 	}
 	resp, err := s.rt.CreateContainer(ctx, req, opts...)
 	if err != nil {
@@ -270,18 +250,12 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 		}
 		return nil, err
 	}
-	ctr := containerFromConfig(resp.GetContainerId(), req.GetPodSandboxId(), req.GetConfig())
+	// The record holds what the runtime could not take (v1 files, the RDT class): the start applies it.
+	ctr := containerFromConfig(resp.GetContainerId(), req.GetPodSandboxId(), req.GetConfig(), resources)
 	ctr.State = store.ContainerCreated
-	if known {
-		var a *hooks.ResourceAdjustment
-		if adj != nil {
-			a = adj.Resources
-		}
-		ctr.Resources = recorded(req.GetConfig().GetLinux().GetResources(), unsent, hooks.RDTClass(nil, a))
-	}
 	s.store.PutContainer(ctr)
 	if known {
-		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+		s.writer.PodResources(ctx, pod, adj)
 	}
 	s.persist(ctx)
 	logger.V(2).Info("Container created", "containerID", ctr.ID, "resources", ctr.Resources)
@@ -289,7 +263,7 @@ func (s *Server) createContainer(ctx context.Context, req *runtimeapi.CreateCont
 }
 
 func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContainerRequest, opts []grpc.CallOption) (*runtimeapi.StartContainerResponse, error) {
-	defer s.lockContainer(req.GetContainerId())()
+	defer s.ctrLocks.Lock(req.GetContainerId())()
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	if pod != nil {
 		adj, err := s.runHooks(ctx, hooks.PreStartContainer, pod.HookInfo(), ctr.HookInfo())
@@ -303,7 +277,7 @@ func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContai
 				return nil, err
 			}
 		}
-		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+		s.writer.PodResources(ctx, pod, adj)
 	}
 	resp, err := s.rt.StartContainer(ctx, req, opts...)
 	if err != nil {
@@ -313,9 +287,7 @@ func (s *Server) startContainer(ctx context.Context, req *runtimeapi.StartContai
 		s.store.UpdateContainer(ctr.ID, func(c *store.Container) { c.State = store.ContainerRunning })
 		s.persist(ctx)
 		if c, ok := s.store.Container(ctr.ID); ok && pod != nil {
-			if c.Resources != nil {
-				s.applyUnsent(ctx, pod, c.ID, s.v1Files(c.Resources), c.Resources.RDTClass)
-			}
+			s.writer.ContainerResources(ctx, pod, c.ID, c.Resources)
 			s.postHooks(ctx, hooks.PostStartContainer, pod, c)
 		}
 	}
@@ -350,7 +322,7 @@ func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveCont
 	if err != nil {
 		return nil, err
 	}
-	s.ctrLocks.Delete(req.GetContainerId())
+	s.ctrLocks.Forget(req.GetContainerId())
 	if removed, ok := s.store.RemoveContainer(req.GetContainerId()); ok {
 		s.persist(ctx)
 		s.postHooks(ctx, hooks.PostRemoveContainer, orStub(pod, removed.PodSandboxID), removed)
@@ -360,7 +332,7 @@ func (s *Server) removeContainer(ctx context.Context, req *runtimeapi.RemoveCont
 }
 
 func (s *Server) updateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest, opts []grpc.CallOption) (*runtimeapi.UpdateContainerResourcesResponse, error) {
-	defer s.lockContainer(req.GetContainerId())()
+	defer s.ctrLocks.Lock(req.GetContainerId())()
 	ctx, pod, ctr := s.lookup(ctx, req.GetContainerId())
 	var a *hooks.ResourceAdjustment
 	if pod != nil {
@@ -377,7 +349,7 @@ func (s *Server) updateContainerResources(ctx context.Context, req *runtimeapi.U
 			}
 			applyResources(req.Linux, a)
 		}
-		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+		s.writer.PodResources(ctx, pod, adj)
 	}
 	// Always forwarded: kubelet's in-place resize depends on its update reaching the runtime.
 	if ctr == nil {

@@ -191,6 +191,8 @@ func TestInflightWaitsWithinTheCallsDeadline(t *testing.T) {
 	// A waiting call goes on as soon as one in flight finishes.
 	admitted := make(chan error, 1)
 	go func() { admitted <- f.admit(testCtx(t)) }()
+	// Time for the goroutine to start waiting, which nothing outside the semaphore shows: without it the
+	// test still passes, but may not exercise the wait.
 	time.Sleep(10 * time.Millisecond)
 	release[0]()
 	if err := <-admitted; err != nil {

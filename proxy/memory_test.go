@@ -27,7 +27,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // memoryChildEnv names the directory a child test process serves the proxy in.
@@ -82,13 +84,10 @@ func TestProxyMemoryUnderLargeCreates(t *testing.T) {
 	defer cancel()
 	rs := runtimeapi.NewRuntimeServiceClient(conn)
 	var pod *runtimeapi.RunPodSandboxResponse
-	for {
+	polltest.Within(t, 2*time.Minute, "the proxy process to serve", func() bool {
 		pod, err = rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("big", nil)})
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return status.Code(err) != codes.Unavailable || ctx.Err() != nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +144,7 @@ func TestMemoryChildProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, Deps{Hooks: d})
+	srv, err := New(cfg, frontend.Deps{Hooks: d})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +188,8 @@ func startSlowRuntime(t *testing.T, sock string, delay time.Duration) {
 		case "RunPodSandbox":
 			return stream.SendMsg(&runtimeapi.RunPodSandboxResponse{PodSandboxId: "pod-1"})
 		case "CreateContainer":
+			// A runtime that takes its time over each container, so that large creates pile up in the
+			// proxy: the time must pass, there is nothing to wait for.
 			time.Sleep(delay)
 			return stream.SendMsg(&runtimeapi.CreateContainerResponse{ContainerId: fmt.Sprintf("ctr-%d", next.Add(1))})
 		case "ListPodSandbox":

@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/store"
 )
 
@@ -137,16 +138,10 @@ func TestResyncReleasesContainersThatDied(t *testing.T) {
 	delete(rt.ctrs, "ctr-2")
 	rt.mu.Unlock()
 	h.srv.reconcileNow <- struct{}{}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := h.srv.Store().Container("ctr-2"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("dead container not released by the resync")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Within(t, 5*time.Second, "the resync to release the dead container", func() bool {
+		_, ok := h.srv.Store().Container("ctr-2")
+		return !ok
+	})
 	if got := testutil.ToFloat64(h.srv.metrics.released); got != 1 {
 		t.Fatalf("released containers metric = %v, want 1", got)
 	}

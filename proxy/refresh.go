@@ -76,7 +76,7 @@ const (
 )
 
 func (s *Server) refreshOne(ctx context.Context, pod *store.Pod, c *store.Container) refreshResult {
-	defer s.lockContainer(c.ID)()
+	defer s.ctrLocks.Lock(c.ID)()
 	// Re-read under the lock: a start or update may have changed the container since the snapshot.
 	c, ok := s.store.Container(c.ID)
 	if !ok {
@@ -92,14 +92,14 @@ func (s *Server) refreshOne(ctx context.Context, pod *store.Pod, c *store.Contai
 	// falls after the container's.
 	podFirst := hooks.QuotaRises(pod.Resources, adj.PodResources)
 	if podFirst {
-		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+		s.writer.PodResources(ctx, pod, adj)
 	}
 	result := refreshSkipped
 	if adj.Resources != nil {
 		result = s.updateFromRefresh(ctx, pod, c, adj.Resources)
 	}
 	if !podFirst {
-		s.applyPodResources(ctx, pod.ID, pod.CgroupParent, adj)
+		s.writer.PodResources(ctx, pod, adj)
 	}
 	return result
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
@@ -309,7 +310,7 @@ type harness struct {
 type harnessOpts struct {
 	hooks      []hooks.Registration
 	cgroups    cgroup.Writer
-	rdt        RDT
+	rdt        frontend.RDT
 	stateDir   string
 	rt         *fakeRuntime
 	registerer prometheus.Registerer
@@ -368,7 +369,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, Deps{Hooks: d, Cgroups: o.cgroups, RDT: o.rdt})
+	srv, err := New(cfg, frontend.Deps{Hooks: d, Cgroups: o.cgroups, RDT: o.rdt})
 	if err != nil {
 		t.Fatal(err)
 	}

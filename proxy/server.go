@@ -23,33 +23,18 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/resource/cgroup"
 	"github.com/tandemkit/tandem/store"
 )
 
-// Deps are the collaborators a Server uses; tests pass their own.
-type Deps struct {
-	// Hooks run the policies on lifecycle calls; nil runs none.
-	Hooks *hooks.Dispatcher
-	// Cgroups writes pod-level settings that hooks ask for; nil leaves them unapplied, with a log line.
-	Cgroups cgroup.Writer
-	// RDT moves containers into the RDT class hooks chose; nil leaves them where they are, with a log line.
-	RDT RDT
-	// Registerer receives the proxy's metrics; nil means they are kept but not exposed.
-	Registerer prometheus.Registerer
-	// Refresh asks the proxy to run PreUpdateContainerResources for every live container and send the
-	// runtime what changed: how LS and BE containers follow their pools when exclusive CPUs come or go.
-	Refresh <-chan struct{}
-}
-
 // Server is the CRI proxy.
 type Server struct {
-	cfg        Config
-	hooks      *hooks.Dispatcher
-	cgroups    cgroup.Writer
-	rdt        RDT
-	refresh    <-chan struct{}
+	cfg     Config
+	hooks   *hooks.Dispatcher
+	refresh <-chan struct{}
+	// writer applies what CRI cannot carry: pod-level settings, container files on cgroup v1, RDT classes.
+	writer     *frontend.Writer
 	codec      *codec
 	runtime    *grpc.ClientConn
 	image      *grpc.ClientConn
@@ -69,17 +54,8 @@ type Server struct {
 	intercepted map[string]interceptFn
 	unary       map[string]bool
 
-	// ctrLocks serialises what the proxy does to one container: a refresh that moves a container to a
-	// new pool must not interleave with a start or an update that applies what hooks decided before.
-	ctrLocks sync.Map // container id → *sync.Mutex
-}
-
-// lockContainer takes the container's lock and returns its unlock.
-func (s *Server) lockContainer(id string) func() {
-	m, _ := s.ctrLocks.LoadOrStore(id, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
+	// ctrLocks serialises what the proxy does to one container.
+	ctrLocks frontend.Locks
 }
 
 // interceptFn handles one lifecycle call, given its request undecoded; it frees req once decoded, so a
@@ -89,7 +65,7 @@ type interceptFn func(ctx context.Context, req mem.Buffer, opts []grpc.CallOptio
 
 // New connects to the runtime (lazily: it need not be up yet) and returns a server ready to Recover and
 // Serve.
-func New(cfg Config, deps Deps) (*Server, error) {
+func New(cfg Config, deps frontend.Deps) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
@@ -110,14 +86,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	st := store.New()
 	s := &Server{
-		cfg:          cfg,
-		hooks:        deps.Hooks,
-		cgroups:      deps.Cgroups,
-		rdt:          deps.RDT,
-		refresh:      deps.Refresh,
+		cfg:     cfg,
+		hooks:   deps.Hooks,
+		refresh: deps.Refresh,
+		writer: &frontend.Writer{Cgroups: deps.Cgroups, RDT: deps.RDT, Store: st,
+			PodErrors: m.podCgroupErrors, ContainerErrors: m.ctrCgroupErrors},
 		codec:        c,
-		store:        store.New(),
+		store:        st,
 		checkpoint:   cp,
 		metrics:      m,
 		inflight:     newInflight(cfg.MaxInflightBytes, cfg.MaxMsgSize),

@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	builtinpolicy "github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/remote"
@@ -137,7 +138,7 @@ func startProxyAt(ctx context.Context, sock, rtSock, stateDir, name string, d *h
 	cfg.Listen = sock
 	cfg.RuntimeEndpoint = "unix://" + rtSock
 	cfg.StateDir = stateDir
-	srv, err := proxy.New(cfg, proxy.Deps{Hooks: d})
+	srv, err := proxy.New(cfg, frontend.Deps{Hooks: d})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -4,15 +4,15 @@
 package main
 
 import (
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/internal/agent"
 	"github.com/tandemkit/tandem/nri"
 )
 
 func main() { agent.Main(agent.Binary{Name: "tandem-nri", NRI: newPlugin}) }
 
-func newPlugin(o agent.NRIOptions, d agent.FrontEndDeps) (agent.Plugin, error) {
+func newPlugin(o agent.NRIOptions, d frontend.Deps) (agent.Plugin, error) {
 	cfg := nri.DefaultConfig()
 	cfg.Socket, cfg.Index, cfg.RequestTimeout = o.Socket, o.Index, o.RequestTimeout
-	return nri.New(cfg, nri.Deps{Hooks: d.Hooks, Cgroups: d.Cgroups, RDT: d.RDT, Registerer: d.Registerer,
-		Refresh: d.Refresh, Synchronized: d.Synchronized})
+	return nri.New(cfg, d)
 }

@@ -1,6 +1,9 @@
 package remote
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/remote/v1alpha1"
 )
@@ -43,13 +46,49 @@ func containerRequest(pod *hooks.PodInfo, ctr *hooks.ContainerInfo) *v1alpha1.Co
 	return req
 }
 
+// protoResources is r in the protocol's shape: every field, hugepage limits in page size order so the
+// same resources always make the same request. The protocol has no RDT class.
 func protoResources(r *hooks.Resources) *v1alpha1.LinuxContainerResources {
 	if r == nil {
 		return nil
 	}
-	out := &v1alpha1.LinuxContainerResources{}
-	hooks.ApplyToProto(out.ProtoReflect(), hooks.Whole(r))
+	out := &v1alpha1.LinuxContainerResources{
+		CpuPeriod: r.CPUPeriod, CpuQuota: r.CPUQuota, CpuShares: r.CPUShares,
+		MemoryLimitInBytes: r.MemoryLimitInBytes, MemorySwapLimitInBytes: r.MemorySwapLimitInBytes,
+		OomScoreAdj: r.OomScoreAdj, CpusetCpus: r.CpusetCpus, CpusetMems: r.CpusetMems,
+		Unified: nonEmpty(maps.Clone(r.Unified)),
+	}
+	for _, size := range slices.Sorted(maps.Keys(r.HugepageLimits)) {
+		out.HugepageLimits = append(out.HugepageLimits, &v1alpha1.HugepageLimit{PageSize: size, Limit: r.HugepageLimits[size]})
+	}
 	return out
+}
+
+// resourceAdjustment reads the resources of a hook server's answer: a zero field, and a hugepage limit
+// without a page size, say nothing. Nil when nothing is set.
+func resourceAdjustment(r *v1alpha1.LinuxContainerResources) *hooks.ResourceAdjustment {
+	if r == nil {
+		return nil
+	}
+	a := &hooks.ResourceAdjustment{
+		CPUPeriod: nonZero(r.CpuPeriod), CPUQuota: nonZero(r.CpuQuota), CPUShares: nonZero(r.CpuShares),
+		MemoryLimitInBytes: nonZero(r.MemoryLimitInBytes), MemorySwapLimitInBytes: nonZero(r.MemorySwapLimitInBytes),
+		OomScoreAdj: nonZero(r.OomScoreAdj), CpusetCpus: nonZero(r.CpusetCpus), CpusetMems: nonZero(r.CpusetMems),
+		Unified: nonEmpty(maps.Clone(r.Unified)),
+	}
+	for _, h := range r.HugepageLimits {
+		if h.GetPageSize() == "" {
+			continue
+		}
+		if a.HugepageLimits == nil {
+			a.HugepageLimits = map[string]uint64{}
+		}
+		a.HugepageLimits[h.GetPageSize()] = h.GetLimit()
+	}
+	if a.Empty() {
+		return nil
+	}
+	return a
 }
 
 func nonZero[T comparable](v T) *T {
@@ -73,7 +112,7 @@ func sandboxAdjustment(resp *v1alpha1.PodSandboxHookResponse) *hooks.Adjustment 
 		Labels:       nonEmpty(resp.GetLabels()),
 		Annotations:  nonEmpty(resp.GetAnnotations()),
 		CgroupParent: nonZero(resp.GetCgroupParent()),
-		PodResources: hooks.AdjustmentFromProto(resp.GetResources().ProtoReflect()),
+		PodResources: resourceAdjustment(resp.GetResources()),
 	}
 	if a.Empty() {
 		return nil
@@ -85,7 +124,7 @@ func sandboxAdjustment(resp *v1alpha1.PodSandboxHookResponse) *hooks.Adjustment 
 func containerAdjustment(resp *v1alpha1.ContainerResourceHookResponse) *hooks.Adjustment {
 	a := &hooks.Adjustment{
 		Annotations: nonEmpty(resp.GetContainerAnnotations()),
-		Resources:   hooks.AdjustmentFromProto(resp.GetContainerResources().ProtoReflect()),
+		Resources:   resourceAdjustment(resp.GetContainerResources()),
 		Env:         nonEmpty(resp.GetContainerEnvs()),
 	}
 	if a.Empty() {

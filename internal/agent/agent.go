@@ -17,13 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/tandemkit/tandem/hooks"
-	"github.com/tandemkit/tandem/proxy"
-	"github.com/tandemkit/tandem/resource/cgroup"
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/store"
 )
 
@@ -32,7 +29,7 @@ type Binary struct {
 	// Name is the binary's name, in flags' help and logs.
 	Name string
 	// NRI, when set, makes the agent an NRI plugin instead of a CRI proxy.
-	NRI func(o NRIOptions, deps FrontEndDeps) (Plugin, error)
+	NRI func(o NRIOptions, deps frontend.Deps) (Plugin, error)
 	// GCPercent is the garbage collector's target (GOGC) when the environment sets none; 0 keeps Go's
 	// default of 100.
 	GCPercent int
@@ -68,17 +65,6 @@ type Plugin interface {
 	FrontEnd
 	// Run serves containerd's events until ctx ends, reconnecting when containerd restarts.
 	Run(ctx context.Context) error
-}
-
-// FrontEndDeps are what the NRI front end is given; the proxy gets the same in proxy.Deps.
-type FrontEndDeps struct {
-	Hooks      *hooks.Dispatcher
-	Cgroups    cgroup.Writer
-	RDT        proxy.RDT
-	Registerer prometheus.Registerer
-	Refresh    <-chan struct{}
-	// Synchronized is called once the store holds what containerd reported at (re)connection.
-	Synchronized func(context.Context, *store.Snapshot)
 }
 
 // Main runs the binary until SIGTERM or SIGINT and exits non-zero on failure.

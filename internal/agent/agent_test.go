@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandemkit/tandem/frontend"
 )
 
 func TestLoadPrecedence(t *testing.T) {
@@ -88,7 +90,7 @@ func TestDebugSocketDefault(t *testing.T) {
 var proxyBinary = Binary{Name: "tandem-proxy"}
 
 // nriBinary is how cmd/tandem-nri runs the agent; its front end is not built by these tests.
-var nriBinary = Binary{Name: "tandem-nri", NRI: func(NRIOptions, FrontEndDeps) (Plugin, error) { return nil, nil }}
+var nriBinary = Binary{Name: "tandem-nri", NRI: func(NRIOptions, frontend.Deps) (Plugin, error) { return nil, nil }}
 
 // TestLoadNRI: tandem-nri's own flags resolve like every other (flag over TANDEM_* over file over
 // default), and tandem-proxy has none of them.

@@ -19,6 +19,7 @@ import (
 	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
+	"github.com/tandemkit/tandem/frontend"
 	"github.com/tandemkit/tandem/hooks"
 	"github.com/tandemkit/tandem/hooks/policy"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
@@ -48,7 +49,7 @@ type wiring struct {
 
 	cgroups cgroup.Writer // nil: no cgroup hierarchy
 	cpus    *alloc.Allocator
-	rdt     proxy.RDT // nil: no resctrl
+	rdt     frontend.RDT // nil: no resctrl
 	// refresh asks the front end to move every live container to what the policies decide now;
 	// poolsKick wakes the host application loop and beStarted the BE thread loop. One pending notice
 	// is enough for each.
@@ -241,7 +242,7 @@ func (w *wiring) frontEnd(ctx context.Context) error {
 		}
 	}
 	if w.b.NRI != nil {
-		plugin, err := w.b.NRI(w.st.nri, FrontEndDeps{Hooks: w.dispatcher, Cgroups: w.cgroups, RDT: w.rdt, Registerer: w.reg, Refresh: w.refresh, Synchronized: restore})
+		plugin, err := w.b.NRI(w.st.nri, frontend.Deps{Hooks: w.dispatcher, Cgroups: w.cgroups, RDT: w.rdt, Registerer: w.reg, Refresh: w.refresh, Synchronized: restore})
 		if err != nil {
 			return err
 		}
@@ -254,7 +255,7 @@ func (w *wiring) frontEnd(ctx context.Context) error {
 		w.fe, w.serve, w.stopper = plugin, plugin.Run, rt
 		return nil
 	}
-	srv, err := proxy.New(cfg, proxy.Deps{Hooks: w.dispatcher, Cgroups: w.cgroups, RDT: w.rdt, Registerer: w.reg, Refresh: w.refresh})
+	srv, err := proxy.New(cfg, frontend.Deps{Hooks: w.dispatcher, Cgroups: w.cgroups, RDT: w.rdt, Registerer: w.reg, Refresh: w.refresh})
 	if err != nil {
 		return err
 	}
