@@ -46,7 +46,7 @@ func containerResources(c *api.Container) *hooks.Resources {
 		if r == nil {
 			r = &hooks.Resources{}
 		}
-		r.OomScoreAdj = int64(adj.GetValue())
+		r.OomScoreAdj = adj.GetValue()
 	}
 	return r
 }

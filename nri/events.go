@@ -194,7 +194,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api
 func (p *Plugin) clampOOMScore(ctx context.Context, r *hooks.ResourceAdjustment, c *api.Container) {
 	var spec *int64
 	if o := c.GetLinux().GetOomScoreAdj(); o != nil {
-		v := int64(o.GetValue())
+		v := o.GetValue()
 		spec = &v
 	}
 	want := *r.OomScoreAdj

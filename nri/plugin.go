@@ -210,12 +210,6 @@ func (p *Plugin) runHooks(ctx context.Context, stage hooks.Stage, pod *hooks.Pod
 	return p.deps.Hooks.Run(ctx, stage, pod, ctr)
 }
 
-func (p *Plugin) rollback(ctx context.Context, stage hooks.Stage, pod *hooks.PodInfo, ctr *hooks.ContainerInfo) {
-	if p.deps.Hooks != nil {
-		p.deps.Hooks.Rollback(ctx, stage, pod, ctr)
-	}
-}
-
 // requestRefresh asks the refresh loop for a pass.
 func (p *Plugin) requestRefresh() {
 	select {

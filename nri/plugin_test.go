@@ -532,7 +532,7 @@ func TestOOMScoreClamped(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := max(-998, min(self, -997))
-	if got := adj.GetLinux().GetOomScoreAdj(); got == nil || int64(got.GetValue()) != want {
+	if got := adj.GetLinux().GetOomScoreAdj(); got == nil || got.GetValue() != want {
 		t.Fatalf("adjusted oom_score_adj = %v, want %d (containerd's own %d, spec -997, hook -998)", got, want, self)
 	}
 }

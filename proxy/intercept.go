@@ -43,7 +43,7 @@ func intercept[Req any, PReq interface {
 		err := proto.Unmarshal(raw.ReadOnlyData(), req)
 		raw.Free()
 		if err != nil {
-			return nil, fmt.Errorf("decode %T: %v: %w", req, err, errdefs.ErrInvalidArgument)
+			return nil, fmt.Errorf("decode %T: %w: %w", req, err, errdefs.ErrInvalidArgument)
 		}
 		return fn(ctx, req, opts)
 	}

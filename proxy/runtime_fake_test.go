@@ -386,7 +386,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	go func() { h.done <- srv.Serve(ctx, lis) }()
 	t.Cleanup(func() {
 		h.stop()
-		<-h.done
+		if err := <-h.done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 		_ = srv.Close()
 	})
 	h.direct = dialUnix(t, h.rtSock)

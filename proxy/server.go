@@ -300,7 +300,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		s.grpc.Stop()
 		<-stopped
 	}
-	<-serveErr
+	// After a stop, Serve returns nil; anything else is worth a line.
+	if err := <-serveErr; err != nil {
+		logger.Error(err, "CRI server ended with an error while stopping")
+	}
 	logger.Info("Stopped")
 	return nil
 }

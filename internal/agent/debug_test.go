@@ -186,7 +186,7 @@ func TestGetHelper(t *testing.T) {
 		},
 	}}
 	w := bufio.NewWriter(os.Stdout)
-	defer w.Flush()
+	defer func() { _ = w.Flush() }()
 	resp, err := client.Get("http://tandem-proxy" + path)
 	if err != nil {
 		reason := err.Error()
