@@ -11,19 +11,19 @@ import (
 type Reason string
 
 const (
-	// ReasonNodeUnknown: the node is not (yet) in the informer cache.
+	// ReasonNodeUnknown means the node is not (yet) in the informer cache.
 	ReasonNodeUnknown Reason = "NodeUnknown"
-	// ReasonNodeMetricMissing: no valid tandem.io/node-metric annotation.
+	// ReasonNodeMetricMissing means the node has no valid tandem.io/node-metric annotation.
 	ReasonNodeMetricMissing Reason = "NodeMetricMissing"
-	// ReasonNodeMetricExpired: the metric is older than nodeMetricExpirationSeconds.
+	// ReasonNodeMetricExpired means the metric is older than nodeMetricExpirationSeconds.
 	ReasonNodeMetricExpired Reason = "NodeMetricExpired"
-	// ReasonCPUUsage: CPU usage, counting pods not reported yet, is above the threshold.
+	// ReasonCPUUsage means CPU usage, counting pods not reported yet, is above the threshold.
 	ReasonCPUUsage Reason = "CPUUsageAboveThreshold"
-	// ReasonMemoryUsage: memory usage, counting pods not reported yet, is above the threshold.
+	// ReasonMemoryUsage means memory usage, counting pods not reported yet, is above the threshold.
 	ReasonMemoryUsage Reason = "MemoryUsageAboveThreshold"
-	// ReasonBatchCPU: free reclaimable CPU cannot hold the pod's kubernetes.io/batch-cpu request.
+	// ReasonBatchCPU means free reclaimable CPU cannot hold the pod's kubernetes.io/batch-cpu request.
 	ReasonBatchCPU Reason = "InsufficientBatchCPU"
-	// ReasonBatchMemory: free reclaimable memory cannot hold the pod's kubernetes.io/batch-memory request.
+	// ReasonBatchMemory means free reclaimable memory cannot hold the pod's kubernetes.io/batch-memory request.
 	ReasonBatchMemory Reason = "InsufficientBatchMemory"
 )
 

@@ -84,6 +84,17 @@ func (s *extenderServer) post(t *testing.T, path string, body []byte) (int, []by
 	return resp.StatusCode, out
 }
 
+// get answers the status of a GET of path, its body unread.
+func (s *extenderServer) get(t *testing.T, path string) int {
+	t.Helper()
+	resp, err := http.Get(s.url + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode
+}
+
 // cluster is three nodes: cold with room for batch work, hot above the cpu threshold, and stale.
 func cluster() []testNode {
 	return []testNode{
@@ -363,13 +374,8 @@ func TestRequestErrors(t *testing.T) {
 			}
 		})
 	}
-	resp, err := http.Get(s.url + FilterPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("GET %s = %d, want 405", FilterPath, resp.StatusCode)
+	if code := s.get(t, FilterPath); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET %s = %d, want 405", FilterPath, code)
 	}
 	if got := testutil.ToFloat64(s.h.metrics.requests.WithLabelValues("filter", "400")); got != 3 {
 		t.Errorf("requests_total{verb=filter,code=400} = %v, want 3", got)
@@ -380,13 +386,8 @@ func TestHealthAndMetrics(t *testing.T) {
 	t.Parallel()
 	s := startExtender(t, DefaultConfig(), cluster(), nil)
 	for _, path := range []string{HealthzPath, ReadyzPath} {
-		resp, err := http.Get(s.url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("GET %s = %d", path, resp.StatusCode)
+		if code := s.get(t, path); code != http.StatusOK {
+			t.Errorf("GET %s = %d", path, code)
 		}
 	}
 	s.post(t, FilterPath, schedulerArgs(t, batchPod("be", "", "1000", "1Gi").build(), []string{"cold", "hot", "stale"}, nil))

@@ -26,10 +26,14 @@ func (s *extenderServer) rejected(t *testing.T, reason string) float64 {
 
 // postStalled sends a request that declares contentLength bytes and sends none of them, so that
 // only a server that answers without reading the body answers at all.
-func postStalled(t *testing.T, url string, contentLength int64) (*http.Response, []byte) {
+func postStalled(t *testing.T, url string, contentLength int64) (status int, header http.Header, body []byte) {
 	t.Helper()
 	pr, pw := io.Pipe()
-	t.Cleanup(func() { pw.Close() })
+	t.Cleanup(func() {
+		if err := pw.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	req, err := http.NewRequest(http.MethodPost, url, pr)
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +45,8 @@ func postStalled(t *testing.T, url string, contentLength int64) (*http.Response,
 		t.Fatalf("no answer without the body: %v", err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp, body
+	body, _ = io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, body
 }
 
 // TestBodyLimit: a request declaring more than maxRequestBodyBytes gets 413 before a byte of its
@@ -53,9 +57,9 @@ func TestBodyLimit(t *testing.T) {
 	cfg.MaxRequestBodyBytes = 4096
 	s := startExtender(t, cfg, cluster(), nil)
 
-	resp, body := postStalled(t, s.url+FilterPath, 1<<30)
-	if resp.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("status %d %q, want 413", resp.StatusCode, body)
+	status, _, body := postStalled(t, s.url+FilterPath, 1<<30)
+	if status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d %q, want 413", status, body)
 	}
 	for _, want := range []string{"4096", "maxRequestBodyBytes", "--max-request-body-bytes"} {
 		if !strings.Contains(string(body), want) {
@@ -77,7 +81,7 @@ func TestBodyLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunked.Body.Close()
+	defer chunked.Body.Close()
 	if chunked.StatusCode != http.StatusLengthRequired {
 		t.Errorf("chunked request: status %d, want 411", chunked.StatusCode)
 	}
@@ -112,19 +116,19 @@ func TestInflightLimit(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			resp.Body.Close()
+			defer resp.Body.Close()
 			codes <- resp.StatusCode
 		})
 		<-entered
 	}
 	refused := func(contentLength int64, why string) {
 		t.Helper()
-		resp, msg := postStalled(t, s.url+PrioritizePath, contentLength)
-		if resp.StatusCode != http.StatusTooManyRequests {
-			t.Fatalf("%s: status %d %q, want 429", why, resp.StatusCode, msg)
+		status, header, msg := postStalled(t, s.url+PrioritizePath, contentLength)
+		if status != http.StatusTooManyRequests {
+			t.Fatalf("%s: status %d %q, want 429", why, status, msg)
 		}
-		if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
-			t.Errorf("%s: Retry-After = %q, want a number of seconds", why, resp.Header.Get("Retry-After"))
+		if ra, err := strconv.Atoi(header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Errorf("%s: Retry-After = %q, want a number of seconds", why, header.Get("Retry-After"))
 		}
 		if !strings.Contains(string(msg), "maxRequestsInflight") || !strings.Contains(string(msg), "--max-requests-inflight") {
 			t.Errorf("%s: 429 message %q does not name the setting", why, msg)

@@ -273,7 +273,7 @@ func TestShippedTLS(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return errors.New(resp.Status)
 		}

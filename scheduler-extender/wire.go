@@ -265,7 +265,7 @@ func (n *nodeItems) UnmarshalJSON(data []byte) error {
 		return nil
 	}
 	if data[0] != '[' {
-		return errors.New("Nodes.items is not an array")
+		return errors.New("the items of Nodes are not an array")
 	}
 	count := countElements(data)
 	if err := n.lim.checkNodes(count); err != nil {

@@ -154,23 +154,14 @@ func waitHTTP(ctx context.Context, p *framework.Daemon, client *http.Client, url
 		if err := p.Exited(); err != nil {
 			return err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && (want == "" || bytes.Contains(body, []byte(want))) {
-				return nil
-			}
-			last = fmt.Sprintf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
-		} else {
+		body, err := fetch(ctx, client, url, token)
+		switch {
+		case err != nil:
 			last = err.Error()
+		case want == "" || bytes.Contains(body, []byte(want)):
+			return nil
+		default:
+			last = fmt.Sprintf("status 200 without %q: %s", want, strings.TrimSpace(string(body[:min(len(body), 300)])))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready at %s within %s (last answer: %s); the end of its log:\n%s", p.Name(), url, timeout, last, p.LogTail(3000))

@@ -226,8 +226,7 @@ func serveFloor(ctx context.Context, configPath string) error {
 	}
 	ml, err := net.Listen("tcp", cfg.MetricsListen)
 	if err != nil {
-		wl.Close()
-		return err
+		return errors.Join(err, wl.Close())
 	}
 	errs := make(chan error, 2)
 	go func() { errs <- webhook.ServeTLS(wl, "", "") }()
@@ -243,6 +242,33 @@ func serveFloor(ctx context.Context, configPath string) error {
 	return errors.Join(first, webhook.Shutdown(sctx), metrics.Shutdown(sctx))
 }
 
+// askPatch posts the mutating review body of the named variant's pod to tandem-webhook at url and
+// returns the JSON patch it answers with.
+func askPatch(ctx context.Context, client *http.Client, url, body, name string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("ask tandem-webhook for the %s pod's patch: %w", name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read tandem-webhook's answer for the %s pod: %w", name, err)
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(b, &review); err != nil {
+		return nil, fmt.Errorf("tandem-webhook's answer for the %s pod (status %d): %w", name, resp.StatusCode, err)
+	}
+	if review.Response == nil || !review.Response.Allowed || len(review.Response.Patch) == 0 {
+		return nil, fmt.Errorf("tandem-webhook did not patch the %s pod: %s", name, b)
+	}
+	return review.Response.Patch, nil
+}
+
 // floorVariants asks the running tandem-webhook, once, for its answer to each variant's mutating
 // review as the API server sends it for namespace bench-webhook (the pod the API server answered
 // for bench-plain: defaulted, in-tree admission done, token volume added), and returns what the
@@ -254,28 +280,11 @@ func floorVariants(ctx context.Context, client *http.Client, webhookURL string, 
 		if err != nil {
 			return nil, err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, webhookURL+admission.MutatePodPath, strings.NewReader(body))
+		patch, err := askPatch(ctx, client, webhookURL+admission.MutatePodPath, body, variantNames[v])
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("ask tandem-webhook for the %s pod's patch: %w", variantNames[v], err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		var review admissionv1.AdmissionReview
-		if err := json.Unmarshal(b, &review); err != nil {
-			return nil, fmt.Errorf("tandem-webhook's answer for the %s pod (status %d): %w", variantNames[v], resp.StatusCode, err)
-		}
-		if review.Response == nil || !review.Response.Allowed || len(review.Response.Patch) == 0 {
-			return nil, fmt.Errorf("tandem-webhook did not patch the %s pod: %s", variantNames[v], b)
-		}
-		fv := floorVariant{Name: variantNames[v], Marker: variantMarker(pods[v]), Patch: []string{string(review.Response.Patch)}}
+		fv := floorVariant{Name: variantNames[v], Marker: variantMarker(pods[v]), Patch: []string{string(patch)}}
 		if name := tokenVolumeName([]byte(body)); name != nil {
 			fv.Patch = strings.Split(fv.Patch[0], string(name))
 		}

@@ -244,12 +244,9 @@ func TestServeFloor(t *testing.T) {
 	plain := &http.Client{Timeout: 5 * time.Second}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := plain.Get("http://" + cfg.MetricsListen + "/readyz")
+		_, err := fetch(ctx, plain, "http://"+cfg.MetricsListen+"/readyz", "")
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("floor not ready: %v", err)
@@ -267,9 +264,9 @@ func TestServeFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	var out admissionv1.AdmissionReview
 	err = json.NewDecoder(resp.Body).Decode(&out)
-	resp.Body.Close()
 	if err != nil || resp.ProtoMajor != 2 || out.Response == nil || !out.Response.Allowed || string(out.Response.Patch) != cfg.Variants[0].Patch[0] {
 		t.Fatalf("answer over %s: %+v, %v", resp.Proto, out.Response, err)
 	}

@@ -230,7 +230,10 @@ func applyCRD(ctx context.Context, dyn dynamic.Interface, root string) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("CRD %s not Established within a minute (%v)", u.GetName(), err)
+			if err != nil {
+				return fmt.Errorf("CRD %s not Established within a minute: %w", u.GetName(), err)
+			}
+			return fmt.Errorf("CRD %s not Established within a minute", u.GetName())
 		}
 		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err

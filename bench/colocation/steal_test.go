@@ -70,6 +70,7 @@ func ms(n float64) int64 { return time.Unix(1000, 0).UnixNano() + int64(n*float6
 func TestAppendIntervals(t *testing.T) {
 	t.Parallel()
 	lead := float64(stealLead / time.Millisecond)
+	tenUnits := float64(10 * userTick / time.Millisecond) // the time a counter's jump of 10 units stands for
 	for _, tc := range []struct {
 		name    string
 		samples []stealSample
@@ -100,7 +101,7 @@ func TestAppendIntervals(t *testing.T) {
 			samples: []stealSample{
 				{at: ms(100), steal: []int64{5, 7}}, {at: ms(105), steal: []int64{5, 17}}, {at: ms(110), steal: []int64{5, 17}},
 			},
-			want: [][]interval{nil, {{ms(100 - 100 - lead), ms(105)}}},
+			want: [][]interval{nil, {{ms(100 - tenUnits - lead), ms(105)}}},
 		},
 		{
 			name: "a CPU that goes offline, and one that comes online, are skipped",

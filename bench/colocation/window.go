@@ -164,18 +164,32 @@ func waitExited(ctx context.Context, rs internalapi.RuntimeService, id string, t
 func waitServing(ctx context.Context, url string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		resp, err := http.Get(url)
+		err := getOK(ctx, url)
 		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the LS service at %s does not answer after %v (last: %v)", url, timeout, err)
+			return fmt.Errorf("the LS service at %s does not answer 200 after %v: %w", url, timeout, err)
 		}
 		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
+}
+
+// getOK GETs url and says why the answer is not 200.
+func getOK(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
 }

@@ -55,7 +55,7 @@ func waitAnswering(ctx context.Context, c runtimeapi.RuntimeServiceClient, timeo
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no answer to Version (last: %v): %w", err, ctx.Err())
+			return nil, fmt.Errorf("no answer to Version (last: %w): %w", err, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -113,12 +113,10 @@ func startFloor(dir, backend string, unaryFastPath bool, build floorBuild, extra
 	// benchmark stops it in order); Pdeathsig stops it if the benchmark dies.
 	f.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := f.cmd.Start(); err != nil {
-		log.Close()
-		return nil, fmt.Errorf("start floor proxy: %w", err)
+		return nil, fmt.Errorf("start floor proxy: %w", errors.Join(err, log.Close()))
 	}
 	go func() {
-		f.err = f.cmd.Wait()
-		log.Close()
+		f.err = errors.Join(f.cmd.Wait(), log.Close())
 		close(f.done)
 	}()
 	return f, nil
@@ -134,7 +132,7 @@ func (f *floorProcess) Exited() <-chan struct{} { return f.done }
 func (f *floorProcess) Stop(ctx context.Context) error {
 	select {
 	case <-f.done:
-		return fmt.Errorf("floor proxy had already exited: %v: see %s", f.err, f.LogPath)
+		return fmt.Errorf("floor proxy had already exited: %w: see %s", f.err, f.LogPath)
 	default:
 	}
 	_ = f.cmd.Process.Signal(syscall.SIGTERM)
@@ -171,8 +169,7 @@ func copyExecutable(src, dst string) (err error) {
 		}
 	}()
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy the floor proxy's executable to %s (check the room left under --work-dir): %w", dst, err)
+		return fmt.Errorf("copy the floor proxy's executable to %s (check the room left under --work-dir): %w", dst, errors.Join(err, out.Close()))
 	}
 	if err := out.Close(); err != nil {
 		return fmt.Errorf("copy the floor proxy's executable to %s (check the room left under --work-dir): %w", dst, err)

@@ -173,7 +173,9 @@ func TestStartFloorRelays(t *testing.T) {
 	if err != nil {
 		t.Fatalf("floor profile socket: %v", err)
 	}
-	resp.Body.Close()
+	if err := resp.Body.Close(); err != nil {
+		t.Errorf("floor profile index: %v", err)
+	}
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("floor profile index answered %d, want 200", resp.StatusCode)
 	}

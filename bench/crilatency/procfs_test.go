@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -148,14 +149,9 @@ func TestReadSwitchesCountsEveryThread(t *testing.T) {
 // while must show up as CPU time, and its memory must be non-zero.
 func TestMeasureIdleSeesOwnCPU(t *testing.T) {
 	t.Parallel()
-	done := make(chan struct{})
+	var done atomic.Bool
 	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
+		for !done.Load() {
 		}
 	}()
 	const window = 500 * time.Millisecond
@@ -163,7 +159,7 @@ func TestMeasureIdleSeesOwnCPU(t *testing.T) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
 	c, err := measureIdle(t.Context(), os.Getpid(), window)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-	close(done)
+	done.Store(true)
 	if err != nil {
 		t.Fatalf("measureIdle: %v", err)
 	}

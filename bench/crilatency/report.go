@@ -339,11 +339,11 @@ func (r *report) printVerdict(w io.Writer) {
 	}
 }
 
-func (run latencyRun) print(w io.Writer) {
+func (l latencyRun) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "latency (µs)\t\tdirect\t\tfloor\t\ttandem\t\thalf-run gap [b]\t\t")
 	fmt.Fprintln(tw, "RPC\tmode\tp50\tp99\tp50\tp99\tp50\tp99\tp50\tp99\t")
-	for _, rw := range run.rows {
+	for _, rw := range l.rows {
 		fmt.Fprintf(tw, "%s\t%s\t", rw.rpc, rw.mode)
 		var gap50, gap99 time.Duration
 		for _, t := range []string{targetDirect, targetFloor, targetTandem} {
@@ -359,20 +359,20 @@ func (run latencyRun) print(w io.Writer) {
 	}
 	_ = tw.Flush()
 
-	if len(run.rows) == 0 || run.rows[0].p50 == nil {
+	if len(l.rows) == 0 || l.rows[0].p50 == nil {
 		fmt.Fprintln(w, "\n(ratios need the direct, floor and tandem targets)")
 	} else {
 		fmt.Fprintf(w, "\nadded over direct (µs); target: tandem added <= %.1fx floor added at p50, <= %.1fx at p99\n", limitP50, limitP99)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "RPC\tmode\tfloor+ p50\ttandem+ p50\tratio p50\tfloor+ p99\ttandem+ p99\tratio p99\t")
-		for _, rw := range run.rows {
+		for _, rw := range l.rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", rw.rpc, rw.mode,
 				figures.Cell(rw.p50.FloorAdded, time.Microsecond), figures.Cell(rw.p50.TandemAdded, time.Microsecond), ratioCell(rw.p50),
 				figures.Cell(rw.p99.FloorAdded, time.Microsecond), figures.Cell(rw.p99.TandemAdded, time.Microsecond), ratioCell(rw.p99))
 		}
 		_ = tw.Flush()
 		var notes []string
-		for _, rw := range run.rows {
+		for _, rw := range l.rows {
 			for _, c := range rw.comparisons() {
 				shown := ""
 				if !c.c.Meets {
@@ -395,7 +395,7 @@ func (run latencyRun) print(w io.Writer) {
 		for _, n := range notes {
 			fmt.Fprintln(w, "  "+n)
 		}
-		for _, rw := range run.rows {
+		for _, rw := range l.rows {
 			if rw.p50.FloorWithinNoise || rw.p99.FloorWithinNoise {
 				fmt.Fprintln(w, "[a] the floor's added latency is within noise: judged in absolute µs instead (see the notes above)")
 				break
@@ -403,17 +403,17 @@ func (run latencyRun) print(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "[b] largest gap, over the three targets, between the percentile of the even and of the odd rounds: the noise of these figures")
-	if len(run.over()) > 0 {
+	if len(l.over()) > 0 {
 		fmt.Fprintln(w, "[e] over the limit, but the 90% interval of the excess (tandem added - limit x floor added), from 500 resamplings\n"+
 			"    of the run's rounds, reaches below zero: this run cannot tell it from noise, so it is not a miss it has shown")
 	}
-	if len(run.proxyCPU) > 0 {
+	if len(l.proxyCPU) > 0 {
 		fmt.Fprintf(w, "\nproxy CPU time over the latency run (utime+stime, same calls for each):")
-		for _, p := range run.proxyCPU {
+		for _, p := range l.proxyCPU {
 			fmt.Fprintf(w, "  %s %.2f s = %.0f µs/call", p.Target, float64(p.Ticks)/procstat.UserHZ, p.microsPerCall())
 		}
 		fmt.Fprintf(w, "\ncontext switches per call (all threads, voluntary + involuntary):")
-		for _, p := range run.proxyCPU {
+		for _, p := range l.proxyCPU {
 			fmt.Fprintf(w, "  %s %.2f + %.2f", p.Target, float64(p.Switches.Voluntary)/float64(p.Calls), float64(p.Switches.Involuntary)/float64(p.Calls))
 		}
 		fmt.Fprintln(w)

@@ -214,8 +214,8 @@ func loopback(h http.Handler, nodes []*corev1.Node, clusterSize, iters int) erro
 		if err != nil {
 			return err
 		}
+		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("%s: status %d", path, resp.StatusCode)
 		}

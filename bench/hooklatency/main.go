@@ -167,7 +167,11 @@ func runLayout(ctx context.Context, o options, separate bool) (*report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create the run's directory under --state-root %s: %w", root, err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			logger.Error(err, "The run's directory is left behind; remove it by hand", "dir", dir)
+		}
+	}()
 
 	start := inProcess
 	if separate {

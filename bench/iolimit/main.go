@@ -94,7 +94,11 @@ func run(ctx context.Context, duration time.Duration, rounds, rate int, writeCap
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer func() {
+		if rerr := os.RemoveAll(work); rerr != nil && err == nil {
+			err = fmt.Errorf("remove the bench's directory %s: %w", work, rerr)
+		}
+	}()
 	dev, disk, err := diskOf(work)
 	if err != nil {
 		return err
@@ -115,7 +119,11 @@ func run(ctx context.Context, duration time.Duration, rounds, rate int, writeCap
 	if err != nil {
 		return err
 	}
-	defer keeper.Restore(context.WithoutCancel(ctx))
+	defer func() {
+		if rerr := keeper.Restore(context.WithoutCancel(ctx)); rerr != nil && err == nil {
+			err = fmt.Errorf("restore the disk's blkio settings: %w", rerr)
+		}
+	}()
 	readFile := filepath.Join(work, "read")
 	if err := fill(readFile, readSpan); err != nil {
 		return err
@@ -174,7 +182,8 @@ func reader(ctx context.Context, rate int, path string) ([]time.Duration, error)
 	if err != nil {
 		return nil, fmt.Errorf("open %s with O_DIRECT: %w", path, err)
 	}
-	defer unix.Close(fd)
+	// Only read: closing it reports nothing the bench could act on.
+	defer func() { _ = unix.Close(fd) }()
 	due := make(chan time.Time, 4096)
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -224,7 +233,7 @@ func reader(ctx context.Context, rate int, path string) ([]time.Duration, error)
 
 // writer writes 1 MiB blocks over writeSpan, from a thread it moves into the BE cgroup (cgroup v1 takes a
 // thread's id in tasks), until ctx ends.
-func writer(ctx context.Context, direct bool, path, be string, written *atomic.Int64) error {
+func writer(ctx context.Context, direct bool, path, be string, written *atomic.Int64) (err error) {
 	// The thread stays locked and dies with the goroutine: it never goes back to the runtime's pool in
 	// the BE cgroup, and the cgroup is empty once this returns.
 	runtime.LockOSThread()
@@ -239,7 +248,11 @@ func writer(ctx context.Context, direct bool, path, be string, written *atomic.I
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
-	defer unix.Close(fd)
+	defer func() {
+		if cerr := unix.Close(fd); cerr != nil && err == nil {
+			err = fmt.Errorf("close %s: %w", path, cerr)
+		}
+	}()
 	buf := aligned(writeSize)
 	for i := range buf {
 		buf[i] = byte(i)
@@ -276,13 +289,11 @@ func fill(path string, size int64) error {
 	}
 	for w := int64(0); w < size; w += int64(len(buf)) {
 		if _, err := f.Write(buf); err != nil {
-			f.Close()
-			return err
+			return errors.Join(err, f.Close())
 		}
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+		return errors.Join(err, f.Close())
 	}
 	return f.Close()
 }

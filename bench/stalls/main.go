@@ -46,8 +46,9 @@ func main() {
 	gap := flag.Duration("gap", time.Millisecond, "a pause between two clock reads longer than this counts as a stall")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *d, *rounds, *gap); err != nil {
+	err := run(ctx, *d, *rounds, *gap)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -80,7 +80,7 @@ func variants() []variant {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "spin" {
 		runtime.GOMAXPROCS(1)
-		for {
+		for { //nolint:staticcheck // SA5002: spinning a CPU is this process's job: it is the best-effort load the benchmark measures wakeups against
 		}
 	}
 	if err := run(); err != nil {
@@ -248,12 +248,20 @@ func (h *hierarchy) measure(ctx context.Context, v variant, spinners int, d time
 		if err != nil {
 			return nil, err
 		}
+		// The spinners run until the sample is taken; they go before h.cleanup removes their cgroups.
+		var started []*exec.Cmd
+		defer func() {
+			for _, cmd := range started {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		}()
 		for range spinners {
 			cmd := exec.CommandContext(ctx, self, "spin")
 			if err := cmd.Start(); err != nil {
 				return nil, err
 			}
-			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			started = append(started, cmd)
 			if err := os.WriteFile(filepath.Join(be, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 				return nil, fmt.Errorf("move spinner into %s: %w", be, err)
 			}

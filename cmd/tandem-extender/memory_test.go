@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/tandemkit/tandem/e2e/framework"
 	extender "github.com/tandemkit/tandem/scheduler-extender"
 	"github.com/tandemkit/tandem/scheduler-extender/extendertest"
 )
@@ -84,10 +84,10 @@ current-context: fake
 	go func() { exited <- cmd.Wait() }()
 	defer func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		waitErr := <-exited
 		if t.Failed() {
 			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("extender log:\n%s", tail(b, 4000))
+			t.Logf("extender (%v) log:\n%s", waitErr, tail(b, 4000))
 		}
 	}()
 	waitReady(t, "http://"+metricsListen+extender.ReadyzPath, exited)
@@ -228,8 +228,8 @@ current-context: fake
 		}
 	}
 	if resp, err := http.Get("http://" + metricsListen + "/metrics"); err == nil {
+		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(l, "tandem_extender_rejected_requests_total") {
 				t.Log(l)
@@ -321,8 +321,8 @@ func send(client *http.Client, url string, b body) string {
 		}
 		return err.Error()
 	}
+	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
 	return strconv.Itoa(resp.StatusCode)
 }
 
@@ -336,8 +336,7 @@ func (zeros) Read(p []byte) (int, error) {
 func buildExtender(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "tandem-extender")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command(framework.GoBinary(), "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
@@ -393,11 +392,8 @@ func waitReady(t *testing.T, url string, exited <-chan error) {
 			t.Fatalf("the extender exited before it was ready: %v", err)
 		default:
 		}
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if answersOK(url) {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not answer 200 within 30s", url)
@@ -406,7 +402,16 @@ func waitReady(t *testing.T, url string, exited <-chan error) {
 	}
 }
 
-// procStatus reads a "kB" field of /proc/<pid>/status, in bytes.
+// answersOK reports whether a GET of url answers 200.
+func answersOK(url string) bool {
+	resp, err := http.Get(url)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // procStatus reads /proc/<pid>/status (VmRSS, VmHWM in bytes).
 func procStatus(pid int) (procfs.ProcStatus, error) {
 	proc, err := procfs.NewProc(pid)

@@ -229,8 +229,7 @@ func run(ctx context.Context) error {
 	}
 	ml, err := net.Listen("tcp", o.metricsListen)
 	if err != nil {
-		wl.Close()
-		return fmt.Errorf("listen on %s: %w", o.metricsListen, err)
+		return errors.Join(fmt.Errorf("listen on %s: %w", o.metricsListen, err), wl.Close())
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)

@@ -50,17 +50,17 @@ func Node(i int, now time.Time) corev1.Node {
 			},
 			ManagedFields: []metav1.ManagedFieldsEntry{
 				{Manager: "kubeadm", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &at, FieldsType: "FieldsV1",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:kubeadm.alpha.kubernetes.io/cri-socket":{}},"f:labels":{"f:node-role.kubernetes.io/worker":{}}}}`)}},
+					FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:kubeadm.alpha.kubernetes.io/cri-socket":{}},"f:labels":{"f:node-role.kubernetes.io/worker":{}}}}`)},
 				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &at, FieldsType: "FieldsV1",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:node.alpha.kubernetes.io/ttl":{}}},"f:spec":{"f:podCIDR":{},"f:podCIDRs":{".":{},"v:\"10.244.1.0/24\"":{}}}}`)}},
+					FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:node.alpha.kubernetes.io/ttl":{}}},"f:spec":{"f:podCIDR":{},"f:podCIDRs":{".":{},"v:\"10.244.1.0/24\"":{}}}}`)},
 				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &at, FieldsType: "FieldsV1",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:volumes.kubernetes.io/controller-managed-attach-detach":{}},"f:labels":{".":{},"f:beta.kubernetes.io/arch":{},"f:beta.kubernetes.io/os":{},"f:kubernetes.io/arch":{},"f:kubernetes.io/hostname":{},"f:kubernetes.io/os":{},"f:node.kubernetes.io/instance-type":{},"f:topology.kubernetes.io/region":{},"f:topology.kubernetes.io/zone":{}}},"f:spec":{"f:providerID":{}}}`)}},
+					FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{".":{},"f:volumes.kubernetes.io/controller-managed-attach-detach":{}},"f:labels":{".":{},"f:beta.kubernetes.io/arch":{},"f:beta.kubernetes.io/os":{},"f:kubernetes.io/arch":{},"f:kubernetes.io/hostname":{},"f:kubernetes.io/os":{},"f:node.kubernetes.io/instance-type":{},"f:topology.kubernetes.io/region":{},"f:topology.kubernetes.io/zone":{}}},"f:spec":{"f:providerID":{}}}`)},
 				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &at, FieldsType: "FieldsV1", Subresource: "status",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:allocatable":{"f:cpu":{},"f:ephemeral-storage":{},"f:memory":{},"f:pods":{}},"f:capacity":{"f:cpu":{},"f:ephemeral-storage":{},"f:memory":{},"f:pods":{}},"f:conditions":{"k:{\"type\":\"DiskPressure\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}},"k:{\"type\":\"MemoryPressure\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}},"k:{\"type\":\"PIDPressure\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}},"k:{\"type\":\"Ready\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}}},"f:images":{},"f:nodeInfo":{"f:bootID":{},"f:containerRuntimeVersion":{},"f:kernelVersion":{},"f:kubeProxyVersion":{},"f:kubeletVersion":{},"f:machineID":{},"f:osImage":{},"f:systemUUID":{}},"f:runtimeHandlers":{}}}`)}},
+					FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:allocatable":{"f:cpu":{},"f:ephemeral-storage":{},"f:memory":{},"f:pods":{}},"f:capacity":{"f:cpu":{},"f:ephemeral-storage":{},"f:memory":{},"f:pods":{}},"f:conditions":{"k:{\"type\":\"DiskPressure\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}},"k:{\"type\":\"MemoryPressure\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}},"k:{\"type\":\"PIDPressure\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}},"k:{\"type\":\"Ready\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}}},"f:images":{},"f:nodeInfo":{"f:bootID":{},"f:containerRuntimeVersion":{},"f:kernelVersion":{},"f:kubeProxyVersion":{},"f:kubeletVersion":{},"f:machineID":{},"f:osImage":{},"f:systemUUID":{}},"f:runtimeHandlers":{}}}`)},
 				{Manager: "tandem-proxy", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &at, FieldsType: "FieldsV1",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:tandem.io/node-metric":{}}}}`)}},
+					FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:tandem.io/node-metric":{}}}}`)},
 				{Manager: "tandem-proxy", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &at, FieldsType: "FieldsV1", Subresource: "status",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:allocatable":{"f:kubernetes.io/batch-cpu":{},"f:kubernetes.io/batch-memory":{}},"f:capacity":{"f:kubernetes.io/batch-cpu":{},"f:kubernetes.io/batch-memory":{}}}}`)}},
+					FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:allocatable":{"f:kubernetes.io/batch-cpu":{},"f:kubernetes.io/batch-memory":{}},"f:capacity":{"f:kubernetes.io/batch-cpu":{},"f:kubernetes.io/batch-memory":{}}}}`)},
 			},
 		},
 		Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}, ProviderID: "aws:///eu-west-1a/i-0123456789abcdef0"},
@@ -84,10 +84,12 @@ func Node(i int, now time.Time) corev1.Node {
 	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.%d.%d.%d", i/65536, i/256%256, i%256)},
 		{Type: corev1.NodeHostName, Address: name}, {Type: corev1.NodeInternalDNS, Address: name}}
 	n.Status.DaemonEndpoints.KubeletEndpoint.Port = 10250
+	// KubeProxyVersion stays empty: kubelet stopped reporting it (it is deprecated), so a node of a
+	// current cluster carries "kubeProxyVersion":"" like this one.
 	n.Status.NodeInfo = corev1.NodeSystemInfo{
 		MachineID: "ec2b3f1c5d6e7f8091a2b3c4d5e6f708", SystemUUID: "ec2b3f1c-5d6e-7f80-91a2-b3c4d5e6f708", BootID: "1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718",
 		KernelVersion: "6.1.0-18-amd64", OSImage: "Debian GNU/Linux 12 (bookworm)", ContainerRuntimeVersion: "containerd://1.7.13",
-		KubeletVersion: "v1.36.3", KubeProxyVersion: "v1.36.3", OperatingSystem: "linux", Architecture: "amd64",
+		KubeletVersion: "v1.36.3", OperatingSystem: "linux", Architecture: "amd64",
 	}
 	n.Status.RuntimeHandlers = []corev1.NodeRuntimeHandler{{Name: "runc", Features: &corev1.NodeRuntimeHandlerFeatures{}}, {Name: "", Features: &corev1.NodeRuntimeHandlerFeatures{}}}
 	for j := range 50 {

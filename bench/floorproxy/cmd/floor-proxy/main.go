@@ -16,37 +16,51 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/bench/floorproxy"
 )
 
+// options are the command's flags.
+type options struct {
+	listen, backend, pprofSocket string
+	unary                        bool
+	extraWork                    time.Duration
+}
+
 func main() {
-	listen := flag.String("listen", "", "unix socket to serve the CRI on")
-	backend := flag.String("backend", "", "CRI endpoint to relay to (unix:///run/containerd/containerd.sock)")
-	pprofSocket := flag.String("pprof-socket", "", "unix socket serving Go's CPU profile and trace of this process; empty serves none")
-	unary := flag.Bool("unary", true, "relay the CRI's unary methods with one Invoke, as a proxy that knows the CRI can; false leaves a pure frame pump")
-	extraWork := flag.Duration("extra-work", 0, "burn this much CPU on every call before relaying it: a floor made slower by a known amount, for the benchmark's check that its verdict catches a slower proxy (crilatency --aa-extra-work)")
+	var o options
+	flag.StringVar(&o.listen, "listen", "", "unix socket to serve the CRI on")
+	flag.StringVar(&o.backend, "backend", "", "CRI endpoint to relay to (unix:///run/containerd/containerd.sock)")
+	flag.StringVar(&o.pprofSocket, "pprof-socket", "", "unix socket serving Go's CPU profile and trace of this process; empty serves none")
+	flag.BoolVar(&o.unary, "unary", true, "relay the CRI's unary methods with one Invoke, as a proxy that knows the CRI can; false leaves a pure frame pump")
+	flag.DurationVar(&o.extraWork, "extra-work", 0, "burn this much CPU on every call before relaying it: a floor made slower by a known amount, for the benchmark's check that its verdict catches a slower proxy (crilatency --aa-extra-work)")
 	klog.InitFlags(nil)
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger := klog.Background()
-	if *listen == "" || *backend == "" {
+	if o.listen == "" || o.backend == "" {
 		logger.Error(nil, "Both --listen and --backend are required")
 		os.Exit(2)
 	}
-	p, err := floorproxy.NewCRI(*backend, *unary)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := serve(klog.NewContext(ctx, logger), o)
+	stop()
 	if err != nil {
 		logger.Error(err, "Floor proxy")
 		os.Exit(1)
 	}
-	p.SetExtraWork(*extraWork)
-	logger.Info("Floor proxy serving", "listen", *listen, "backend", *backend, "unaryFastPath", *unary, "extraWork", *extraWork)
-	if err := floorproxy.ServeUnix(ctx, p, *listen, *pprofSocket); err != nil {
-		logger.Error(err, "Floor proxy")
-		os.Exit(1)
+}
+
+// serve relays the CRI from o.listen to o.backend until ctx ends.
+func serve(ctx context.Context, o options) error {
+	p, err := floorproxy.NewCRI(o.backend, o.unary)
+	if err != nil {
+		return err
 	}
+	p.SetExtraWork(o.extraWork)
+	klog.FromContext(ctx).Info("Floor proxy serving", "listen", o.listen, "backend", o.backend, "unaryFastPath", o.unary, "extraWork", o.extraWork)
+	return floorproxy.ServeUnix(ctx, p, o.listen, o.pprofSocket)
 }
