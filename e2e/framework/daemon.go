@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"os"
@@ -38,7 +39,11 @@ func (d *Daemon) Exited() error {
 	if d.proc.running() {
 		return nil
 	}
-	return fmt.Errorf("%s exited (%v); the end of its log:\n%s", d.name, d.proc.err, d.LogTail(3000))
+	err := d.proc.err
+	if err == nil {
+		err = errors.New("exit status 0")
+	}
+	return fmt.Errorf("%s exited (%w); the end of its log:\n%s", d.name, err, d.LogTail(3000))
 }
 
 // LogTail is the last n bytes of the daemon's log, for error messages.
