@@ -1,8 +1,8 @@
 package framework
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
