@@ -248,26 +248,9 @@ func load(b Binary, args []string, getenv func(string) string, procRoot string) 
 	if err != nil {
 		return settings{}, err
 	}
-	pol := policy.DefaultConfig()
-	pol.Enabled = v.policies
-	if err := pol.Validate(); err != nil {
-		return settings{}, fmt.Errorf("invalid configuration: %w", err)
-	}
-	cpus := alloc.DefaultConfig()
-	if r := v.reservedCPUs; r != "" {
-		set, err := topology.ParseCPUList(r)
-		if err != nil {
-			return settings{}, fmt.Errorf("invalid configuration: reserved-cpus %q: %w", r, err)
-		}
-		cpus.Reserved = set
-	}
-	// The hooks' metadata bound is the proxy's: a hook may not take a pod past what kubelet may send.
-	limits := hooks.Limits{MaxAnswerBytes: v.maxHookAnswerBytes, MaxMetadataBytes: cfg.MaxPodMetadataBytes}
-	if limits.MaxMetadataBytes == 0 {
-		limits.MaxMetadataBytes = hooks.DefaultMaxMetadataBytes
-	}
-	if err := limits.Validate(); err != nil {
-		return settings{}, fmt.Errorf("invalid configuration: %w", err)
+	pol, cpus, limits, err := policySettings(v, cfg)
+	if err != nil {
+		return settings{}, err
 	}
 	st := settings{proxy: cfg, hookLimits: limits, metricsAddr: v.metricsAddr, debugSocket: v.debugSocket, configFile: v.configFile,
 		hooksDir: v.hooksDir, cgroupRoot: v.cgroupRoot, policy: pol,
@@ -319,6 +302,32 @@ func load(b Binary, args []string, getenv func(string) string, procRoot string) 
 		st.nri = v.nri
 	}
 	return st, nil
+}
+
+// policySettings are the built-in policies' settings, the CPUs kept from pods and the hooks' limits.
+func policySettings(v flagValues, cfg proxy.Config) (policy.Config, alloc.Config, hooks.Limits, error) {
+	pol := policy.DefaultConfig()
+	pol.Enabled = v.policies
+	if err := pol.Validate(); err != nil {
+		return pol, alloc.Config{}, hooks.Limits{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	cpus := alloc.DefaultConfig()
+	if r := v.reservedCPUs; r != "" {
+		set, err := topology.ParseCPUList(r)
+		if err != nil {
+			return pol, cpus, hooks.Limits{}, fmt.Errorf("invalid configuration: reserved-cpus %q: %w", r, err)
+		}
+		cpus.Reserved = set
+	}
+	// The hooks' metadata bound is the proxy's: a hook may not take a pod past what kubelet may send.
+	limits := hooks.Limits{MaxAnswerBytes: v.maxHookAnswerBytes, MaxMetadataBytes: cfg.MaxPodMetadataBytes}
+	if limits.MaxMetadataBytes == 0 {
+		limits.MaxMetadataBytes = hooks.DefaultMaxMetadataBytes
+	}
+	if err := limits.Validate(); err != nil {
+		return pol, cpus, limits, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return pol, cpus, limits, nil
 }
 
 // configFrom is the CRI server's configuration: the flags' values, --socket-mode parsed, validated.
