@@ -33,15 +33,16 @@ func sysctlAtCleanup(t *testing.T, name string) string {
 	return v
 }
 
-// TestTandemctlConfigSeed004 starts the real tandem-proxy on seed 004's whole slo-controller-config (the
-// operator's ConfigMap, as a file, on a node labelled as its anolis strategies select) and checks what
-// `tandemctl config` tells the operator. As written, the seed's system-config lacks a comma: that section
-// is one refused row naming the line, and its keys are off. Once the operator fixes the file, every key of
-// every section is listed in one of the five states, none is left without a place, and the keys this
-// machine can and cannot act on show as such: the sysctls of system-config applied (and the real files
-// hold the formula's values), the Anolis memcg reaper ignored on this mainline kernel, the CFS quota burst
-// of the anolis strategy applied, the host application of the seed (whose cgroup does not exist here)
-// ignored and retried, block I/O QoS unsupported. The sysctls are put back when the test ends.
+// TestTandemctlConfigSeed004 starts the real tandem-proxy on an operator's whole slo-controller-config
+// (testdata/seed004.yaml: the defaults Koordinator ships plus a system-config, as a file, on a node
+// labelled as its anolis strategies select) and checks what `tandemctl config` tells the operator. As
+// written, its system-config lacks a comma: that section is one refused row naming the line, and its keys
+// are off. Once the operator fixes the file, every key of every section is listed in one of the five
+// states, none is left without a place, and the keys this machine can and cannot act on show as such: the
+// sysctls of system-config applied (and the real files hold the formula's values), the Anolis memcg reaper
+// ignored on this mainline kernel, the CFS quota burst of the anolis strategy applied, the operator's host
+// application (whose cgroup does not exist here) ignored and retried, block I/O QoS unsupported. The
+// sysctls are put back when the test ends.
 func TestTandemctlConfigSeed004(t *testing.T) {
 	requireRoot(t)
 	sysctlAtCleanup(t, "vm/min_free_kbytes")
@@ -54,10 +55,10 @@ func TestTandemctlConfigSeed004(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The seed's system-config lacks the comma after clusterStrategy; the operator's fix, below.
+	// The operator's system-config lacks the comma after clusterStrategy; its fix, below.
 	broken := "      }\n      \"nodeStrategies\""
 	if !strings.Contains(string(seed), broken) {
-		t.Fatal("seed 004's system-config no longer lacks its comma; update this test")
+		t.Fatal("the operator's system-config no longer lacks its comma; update this test")
 	}
 	fixed := strings.Replace(string(seed), broken, "      },\n      \"nodeStrategies\"", 1)
 	file := filepath.Join(t.TempDir(), "slo-config.yaml")
@@ -66,7 +67,7 @@ func TestTandemctlConfigSeed004(t *testing.T) {
 	}
 	forEachRuntime(t, envOptions{proxyArgs: []string{"--slo-config", file, "--node-labels", "kubernetes.io/kernel=anolis"}}, func(t *testing.T, ctx context.Context, e *env) {
 		// The file is shared by the runtimes' subtests, and the previous one left it fixed: the agent starts
-		// again on the seed as written, as an operator's first start would.
+		// again on the operator's file as written, as an operator's first start would.
 		if err := os.WriteFile(file, seed, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -77,10 +78,10 @@ func TestTandemctlConfigSeed004(t *testing.T) {
 		bin := buildTandemctl(t, ctx)
 		rep := configReport(t, ctx, bin, e)
 		if s := rep["system-config "]; s.State != "refused" || !strings.Contains(s.Detail, "line 7") {
-			t.Errorf("seed 004 as written: system-config row %+v, want refused naming line 7 (the missing comma)", s)
+			t.Errorf("the operator's slo-controller-config as written: system-config row %+v, want refused naming line 7 (the missing comma)", s)
 		}
 		if s := rep["system-config minFreeKbytesFactor"]; s.State != "off" {
-			t.Errorf("seed 004 as written: minFreeKbytesFactor %+v, want off (the refused section keeps its defaults)", s)
+			t.Errorf("the operator's slo-controller-config as written: minFreeKbytesFactor %+v, want off (the refused section keeps its defaults)", s)
 		}
 
 		// The operator fixes the comma; the file is read again.
@@ -121,8 +122,8 @@ func TestTandemctlConfigSeed004(t *testing.T) {
 			"system-config minFreeKbytesFactor":                     "applied",
 			"system-config watermarkScaleFactor":                    "applied",
 			"system-config memcgReapBackGround":                     "ignored",
-			"resource-qos-config lsClass.memoryQOS.wmarkRatio":      "off",         // seed 004 leaves every class's memoryQOS disabled
-			"resource-qos-config beClass.blkioQOS.enable":           "off",         // applied where enabled; seed 004 leaves it off
+			"resource-qos-config lsClass.memoryQOS.wmarkRatio":      "off",         // the operator's config leaves every class's memoryQOS disabled
+			"resource-qos-config beClass.blkioQOS.enable":           "off",         // applied where enabled; the operator's config leaves it off
 			"resource-qos-config lsClass.blkioQOS.enable":           "unsupported", // beClass only, as koordlet
 			"cpu-burst-config policy":                               "applied",
 			"cpu-burst-config cfsQuotaBurstPercent":                 "applied",

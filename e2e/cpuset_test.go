@@ -63,11 +63,11 @@ func cpusetOf(t *testing.T, ctx context.Context, e *env, id string) string {
 	return hostCgroupFile(t, containerPID(t, ctx, e.direct, id), "cpuset", "cpuset.cpus")
 }
 
-// TestCPUSetPools runs seed 000's rules on this 2-CPU machine through the real tandem-proxy binary and real
-// containerd: an LSE container gets a CPU of its own, LS and BE containers are kept off it, and when the
-// LSE pod goes they widen again within a second. A proxy SIGKILL and restart keeps every allocation, so a
-// second LSE container is refused rather than given the same CPU. TestNRICPUSetPools runs the same with
-// tandem-nri, Tandem as containerd's NRI plugin.
+// TestCPUSetPools runs the cpuset rules of Koordinator's documented QoS example on this 2-CPU machine
+// through the real tandem-proxy binary and real containerd: an LSE container gets a CPU of its own, LS and
+// BE containers are kept off it, and when the LSE pod goes they widen again within a second. A proxy
+// SIGKILL and restart keeps every allocation, so a second LSE container is refused rather than given the
+// same CPU. TestNRICPUSetPools runs the same with tandem-nri, Tandem as containerd's NRI plugin.
 func TestCPUSetPools(t *testing.T) {
 	forEachRuntime(t, envOptions{}, testCPUSetPools)
 }
@@ -159,8 +159,9 @@ func waitVersion(t *testing.T, ctx context.Context, e *env) {
 	}
 }
 
-// machine16Args writes a fake sysfs CPU tree of seed 000's machine (16 CPUs, 2 sockets = 2 NUMA nodes,
-// SMT: CPU i and i+8 are siblings) and returns the tandem-proxy flags that make it the machine's topology.
+// machine16Args writes a fake sysfs CPU tree of the machine of Koordinator's documented QoS example (16
+// CPUs, 2 sockets = 2 NUMA nodes, SMT: CPU i and i+8 are siblings) and returns the tandem-proxy flags that
+// make it the machine's topology.
 func machine16Args(t *testing.T) []string {
 	t.Helper()
 	root := t.TempDir()
@@ -170,12 +171,13 @@ func machine16Args(t *testing.T) []string {
 	return []string{"--sysfs-root", root}
 }
 
-// TestCPUSetSeed000 runs seed 000's four deployments (LSE, LSR, LS, BE, each asking for 2 CPUs but BE,
-// with SpreadByPCPUs) through tandem-proxy on seed 000's 16-CPU machine, and checks the cpusets seed 000
-// shows: LSE 0-1, LSR 2-3, LS 4-15, BE 2-15; when the LSE pod goes, LS and BE widen. This machine has 2
-// CPUs, so the topology is a fake sysfs tree and the containers are created but not started (runc cannot
-// pin a task to a CPU the kernel lacks): the cpusets checked are those of the containers' OCI specs, what
-// runc applies when they start. TestNRICPUSetSeed000 runs the same with tandem-nri as the NRI plugin.
+// TestCPUSetSeed000 runs the four nginx Deployments of Koordinator's documented QoS example (LSE, LSR, LS,
+// BE, each asking for 2 CPUs but BE, with SpreadByPCPUs) through tandem-proxy on its 16-CPU, 2-socket
+// machine, and checks the cpusets it shows, which users check a colocation system against: LSE 0-1, LSR
+// 2-3, LS 4-15, BE 2-15; when the LSE pod goes, LS and BE widen. This machine has 2 CPUs, so the topology
+// is a fake sysfs tree and the containers are created but not started (runc cannot pin a task to a CPU the
+// kernel lacks): the cpusets checked are those of the containers' OCI specs, what runc applies when they
+// start. TestNRICPUSetSeed000 runs the same with tandem-nri as the NRI plugin.
 func TestCPUSetSeed000(t *testing.T) {
 	forEachRuntime(t, envOptions{proxyArgs: machine16Args(t)}, testSeed000)
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
-// memoryQoSConfig switches memory QoS on for lsClass with every key of seed 004's memoryQOS set to a
+// memoryQoSConfig switches memory QoS on for lsClass with every key of an operator's memoryQOS set to a
 // value that acts: protection and throttling (memory.min, memory.high), and the Anolis OS watermarks, OOM
 // priority and group kill.
 const memoryQoSConfig = `resource-qos-config: |

@@ -43,8 +43,8 @@ func TestNRICPUSetPools(t *testing.T) {
 	forNRI(t, envOptions{}, testCPUSetPools)
 }
 
-// TestNRICPUSetSeed000 is TestCPUSetSeed000 with tandem-nri as the NRI plugin: seed 000's cpusets on
-// its 16-CPU machine (a fake sysfs tree).
+// TestNRICPUSetSeed000 is TestCPUSetSeed000 with tandem-nri as the NRI plugin: the cpusets of
+// Koordinator's documented QoS example on its 16-CPU machine (a fake sysfs tree).
 func TestNRICPUSetSeed000(t *testing.T) {
 	forNRI(t, envOptions{proxyArgs: machine16Args(t)}, testSeed000)
 }

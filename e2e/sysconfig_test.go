@@ -22,7 +22,8 @@ const (
 	watermarkScaleFactorPath = "/proc/sys/vm/watermark_scale_factor"
 )
 
-// systemConfigSection is seed 004's system-config (with the comma its text lacks).
+// systemConfigSection is an operator's system-config, as Koordinator's documentation writes it (with
+// the comma its text lacks).
 const systemConfigSection = `system-config: |
   {"clusterStrategy": {"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150, "memcgReapBackGround": 0}}
 `
@@ -43,7 +44,7 @@ func readSysctl(t *testing.T, path string) string {
 
 func writeSysctl(path, v string) error { return os.WriteFile(path, []byte(v), 0o644) }
 
-// TestSystemConfigOnTheNode: tandem-proxy, started with an slo-config file that has seed 004's
+// TestSystemConfigOnTheNode: tandem-proxy, started with an slo-config file that has the operator's
 // system-config, writes the real min_free_kbytes (100 × MemTotal / 10000) and watermark_scale_factor
 // (150); puts the node's values back when the section goes, when it is stopped, and when it was SIGKILLed
 // and is stopped after a restart (from the record it keeps in its state directory).
@@ -66,11 +67,11 @@ func TestSystemConfigOnTheNode(t *testing.T) {
 	memTotal := memTotalKB(t)
 	wantMin := strconv.FormatInt(100*memTotal/10000, 10)
 	if wantMin == origMin || origWSF == "150" {
-		t.Skipf("SKIPPED: the node already holds the values seed 004 asks for (min_free_kbytes %s, watermark_scale_factor %s): a write could not be told apart", origMin, origWSF)
+		t.Skipf("SKIPPED: the node already holds the values the operator's system-config asks for (min_free_kbytes %s, watermark_scale_factor %s): a write could not be told apart", origMin, origWSF)
 	}
 	applied := map[string]string{minFreeKbytesPath: wantMin, watermarkScaleFactorPath: "150"}
 	originals := map[string]string{minFreeKbytesPath: origMin, watermarkScaleFactorPath: origWSF}
-	t.Logf("MemTotal %d kB: seed 004 gives min_free_kbytes %s (the node has %s) and watermark_scale_factor 150 (it has %s)",
+	t.Logf("MemTotal %d kB: the operator's system-config gives min_free_kbytes %s (the node has %s) and watermark_scale_factor 150 (it has %s)",
 		memTotal, wantMin, origMin, origWSF)
 
 	cfgFile := filepath.Join(t.TempDir(), "slo-config.yaml")

@@ -75,11 +75,12 @@ func tandemctl(t *testing.T, ctx context.Context, bin string, args ...string) (s
 	return stdout.String(), nil
 }
 
-// TestTandemctl runs seed 000's pods, scaled to this machine, through the real tandem-proxy and real
-// containerd, and checks that `tandemctl pods` shows for each container the cpuset, shares, quota and
-// memory limit that its cgroup files hold (found independently, through /proc/<pid>/cgroup), that
-// `tandemctl pools` shows the LSE container's exclusive CPU, that a value changed behind the proxy's
-// back is flagged as a difference, and that a user other than root is told the proxy's store is root's.
+// TestTandemctl runs the pods of Koordinator's documented QoS example, scaled to this machine, through the
+// real tandem-proxy and real containerd, and checks that `tandemctl pods` shows for each container the
+// cpuset, shares, quota and memory limit that its cgroup files hold (found independently, through
+// /proc/<pid>/cgroup), that `tandemctl pools` shows the LSE container's exclusive CPU, that a value
+// changed behind the proxy's back is flagged as a difference, and that a user other than root is told the
+// proxy's store is root's.
 func TestTandemctl(t *testing.T) {
 	forEachRuntime(t, envOptions{}, func(t *testing.T, ctx context.Context, e *env) {
 		bin := buildTandemctl(t, ctx)

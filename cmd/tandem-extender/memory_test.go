@@ -25,6 +25,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/internal/polltest"
 	extender "github.com/tandemkit/tandem/scheduler-extender"
 	"github.com/tandemkit/tandem/scheduler-extender/extendertest"
 )
@@ -103,7 +104,7 @@ current-context: fake
 				_ = cmd.Process.Kill()
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // the watchdog samples RSS; it waits for no condition
 		}
 	})
 
@@ -177,7 +178,7 @@ current-context: fake
 			}
 		})
 	}
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // time must pass: the load runs 4 s before the bodies' answers count
 	loadStart := time.Now()
 	waitCtx, stopWaiting := context.WithTimeout(ctx, 3*time.Minute)
 	for name, ch := range answered {
@@ -220,7 +221,7 @@ current-context: fake
 	for _, b := range bodies[:2] {
 		got := send(client, "http://"+listen+extender.FilterPath, b)
 		for deadline := time.Now().Add(time.Minute); got == "429" && time.Now().Before(deadline); {
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // the 429's Retry-After: 1 s
 			got = send(client, "http://"+listen+extender.FilterPath, b)
 		}
 		if got != "200" {
@@ -385,21 +386,14 @@ func freeAddr(t *testing.T) string {
 
 func waitReady(t *testing.T, url string, exited <-chan error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	polltest.Within(t, 30*time.Second, url+" answering 200", func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("the extender exited before it was ready: %v", err)
 		default:
 		}
-		if answersOK(url) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer 200 within 30s", url)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return answersOK(url)
+	})
 }
 
 // answersOK reports whether a GET of url answers 200.

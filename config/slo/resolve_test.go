@@ -8,7 +8,7 @@ import (
 	"github.com/tandemkit/tandem/resource/qos"
 )
 
-// TestSeed004ForNode is the operator's view: what each knob is on an Anolis node, which the seed's
+// TestSeed004ForNode is the operator's view: what each knob is on an Anolis node, which the operator's
 // nodeStrategies select, and on any other node.
 func TestSeed004ForNode(t *testing.T) {
 	_, data := seed004(t)

@@ -93,8 +93,8 @@ type kubeletConfigParams struct {
 }
 
 // SystemReservedCPU is what each kubelet reserves of the machine's 2 CPUs,
-// leaving 1900m allocatable per node. Seed 000's LSE and LSR pods, scaled
-// to one whole CPU each, then cannot land on the same node: on one node they
+// leaving 1900m allocatable per node. The LSE and LSR pods of Koordinator's
+// QoS example, scaled to one whole CPU each, then cannot land on the same node: on one node they
 // would take both CPUs and leave the LS pool empty. kube-scheduler sees that
 // from allocatable alone, so it puts them on different nodes.
 const SystemReservedCPU = "100m"

@@ -23,7 +23,8 @@ import (
 // kube-scheduler the way kube-scheduler v1.36 loads its --config (decode with
 // defaults, then validate), so a configuration it would refuse to start with
 // fails here without a cluster; deploy/'s must also have the profiles
-// seed 000's pods and every other pod name, both calling the extender where
+// Deployments written for Koordinator (koord-scheduler) and every other pod
+// name, both calling the extender where
 // its DaemonSet listens.
 func TestSchedulerConfig(t *testing.T) {
 	const base = `apiVersion: kubescheduler.config.k8s.io/v1
@@ -126,7 +127,7 @@ func loadSchedulerConfig(t *testing.T, path, tlsDir string, shipped bool) error 
 		names = append(names, p.SchedulerName)
 	}
 	if strings.Join(names, ",") != "default-scheduler,koord-scheduler" {
-		t.Errorf("profiles %v, want default-scheduler and koord-scheduler (seed 000's pods name koord-scheduler)", names)
+		t.Errorf("profiles %v, want default-scheduler and koord-scheduler (Deployments written for Koordinator name koord-scheduler)", names)
 	}
 	if len(cfg.Extenders) != 1 || cfg.Extenders[0].URLPrefix != ExtenderURL {
 		t.Fatalf("extenders %+v, want one at %s, where deploy/'s DaemonSet listens", cfg.Extenders, ExtenderURL)

@@ -286,7 +286,8 @@ type pools struct {
 }
 
 // containerCgroup is the directory of a running pod's first container in
-// one cgroup v1 hierarchy, found the way seed 000's get_cpuset.sh finds it:
+// one cgroup v1 hierarchy, found the way get_cpuset.sh of Koordinator's
+// QoS example finds it:
 // from the pod's UID, its Kubernetes QoS class and container ID, below the
 // node's kubepods (cgroupfs driver: kubepods/<qos>/pod<uid>/<id>).
 func containerCgroup(t *testing.T, p *corev1.Pod, controller string) string {

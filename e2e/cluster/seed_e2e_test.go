@@ -29,7 +29,8 @@ import (
 	"github.com/tandemkit/tandem/resource/sched"
 )
 
-// seedDeployments are seed 000's Deployments, in testdata/seed-000.yaml,
+// seedDeployments are the Deployments of Koordinator's documented QoS
+// example, in testdata/seed-000.yaml,
 // with the Koordinator QoS class and PriorityClass each one carries and the
 // Kubernetes QoS class its resources give it.
 var seedDeployments = []struct {
@@ -358,7 +359,7 @@ func portForward(ctx context.Context, t *testing.T, pod string) {
 	}
 }
 
-// deleteSeed deletes the seed Deployments and waits until their pods are
+// deleteSeed deletes the QoS example's Deployments and waits until their pods are
 // gone from the API server.
 func deleteSeed(ctx context.Context, cs kubernetes.Interface) error {
 	fg := metav1.DeletePropagationForeground
@@ -384,15 +385,16 @@ func deleteSeed(ctx context.Context, cs kubernetes.Interface) error {
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("seed pods not gone (%s): %w", last, err)
+		return fmt.Errorf("the QoS example's pods not gone (%s): %w", last, err)
 	}
 	return nil
 }
 
-// TestSeed000 applies seed 000's four Deployments (image and CPU amounts
-// scaled, see testdata/seed-000.yaml) and checks what a user of the seed
-// checks: the pods run, each with the cpuset the seed prescribes, read from
-// the real cgroup files the way the seed's get_cpuset.sh reads them; kubectl
+// TestSeed000 applies the four nginx Deployments of Koordinator's documented
+// QoS example (image and CPU amounts scaled, see testdata/seed-000.yaml) and
+// checks what its users check a colocation system against: the pods run,
+// each with the cpuset the example prescribes, read from the real cgroup
+// files the way the example's get_cpuset.sh reads them; kubectl
 // logs, exec and port-forward work; a SIGKILLed node agent (tandem-proxy, or
 // the tandem-nri plugin in NRI mode) costs no pod a restart and changes no
 // cpuset, and its pools are right at once; so does a containerd restart;
@@ -412,7 +414,7 @@ func TestSeed000(t *testing.T) {
 
 	start := time.Now()
 	if out, err := suite.c.RunKubectl(ctx, "apply", "-f", repoPath(t, "e2e/cluster/testdata/seed-000.yaml")); err != nil {
-		t.Fatalf("apply seed 000: %v", err)
+		t.Fatalf("apply Koordinator's QoS example: %v", err)
 	} else {
 		t.Logf("%s", out)
 	}
@@ -428,7 +430,7 @@ func TestSeed000(t *testing.T) {
 		for _, d := range seedDeployments {
 			p := pods[d.name]
 			if p.Spec.SchedulerName != "koord-scheduler" {
-				t.Errorf("pod %s has schedulerName %q, want the seed's koord-scheduler", p.Name, p.Spec.SchedulerName)
+				t.Errorf("pod %s has schedulerName %q, want the example's koord-scheduler", p.Name, p.Spec.SchedulerName)
 			}
 			if p.Labels["koordinator.sh/qosClass"] != d.qos {
 				t.Errorf("pod %s has koordinator.sh/qosClass %q, want %q", p.Name, p.Labels["koordinator.sh/qosClass"], d.qos)
@@ -445,7 +447,7 @@ func TestSeed000(t *testing.T) {
 		}
 	})
 
-	t.Run("cpusets as seed 000 prescribes", func(t *testing.T) {
+	t.Run("cpusets as Koordinator's QoS example prescribes", func(t *testing.T) {
 		checkSeedCPUSets(ctx, t, pods)
 	})
 
@@ -610,11 +612,12 @@ func TestSeed000(t *testing.T) {
 	})
 }
 
-// checkSeedCPUSets checks the cpusets seed 000 prescribes, scaled to two
-// 2-CPU nodes that share the machine's CPUs: LSE holds one CPU no other pod
-// of its node uses (seed: 0-1); LSR one CPU that only BE may share (seed:
-// 2-3); LS the rest of its node's CPUs, without LSE's and LSR's (seed: 4-15);
-// BE every CPU of its node but LSE's (seed: 2,4-12).
+// checkSeedCPUSets checks the cpusets Koordinator's documented QoS example
+// prescribes, scaled to two 2-CPU nodes that share the machine's CPUs: LSE
+// holds one CPU no other pod of its node uses (example: 0-1); LSR one CPU
+// that only BE may share (example: 2-3); LS the rest of its node's CPUs,
+// without LSE's and LSR's (example: 4-15); BE every CPU of its node but
+// LSE's (example: 2,4-12).
 func checkSeedCPUSets(ctx context.Context, t *testing.T, pods map[string]*corev1.Pod) {
 	t.Helper()
 	all := machineCPUs(t)
@@ -624,7 +627,7 @@ func checkSeedCPUSets(ctx context.Context, t *testing.T, pods map[string]*corev1
 	for _, p := range []*corev1.Pod{lse, lsr} {
 		set := cpusetOf(t, p)
 		if set.Size() != 1 {
-			t.Errorf("%s on %s: cpuset %q, want one CPU of its own (the seed's 2 CPUs, scaled)", p.Name, p.Spec.NodeName, set)
+			t.Errorf("%s on %s: cpuset %q, want one CPU of its own (the example's 2 CPUs, scaled)", p.Name, p.Spec.NodeName, set)
 		}
 		exclusive[p.Spec.NodeName] = exclusive[p.Spec.NodeName].Union(set)
 	}

@@ -24,7 +24,8 @@ import (
 // not run guests on these machines), cgroup v2 only, systemd as init, containerd with the systemd
 // cgroup driver, joined to the cluster by `kubeadm join` with TLS bootstrap, as the nodes Tandem's
 // users run are. Why qemu and not user-mode-linux, which runs CPU-bound work about 20 times
-// faster here: UML has one CPU and no cpuset controller, and cpusets are what seed 000 is about.
+// faster here: UML has one CPU and no cpuset controller, and cpusets are what Koordinator's
+// documented QoS example, which users check a colocation system against, is about.
 const (
 	// NodeVM is the VM node's name (its hostname too).
 	NodeVM = "node-vm"
@@ -43,8 +44,8 @@ const (
 	// the host, and the VM's tests place what they mean to place there. DaemonSets that tolerate
 	// every taint (tandem-nri) run there as on any node.
 	VMTaint = "tandem.io/vm-node"
-	// vmCPUs is the VM's CPU count: seed 000 on one node needs LSE's and LSR's CPUs and a shared
-	// pool beside them.
+	// vmCPUs is the VM's CPU count: Koordinator's QoS example on one node needs LSE's and LSR's
+	// CPUs and a shared pool beside them.
 	vmCPUs      = 4
 	vmMemoryMiB = 4096
 	// qemuBinary is Debian's qemu-system-x86.

@@ -256,8 +256,8 @@ func docCommands(t *testing.T, heading string) []string {
 
 // checkVMPools runs what both VM tests check once the agent runs on the VM node and publishes batch
 // capacity: an LSE pod arrives and the pods that ran before the agent (before, "vm-before-ls" and
-// "vm-before-be") move off its CPU; then seed 000's other pods, and their cpusets and the batch pod's
-// cgroups on v2. It returns seed 000's pods and every running pod by name, and the BE pool (every CPU
+// "vm-before-be") move off its CPU; then the other pods of Koordinator's QoS example, and their cpusets and
+// the batch pod's cgroups on v2. It returns the example's pods and every running pod by name, and the BE pool (every CPU
 // but LSE's); it ends the test when a step failed, since the rest builds on them.
 func checkVMPools(ctx context.Context, t *testing.T, cs kubernetes.Interface, before map[string]*corev1.Pod) (seed, running map[string]*corev1.Pod, bePool cpuset.CPUSet) {
 	t.Helper()
@@ -265,7 +265,7 @@ func checkVMPools(ctx context.Context, t *testing.T, cs kubernetes.Interface, be
 	all := vmAllCPUs(ctx, t)
 	var lse, batchPod *corev1.Pod
 	t.Run("running pods leave the CPU an LSE pod gets", func(t *testing.T) {
-		// Seed 000's batch pod comes now, while no other pod placed since the node's last report adds
+		// The QoS example's batch pod comes now, while no other pod placed since the node's last report adds
 		// to the usage the extender expects there: later it would wait for a report.
 		got := createVMPods(ctx, t, top, cs,
 			batchVMPod("vm-be", metav1.NamespaceSystem, 100),
@@ -284,7 +284,7 @@ func checkVMPools(ctx context.Context, t *testing.T, cs kubernetes.Interface, be
 	if t.Failed() || lse == nil || batchPod == nil {
 		t.FailNow()
 	}
-	t.Run("seed 000 on cgroup v2", func(t *testing.T) {
+	t.Run("Koordinator's QoS example on cgroup v2", func(t *testing.T) {
 		// The batch pod runs in kube-system: the profile webhook sees no pod there, so the agent reads
 		// its batch resources from the spec.
 		seed = createVMPods(ctx, t, top, cs,

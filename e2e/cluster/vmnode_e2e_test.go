@@ -46,7 +46,7 @@ const vmDir = "/root/tandem"
 //  4. The docs' install on the live node: the pods keep running and are adopted; kubelet keeps the
 //     operator's extra arguments; the node publishes batch capacity.
 //  5. An LSE pod arrives: the running pods move off its CPU.
-//  6. Seed 000's cpusets, and the batch pod's cpu.weight, cpu.max, cpu.idle and threads, read from the
+//  6. The cpusets of Koordinator's QoS example, and the batch pod's cpu.weight, cpu.max, cpu.idle and threads, read from the
 //     v2 files; the batch pod runs in kube-system, where no webhook annotates it.
 //  7. SIGKILL of tandem-proxy: the same cpusets after.
 //  8. Upgrade and rollback of tandem-proxy under running pods, as the docs say: no pod restarts, no
@@ -297,7 +297,7 @@ func batchVMPod(name, ns string, milliCPU int64) *corev1.Pod {
 	return p
 }
 
-// checkVMSeedCPUSets checks seed 000's cpusets on the VM's 4 CPUs: LSE one CPU no other pod of the
+// checkVMSeedCPUSets checks the cpusets of Koordinator's documented QoS example on the VM's 4 CPUs: LSE one CPU no other pod of the
 // node has; LSR one CPU only BE shares; LS, and the LS pod that ran before Tandem, the rest; BE
 // every CPU but LSE's.
 func checkVMSeedCPUSets(ctx context.Context, t *testing.T, seed map[string]*corev1.Pod, beforeLS *corev1.Pod) {
@@ -309,7 +309,7 @@ func checkVMSeedCPUSets(ctx context.Context, t *testing.T, seed map[string]*core
 	}
 	shared := all.Difference(lse).Difference(lsr)
 	want := map[string]cpuset.CPUSet{"vm-ls": shared, "vm-be": all.Difference(lse)}
-	waitVM(ctx, t, 30*time.Second, "seed 000's cpusets", func(ctx context.Context) (bool, string) {
+	waitVM(ctx, t, 30*time.Second, "the cpusets of Koordinator's QoS example", func(ctx context.Context) (bool, string) {
 		got := map[string]cpuset.CPUSet{"vm-ls": vmCPUSet(ctx, t, seed["vm-ls"]), "vm-be": vmCPUSet(ctx, t, seed["vm-be"]), "before-ls": vmCPUSet(ctx, t, beforeLS)}
 		ok := got["vm-ls"].Equals(want["vm-ls"]) && got["vm-be"].Equals(want["vm-be"]) && got["before-ls"].Equals(shared)
 		return ok, fmt.Sprintf("got %v, want LS and the LS pod from before Tandem %s, BE %s (LSE %s, LSR %s)", got, shared, want["vm-be"], lse, lsr)

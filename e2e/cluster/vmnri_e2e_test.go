@@ -28,7 +28,7 @@ const nriNodeLabel = "tandem.io/agent"
 // TestVMNodeNRI installs tandem-nri on a running VM node (Debian 13, cgroup v2, containerd 2 with the
 // systemd cgroup driver) as docs/install.md's NRI path says, beside a host node that runs
 // tandem-proxy, and checks from the node's v2 files what its users see: the pods that ran before are
-// adopted, seed 000's cpusets and the batch pod's cgroups, burst and memory QoS, suppression engaged and
+// adopted, the cpusets of Koordinator's QoS example and the batch pod's cgroups, burst and memory QoS, suppression engaged and
 // undone, SIGKILL of the plugin keeps every cpuset; the imported images
 // the docs pin outlive kubelet's image garbage collection; the uninstall leaves the pods running.
 func TestVMNodeNRI(t *testing.T) {

@@ -33,18 +33,19 @@ import (
 const (
 	tandemWebhookNS   = "koordinator-system"
 	tandemWebhookName = "tandem-webhook"
-	// seedNamespace carries seed 001's namespace label, so seed 001's profile takes its pods.
+	// seedNamespace carries the namespace label Koordinator's colocation-profile-example selects,
+	// so that profile takes its pods.
 	seedNamespace = "tandem-seed-001"
 	seedProfile   = "colocation-profile-example"
 )
 
-// TestColocationProfile runs the webhook `kubectl apply -k deploy/` installed: seed 001's profile
-// turns seed 001's pod into the pod seed 001 shows, which is then placed on published batch
-// capacity and runs with batch cgroups; a Job of 4 executors (init container and two containers
-// each) and a Deployment become BE and run; an LSE pod asking for 1500m is refused by `kubectl
-// apply` naming the rule; with the webhook's Deployment scaled to zero, pods are still admitted
-// (failurePolicy Ignore), the API server counts the bypass, and the webhook, back, counts and logs
-// the pod it missed.
+// TestColocationProfile runs the webhook `kubectl apply -k deploy/` installed: Koordinator's
+// colocation-profile-example turns the pod its documentation creates with it into the pod
+// Koordinator's webhook makes of it, which is then placed on published batch capacity and runs with
+// batch cgroups; a Job of 4 executors (init container and two containers each) and a Deployment
+// become BE and run; an LSE pod asking for 1500m is refused by `kubectl apply` naming the rule;
+// with the webhook's Deployment scaled to zero, pods are still admitted (failurePolicy Ignore), the
+// API server counts the bypass, and the webhook, back, counts and logs the pod it missed.
 func TestColocationProfile(t *testing.T) {
 	ctx := testContext(t, 15*time.Minute)
 	cs := client(t)
@@ -67,16 +68,16 @@ func TestColocationProfile(t *testing.T) {
 		}
 	})
 	if out, err := suite.c.RunKubectl(ctx, "apply", "-f", repoPath(t, "admission/testdata/seed-001-profile.yaml")); err != nil {
-		t.Fatalf("kubectl apply seed 001's profile: %v: %s", err, out)
+		t.Fatalf("kubectl apply Koordinator's colocation-profile-example: %v: %s", err, out)
 	}
 	// The webhook's informer sees the profile a moment after the API server stored it.
 	waitProfileApplied(ctx, t, cs)
 
-	t.Run("seed 001's pod comes out as seed 001 shows it, runs on batch capacity", func(t *testing.T) {
+	t.Run("the profile example's pod comes out as Koordinator's webhook makes it, runs on batch capacity", func(t *testing.T) {
 		pod := seedPod(t)
 		out, err := kubectlApply(ctx, pod)
 		if err != nil {
-			t.Fatalf("kubectl apply seed 001's pod: %v: %s", err, out)
+			t.Fatalf("kubectl apply the profile example's pod: %v: %s", err, out)
 		}
 		p, err := cs.CoreV1().Pods(seedNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -323,11 +324,12 @@ func waitProfileApplied(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 		return err == nil && got.Labels["koordinator.sh/qosClass"] == "BE", nil
 	})
 	if err != nil {
-		t.Fatal("no dry-run pod got seed 001's profile within a minute")
+		t.Fatal("no dry-run pod got Koordinator's colocation-profile-example within a minute")
 	}
 }
 
-// seedPod is seed 001's pod with this cluster's image: nginx cannot be pulled here.
+// seedPod is the pod Koordinator's documentation creates with its colocation-profile-example, with
+// this cluster's image: nginx cannot be pulled here.
 func seedPod(t *testing.T) *corev1.Pod {
 	t.Helper()
 	b, err := os.ReadFile(repoPath(t, "admission/testdata/seed-001-pod.yaml"))

@@ -20,7 +20,8 @@ import (
 // so the demo never touches a real kubelet's cgroups.
 const demoCgroupRoot = "/tandem-demo"
 
-// seedPod is one of seed 000's four Deployments, scaled to this machine.
+// seedPod is one of the four nginx Deployments of Koordinator's documented QoS example, scaled to this
+// machine.
 type seedPod struct {
 	name, class, kubeQoS string
 	cpuMilli             int64 // request == limit; 0 for none
@@ -29,10 +30,11 @@ type seedPod struct {
 	refused bool
 }
 
-// seed000 runs seed 000's LSE, LSR, LS and BE pods through the proxy with Tandem's built-in policies,
-// then shows the result with tandemctl, as an operator would check it.
+// seed000 runs the LSE, LSR, LS and BE pods of Koordinator's documented QoS example, whose cpusets users
+// check a colocation system against, through the proxy with Tandem's built-in policies, then shows the
+// result with tandemctl, as an operator would check it.
 func (d *demo) seed000(ctx context.Context) {
-	fmt.Fprintf(d.out, "\nSeed 000's four pods (LSE, LSR, LS, BE), scaled to %d CPUs:\n", numCPU())
+	fmt.Fprintf(d.out, "\nThe four pods of Koordinator's QoS example (LSE, LSR, LS, BE), scaled to %d CPUs:\n", numCPU())
 	spread := `{"preferredCPUBindPolicy": "SpreadByPCPUs"}`
 	pods := []seedPod{
 		{name: "nginx-lse", class: "LSE", kubeQoS: "guaranteed", cpuMilli: 1000, annotations: map[string]string{"scheduling.koordinator.sh/resource-spec": spread}},

@@ -20,7 +20,8 @@ import (
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
-// memoryQOSConfig enables memory QoS for lsClass with every key seed 004 writes, Anolis' included.
+// memoryQOSConfig enables memory QoS for lsClass with every key an operator's slo-controller-config
+// writes, Anolis' included.
 const memoryQOSConfig = `{"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": true, "minLimitPercent": 100,
   "throttlingPercent": 80, "wmarkRatio": 95, "wmarkScalePermill": 20, "wmarkMinAdj": -25, "priorityEnable": 1,
   "priority": 12, "oomKillGroup": 1}}}}`

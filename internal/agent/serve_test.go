@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tandemkit/tandem/e2e/framework"
+	"github.com/tandemkit/tandem/internal/polltest"
 )
 
 // TestBadSLOConfigStillServes starts tandem-proxy, in front of a real containerd, with an slo-config file
@@ -111,19 +112,14 @@ func startRun(t *testing.T, ctx context.Context, dir, runtimeEndpoint string, ex
 	}
 	t.Cleanup(func() { _ = stop() })
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			return sock, stop
-		}
+	polltest.Within(t, 30*time.Second, "tandem-proxy's CRI socket", func() bool {
 		select {
 		case <-done:
 			t.Fatalf("tandem-proxy exited before serving: %v", runErr)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no CRI socket within 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		_, err := os.Stat(sock)
+		return err == nil
+	})
+	return sock, stop
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/config/slo/source"
+	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/internal/supervise"
 	"github.com/tandemkit/tandem/resource/sysconfig"
 )
@@ -151,7 +153,7 @@ func TestSysConfigFollowsSLO(t *testing.T) {
 	rep := cons.comps[0].(knob.Reporter)
 
 	// Before the first configuration: nothing written, and Knobs says so.
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // time must pass: a write that must not happen gets its chance
 	tr.waitFiles(t, "before the first configuration", sysOriginals)
 	if k := knobsByKey(rep)["minFreeKbytesFactor"]; k.State != knob.Off || !strings.Contains(k.Detail, "waiting") {
 		t.Fatalf("before the first configuration: %+v, want off, waiting", k)
@@ -159,7 +161,7 @@ func TestSysConfigFollowsSLO(t *testing.T) {
 
 	seed := resolve(t, map[string]string{slo.SystemConfigKey: seedSystemConfig})
 	cons.apply(ctx, source.Update{Resolved: seed, Origin: "test"})
-	tr.waitFiles(t, "seed 004", sysSeed)
+	tr.waitFiles(t, "the operator's system-config", sysSeed)
 	if !tr.recorded() {
 		t.Fatal("no record of the originals after the first write")
 	}
@@ -201,7 +203,7 @@ func TestSysConfigFollowsSLO(t *testing.T) {
 
 	// Applied again, then the agent stops: the originals are back when its loops have ended.
 	cons.apply(ctx, source.Update{Resolved: seed, Origin: "test"})
-	tr.waitFiles(t, "seed 004 again", sysSeed)
+	tr.waitFiles(t, "the operator's system-config again", sysSeed)
 	stop()
 	tr.waitFiles(t, "stopped", sysOriginals)
 	if tr.recorded() {
@@ -209,23 +211,13 @@ func TestSysConfigFollowsSLO(t *testing.T) {
 	}
 }
 
-// gaugeValue returns the value of the gauge name whose one label has value label, from reg.
+// waitGauge waits until the gauge name whose one label has value label holds want in reg.
 func waitGauge(t *testing.T, reg *prometheus.Registry, name, label string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	polltest.Within(t, 5*time.Second, fmt.Sprintf("%s{%s} = %v", name, label, want), func() bool {
 		got, found := gauge(t, reg, name, label)
-		if found && got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			if !found {
-				t.Fatalf("no %s{%s} in the registry after 5 s", name, label)
-			}
-			t.Fatalf("%s{%s} = %v after 5 s, want %v", name, label, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return found && got == want
+	})
 }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name, label string) (float64, bool) {
@@ -282,7 +274,7 @@ func TestSysConfigAfterKill(t *testing.T) {
 			if tc.configure != nil {
 				cons.apply(ctx, source.Update{Resolved: resolve(t, tc.configure), Origin: "test"})
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // time must pass: a wrong restore or write gets its chance
 			tr.waitFiles(t, "new run", tc.beforeStop)
 			stop()
 			tr.waitFiles(t, "stopped", sysOriginals)
@@ -306,7 +298,7 @@ func TestSysConfigBadRecord(t *testing.T) {
 	}
 	cons, stop := startSys(t, tr, true, nil)
 	cons.apply(ctx, source.Update{Resolved: resolve(t, map[string]string{slo.SystemConfigKey: seedSystemConfig}), Origin: "test"})
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // time must pass: a write the bad record must prevent gets its chance
 	stop()
 	tr.waitFiles(t, "bad record", sysOriginals)
 	k := knobsByKey(cons.comps[0].(knob.Reporter))["minFreeKbytesFactor"]

@@ -24,7 +24,8 @@ var update = flag.Bool("update", false, "rewrite the generated testdata trees")
 
 // generated maps each generated testdata directory to its machine.
 var generated = map[string]topologytest.Machine{
-	// Two sockets of 4 cores with SMT, one NUMA node per socket: the seed-000 shape, scaled down.
+	// Two sockets of 4 cores with SMT, one NUMA node per socket: the machine of Koordinator's documented
+	// QoS example, scaled down.
 	"16cpu-2socket-smt": {Sockets: 2, CoresPerDie: 4, ThreadsPerCore: 2},
 	// A common 2-socket server: 48 cores, 96 threads.
 	"96cpu-2socket-smt": {Sockets: 2, CoresPerDie: 24, ThreadsPerCore: 2},
