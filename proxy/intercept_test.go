@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/tandemkit/tandem/hooks"
+	"github.com/tandemkit/tandem/store"
 )
 
 // sharesHook is the test policy that proves hooks reach the runtime through the proxy: containers of pods
@@ -146,7 +147,7 @@ func TestLifecycleThroughHooksAndStore(t *testing.T) {
 	if _, err := rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := h.srv.Store().Container(ctr.ContainerId); c.State != "CONTAINER_EXITED" {
+	if c, _ := h.srv.Store().Container(ctr.ContainerId); c.State != store.ContainerExited {
 		t.Fatalf("state after stop = %s", c.State)
 	}
 	if _, err := rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr.ContainerId}); err != nil {

@@ -94,7 +94,7 @@ func TestRestoreExclusive(t *testing.T) {
 	st.PutPod(&store.Pod{ID: "sb1", UID: "u1"})
 	st.PutContainer(&store.Container{ID: "c1", PodSandboxID: "sb1", Name: "lse", State: "CONTAINER_RUNNING",
 		Annotations: map[string]string{"tandem.io/qos-class": "LSE"}, Resources: resourcesWithCpuset("2-3")})
-	st.PutContainer(&store.Container{ID: "c2", PodSandboxID: "sb1", Name: "gone", State: "CONTAINER_EXITED",
+	st.PutContainer(&store.Container{ID: "c2", PodSandboxID: "sb1", Name: "gone", State: store.ContainerExited,
 		Annotations: map[string]string{"tandem.io/qos-class": "LSR"}, Resources: resourcesWithCpuset("4-5")})
 	recorded := recordedCPUs(st.Snapshot())
 	if len(recorded) != 1 || recorded[0].Class != resqos.LSE {
