@@ -1,9 +1,11 @@
 // Package agent is Tandem's node agent, shared by its two binaries: tandem-proxy, a CRI proxy that kubelet
 // talks to instead of containerd, and tandem-nri, an NRI plugin that containerd calls. Both run the same
 // policies on the lifecycle calls and the same node loops (collector, reporter, suppress, evict); only the
-// front end that sees the calls differs. This package wires them: flags, configuration, the hooks, the
-// loops, /metrics and the debug socket. The NRI front end is passed in by tandem-nri, so tandem-proxy does
-// not link containerd/nri (it would grow by 1.9 MB and 1 MiB of RSS at rest).
+// front end that sees the calls differs. This package wires them, one job a file: flags.go reads the
+// flags, variables and config file; wire.go puts one run together, step by step; component.go is the
+// interface every node loop runs behind (configure, start, restore on stop) and loops.go builds them;
+// serve.go serves /metrics and the debug socket. The NRI front end is passed in by tandem-nri, so
+// tandem-proxy does not link containerd/nri (it would grow by 1.9 MB and 1 MiB of RSS at rest).
 package agent
 
 import (
