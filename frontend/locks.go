@@ -11,7 +11,12 @@ type Locks struct {
 
 // Lock takes the container's lock and returns its unlock.
 func (l *Locks) Lock(id string) (unlock func()) {
-	m, _ := l.m.LoadOrStore(id, &sync.Mutex{})
+	// Load first: a container's lock is taken at every lifecycle call and refresh, and LoadOrStore would
+	// allocate a mutex each time only to throw it away.
+	m, ok := l.m.Load(id)
+	if !ok {
+		m, _ = l.m.LoadOrStore(id, &sync.Mutex{})
+	}
 	mu := m.(*sync.Mutex)
 	mu.Lock()
 	return mu.Unlock

@@ -87,6 +87,9 @@ func (l *loop) Knobs() []knob.Status {
 // nothing, and its keys say why, for the configuration in force, so that tandemctl config explains
 // the loop's absence instead of showing nothing. knobs may be nil.
 func switchedOff(name string, knobs func(slo.Resolved) []knob.Status) *loop {
+	if knobs == nil {
+		return &loop{name: name}
+	}
 	var mu sync.Mutex
 	var in slo.Resolved
 	l := &loop{name: name, configure: func(_ context.Context, r slo.Resolved) error {
@@ -95,13 +98,11 @@ func switchedOff(name string, knobs func(slo.Resolved) []knob.Status) *loop {
 		mu.Unlock()
 		return nil
 	}}
-	if knobs != nil {
-		l.knobs = knob.ReporterFunc(func() []knob.Status {
-			mu.Lock()
-			defer mu.Unlock()
-			return knobs(in)
-		})
-	}
+	l.knobs = knob.ReporterFunc(func() []knob.Status {
+		mu.Lock()
+		defer mu.Unlock()
+		return knobs(in)
+	})
 	return l
 }
 

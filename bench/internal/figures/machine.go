@@ -27,7 +27,7 @@ type Machine struct {
 
 // ReadMachine returns this machine's facts; what cannot be read stays empty.
 func ReadMachine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Cgroup: CgroupVersion()}
+	m := Machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Cgroup: cgroupVersion()}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
@@ -54,8 +54,8 @@ func (m Machine) Line() string {
 		m.CPUs, m.CPUModel, m.GOMAXPROCS, m.Kernel, m.Cgroup, m.StealPercent, m.OS, m.GoVersion)
 }
 
-// CgroupVersion is 2 when /sys/fs/cgroup is the unified hierarchy, else 1.
-func CgroupVersion() int {
+// cgroupVersion is 2 when /sys/fs/cgroup is the unified hierarchy, else 1.
+func cgroupVersion() int {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		return 2
 	}
