@@ -27,7 +27,7 @@ const blkioReconcile = time.Minute
 
 // blkIO applies resource-qos-config's beClass.blkioQOS to the BE pods' parent cgroup and follows every
 // change; when the agent stops, it puts back the lines the parent had.
-func (n *nodeParts) blkIO(ctx context.Context, cons *consumers) component {
+func (n *nodeParts) blkIO(ctx context.Context, first <-chan struct{}) component {
 	if n.cgroups == nil {
 		return switchedOff("blkio", nil) // the knob rule says the keys are ignored without a cgroup hierarchy
 	}
@@ -43,7 +43,6 @@ func (n *nodeParts) blkIO(ctx context.Context, cons *consumers) component {
 		})
 	}
 	b := &blockIO{keeper: k, kick: make(chan struct{}, 1)}
-	first := cons.first(sloConfigExpected(n.st))
 	return &loop{name: "blkio", knobs: b,
 		configure: func(ctx context.Context, r slo.Resolved) error { b.set(ctx, r); return nil },
 		run:       func(ctx context.Context) error { return b.run(ctx, first, blkioReconcile) },

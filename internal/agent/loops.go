@@ -75,11 +75,13 @@ func (n *nodeParts) components(ctx context.Context, cons *consumers) ([]componen
 	if err != nil {
 		return nil, err
 	}
-	sys, err := n.sysConfig(ctx, cons)
+	// The loops that must not act on the defaults wait for the first configuration, when one will come.
+	first := cons.first(sloConfigExpected(n.st))
+	sys, err := n.sysConfig(ctx, first)
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, yl, hostApps, n.quotaBurst(ctx), newMemoryQoS(cons, n.cgroups), sys, n.blkIO(ctx, cons))
+	out = append(out, yl, hostApps, n.quotaBurst(ctx), newMemoryQoS(cons, n.cgroups), sys, n.blkIO(ctx, first))
 	return out, nil
 }
 

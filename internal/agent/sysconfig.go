@@ -23,10 +23,11 @@ const sysconfigRecord = "sysconfig-originals.json"
 
 // sysConfig applies system-config's node-wide settings (min_free_kbytes, watermark_scale_factor, and
 // Anolis's memcg reaper and group identity switch) and follows every change; when the agent stops, it
-// puts the node's own values back. docs/system-config.md says what each key does.
-func (n *nodeParts) sysConfig(ctx context.Context, cons *consumers) (component, error) {
+// puts the node's own values back. It acts once first is closed (nil: at once). docs/system-config.md
+// says what each key does.
+func (n *nodeParts) sysConfig(ctx context.Context, first <-chan struct{}) (component, error) {
 	cfg := sysconfig.Config{ProcRoot: "/proc", SysRoot: n.st.sysfsRoot, Record: filepath.Join(n.st.proxy.StateDir, sysconfigRecord)}
-	return newSysConfig(ctx, cfg, cons.first(sloConfigExpected(n.st)), n.reg)
+	return newSysConfig(ctx, cfg, first, n.reg)
 }
 
 // newSysConfig is sysConfig on the files cfg names. With a configuration source (first not nil), it
