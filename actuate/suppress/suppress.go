@@ -61,9 +61,9 @@
 // # Undoing suppression
 //
 // Suppression never outlives the loop's reasons for it. A reload that disables it or switches policy
-// wakes the loop, which lifts at once rather than at the next sample. When Run's context ends (SIGTERM)
-// the loop lifts whatever is in force and refreshes through Deps.Refresh, synchronously, before Run
-// returns. When Run starts, a clamp left by an earlier run that could not lift (SIGKILL, a crash) is
+// wakes the loop, which lifts at once rather than at the next sample. When the agent stops (SIGTERM), it
+// ends Run and then calls Restore, which lifts whatever is in force and refreshes through Deps.Refresh,
+// synchronously, before it returns. When Run starts, a clamp left by an earlier run that could not lift (SIGKILL, a crash) is
 // found and lifted: a BE parent quota that is not unlimited, or BE cgroups on a cpuset narrower than the
 // BE pool.
 package suppress
