@@ -44,6 +44,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/admission"
+	"github.com/tandemkit/tandem/bench/internal/controlplane"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
 
@@ -340,7 +341,7 @@ func (s *servers) startFloor(ctx context.Context, vs []floorVariant) error {
 	cfg := floorConfig{
 		Listen:        fmt.Sprintf("127.0.0.1:%d", s.floorPort),
 		MetricsListen: strings.TrimPrefix(s.floorMetricsURL, "http://"),
-		CertFile:      s.pki.cert, KeyFile: s.pki.key,
+		CertFile:      s.pki.Cert, KeyFile: s.pki.Key,
 		Variants: vs,
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
@@ -355,5 +356,5 @@ func (s *servers) startFloor(ctx context.Context, vs []floorVariant) error {
 	if err != nil {
 		return err
 	}
-	return waitHTTP(ctx, s.floor, &http.Client{Timeout: 5 * time.Second}, s.floorMetricsURL+"/readyz", "", "", time.Minute)
+	return controlplane.WaitHTTP(ctx, s.floor, &http.Client{Timeout: 5 * time.Second}, s.floorMetricsURL+"/readyz", "", "", time.Minute)
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tandemkit/tandem/admission"
+	"github.com/tandemkit/tandem/bench/internal/controlplane"
 )
 
 // withToken is pod as the API server hands it to the webhooks: in ns, with the projected token
@@ -211,17 +212,17 @@ func TestSameAnswer(t *testing.T) {
 func TestServeFloor(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	p, err := newPKI(filepath.Join(dir, "pki"))
+	p, err := controlplane.NewPKI(filepath.Join(dir, "pki"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports, err := freePorts(2)
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := floorConfig{
 		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsListen: fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		CertFile: p.cert, KeyFile: p.key,
+		CertFile: p.Cert, KeyFile: p.Key,
 		Variants: []floorVariant{{Name: "web", Marker: variantMarker(benchPods()[variantWeb]), Patch: []string{`[{"op":"add","path":"/metadata/labels/x","value":"y"}]`}}},
 	}
 	b, err := json.Marshal(cfg)
@@ -244,7 +245,7 @@ func TestServeFloor(t *testing.T) {
 	plain := &http.Client{Timeout: 5 * time.Second}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := fetch(ctx, plain, "http://"+cfg.MetricsListen+"/readyz", "")
+		_, err := controlplane.Fetch(ctx, plain, "http://"+cfg.MetricsListen+"/readyz", "")
 		if err == nil {
 			break
 		}
@@ -254,7 +255,7 @@ func TestServeFloor(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(p.caPEM)
+	pool.AppendCertsFromPEM(p.CAPEM)
 	h2 := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	body, err := reviewBody(withToken(benchPods()[variantWeb], nsFloor, tokenVolumePrefix+"abcde"), nsFloor)
 	if err != nil {
@@ -270,7 +271,7 @@ func TestServeFloor(t *testing.T) {
 	if err != nil || resp.ProtoMajor != 2 || out.Response == nil || !out.Response.Allowed || string(out.Response.Patch) != cfg.Variants[0].Patch[0] {
 		t.Fatalf("answer over %s: %+v, %v", resp.Proto, out.Response, err)
 	}
-	body2, err := fetch(ctx, plain, "http://"+cfg.MetricsListen+"/metrics", "")
+	body2, err := controlplane.Fetch(ctx, plain, "http://"+cfg.MetricsListen+"/metrics", "")
 	if err != nil {
 		t.Fatal(err)
 	}

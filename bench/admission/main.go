@@ -66,6 +66,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tandemkit/tandem/admission"
+	"github.com/tandemkit/tandem/bench/internal/controlplane"
 	"github.com/tandemkit/tandem/bench/internal/figures"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/e2e/framework"
@@ -108,7 +109,7 @@ func main() {
 	fs.BoolVar(&o.aa, "aa", false, "A/A check of the benchmark itself: kinds B and C go to bench-plain too, so the differences show what identical kinds get on this machine")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, certificates, etcd data) and print its path")
 	fs.IntVar(&o.handlerIters, "handler-iterations", 2000, "reviews of each kind served by tandem-webhook's and the floor's handlers in this process after the run, for their CPU cost without network or load (0 skips)")
-	fs.StringVar(&o.apiserver, "kube-apiserver", "", "kube-apiserver binary (default: the tier-2 harness's cached "+kubernetesVersion+" build)")
+	fs.StringVar(&o.apiserver, "kube-apiserver", "", "kube-apiserver binary (default: the tier-2 harness's cached "+controlplane.KubernetesVersion+" build)")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	ctx = klog.NewContext(ctx, klog.Background())
@@ -146,11 +147,11 @@ func run(ctx context.Context, o options) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	etcdBin, err := findEtcd()
+	etcdBin, err := controlplane.FindEtcd()
 	if err != nil {
 		return err
 	}
-	apiBin, err := findAPIServer(o.apiserver)
+	apiBin, err := controlplane.Binary("kube-apiserver", o.apiserver)
 	if err != nil {
 		return err
 	}
@@ -226,7 +227,7 @@ func checkAdmitted(got *corev1.Pod, ns, want string) error {
 func waitProfiles(ctx context.Context, s *servers, httpc *http.Client, n int) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		body, err := fetch(ctx, httpc, s.metricsURL+"/metrics", "")
+		body, err := controlplane.Fetch(ctx, httpc, s.metricsURL+"/metrics", "")
 		if err == nil {
 			got, _ := gaugeValue(body, "tandem_webhook_profiles")
 			bad, _ := gaugeValue(body, "tandem_webhook_profiles_invalid")
@@ -260,11 +261,11 @@ func takeSnapshot(ctx context.Context, s *servers, httpc *http.Client) (snapshot
 		pid int
 		dst *float64
 	}{{s.hook.PID(), &sn.cpuHook}, {s.floor.PID(), &sn.cpuFloor}, {s.apiserver.PID(), &sn.cpuAPI}, {s.etcd.PID(), &sn.cpuEtcd}, {os.Getpid(), &sn.cpuSelf}} {
-		if *c.dst, err = cpuSeconds(c.pid); err != nil {
+		if *c.dst, err = controlplane.CPUSeconds(c.pid); err != nil {
 			return sn, fmt.Errorf("CPU time of pid %d: %w", c.pid, err)
 		}
 	}
-	hook, err := fetch(ctx, httpc, s.metricsURL+"/metrics", "")
+	hook, err := controlplane.Fetch(ctx, httpc, s.metricsURL+"/metrics", "")
 	if err != nil {
 		return sn, fmt.Errorf("tandem-webhook metrics: %w", err)
 	}
@@ -276,14 +277,14 @@ func takeSnapshot(ctx context.Context, s *servers, httpc *http.Client) (snapshot
 		return sn, err
 	}
 	sn.hookPatched, sn.hookAllowed = reqs["patched"], reqs["allowed"]
-	floor, err := fetch(ctx, httpc, s.floorMetricsURL+"/metrics", "")
+	floor, err := controlplane.Fetch(ctx, httpc, s.floorMetricsURL+"/metrics", "")
 	if err != nil {
 		return sn, fmt.Errorf("floor webhook metrics: %w", err)
 	}
 	if sn.floorHist, err = parseHistograms(floor, "tandem_webhook_admission_duration_seconds", "webhook"); err != nil {
 		return sn, err
 	}
-	api, err := fetch(ctx, tlsClient(s.pki.caPEM), s.apiURL+"/metrics", s.pki.token)
+	api, err := controlplane.Fetch(ctx, controlplane.TLSClient(s.pki.CAPEM), s.apiURL+"/metrics", s.pki.Token)
 	if err != nil {
 		return sn, fmt.Errorf("kube-apiserver metrics: %w", err)
 	}

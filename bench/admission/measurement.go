@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/tandemkit/tandem/bench/internal/controlplane"
 	"github.com/tandemkit/tandem/bench/internal/figures"
 	"github.com/tandemkit/tandem/e2e/framework"
 )
@@ -63,7 +64,7 @@ func (m *measurement) setUp(ctx context.Context) error {
 		buildDone <- built{bin, err}
 	}()
 	t0 := time.Now()
-	progress("starting etcd and kube-apiserver %s in %s, building tandem-webhook", kubernetesVersion, s.dir)
+	progress("starting etcd and kube-apiserver %s in %s, building tandem-webhook", controlplane.KubernetesVersion, s.dir)
 	cpErr := s.startControlPlane(ctx, m.etcdBin, m.apiBin)
 	b := <-buildDone
 	if cpErr != nil {
@@ -72,7 +73,7 @@ func (m *measurement) setUp(ctx context.Context) error {
 	if b.err != nil {
 		return b.err
 	}
-	m.cfg = s.pki.restConfig(s.apiURL)
+	m.cfg = s.pki.RESTConfig(s.apiURL, "tandem-bench-admission")
 	setupCS, err := kubernetes.NewForConfig(m.cfg)
 	if err != nil {
 		return err
@@ -97,7 +98,7 @@ func (m *measurement) setUp(ctx context.Context) error {
 	progress("floor webhook admits as tandem-webhook does after %s of setup; waiting for kube-apiserver to settle", time.Since(t0).Round(100*time.Millisecond))
 	// A fresh API server keeps working for a while (post-start hooks, the OpenAPI spec rebuilt
 	// after the CRD): that would land on the first measured requests.
-	settled, err := waitIdle(ctx, s.apiserver, 0.15, 3, time.Minute)
+	settled, err := controlplane.WaitIdle(ctx, s.apiserver, 0.15, 3, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func (m *measurement) setUpWebhook(ctx context.Context, cs kubernetes.Interface,
 		return err
 	}
 	progress("tandem-webhook ready; registering its webhooks and 20 ClusterColocationProfiles")
-	if err := createWebhookConfigurations(ctx, cs, tandemWebhooks(s.webhookPort), s.pki.caPEM); err != nil {
+	if err := createWebhookConfigurations(ctx, cs, tandemWebhooks(s.webhookPort), s.pki.CAPEM); err != nil {
 		return err
 	}
 	m.profiles = benchProfiles()
@@ -136,14 +137,14 @@ func (m *measurement) setUpFloor(ctx context.Context, cs kubernetes.Interface) e
 	s := m.s
 	progress("tandem-webhook admits as expected; asking it for its patches and starting the floor webhook")
 	var err error
-	m.floorVs, err = floorVariants(ctx, tlsClient(s.pki.caPEM), fmt.Sprintf("https://127.0.0.1:%d", s.webhookPort), m.pods, m.submitted)
+	m.floorVs, err = floorVariants(ctx, controlplane.TLSClient(s.pki.CAPEM), fmt.Sprintf("https://127.0.0.1:%d", s.webhookPort), m.pods, m.submitted)
 	if err != nil {
 		return err
 	}
 	if err := s.startFloor(ctx, m.floorVs); err != nil {
 		return err
 	}
-	if err := createWebhookConfigurations(ctx, cs, floorWebhooks(s.floorPort), s.pki.caPEM); err != nil {
+	if err := createWebhookConfigurations(ctx, cs, floorWebhooks(s.floorPort), s.pki.CAPEM); err != nil {
 		return err
 	}
 	return waitFloor(ctx, cs, m.pods, m.admitted)
@@ -239,7 +240,7 @@ func (m *measurement) printHeader() {
 	fmt.Printf("bench/admission: admission latency tandem-webhook adds to a pod CREATE (dryRun=All), open loop, against no webhook and against the leanest webhook\n")
 	fmt.Printf("machine: %s; load average before %s, after %s\n", m.machine.Line(), m.loadBefore, m.loadAfter)
 	fmt.Printf("servers: kube-apiserver %s (%s), etcd %s, tandem-webhook built from this tree, the floor webhook (this binary); all on 127.0.0.1, the webhooks called at their URLs\n",
-		kubernetesVersion, m.apiBin, m.etcdBin)
+		controlplane.KubernetesVersion, m.apiBin, m.etcdBin)
 	fmt.Printf("webhook TLS: serving certificate from files (--tls-cert-file), so the self-signed Secret/caBundle path is not exercised; failurePolicy Fail\n")
 	fmt.Printf("profiles: %d ClusterColocationProfiles; the web pod (LS) matches %d, the Spark executor (turned BE, koord-batch) %d\n",
 		len(m.profiles), strings.Count(m.want[variantWeb], ",")+1, strings.Count(m.want[variantBatch], ",")+1)
