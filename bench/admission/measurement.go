@@ -83,7 +83,7 @@ func (m *measurement) setUp(ctx context.Context) error {
 		return err
 	}
 	progress("API server ready after %s; applying the CRD, PriorityClass koord-batch, namespaces", time.Since(t0).Round(100*time.Millisecond))
-	if err := applyCRD(ctx, dyn, root); err != nil {
+	if err := controlplane.ApplyCRD(ctx, dyn, root); err != nil {
 		return err
 	}
 	if err := createBase(ctx, setupCS); err != nil {
@@ -114,7 +114,7 @@ func (m *measurement) setUpWebhook(ctx context.Context, cs kubernetes.Interface,
 		return err
 	}
 	progress("tandem-webhook ready; registering its webhooks and 20 ClusterColocationProfiles")
-	if err := createWebhookConfigurations(ctx, cs, tandemWebhooks(s.webhookPort), s.pki.CAPEM); err != nil {
+	if err := controlplane.RegisterWebhooks(ctx, cs, tandemWebhooks(s.webhookPort), s.pki.CAPEM); err != nil {
 		return err
 	}
 	m.profiles = benchProfiles()
@@ -144,7 +144,7 @@ func (m *measurement) setUpFloor(ctx context.Context, cs kubernetes.Interface) e
 	if err := s.startFloor(ctx, m.floorVs); err != nil {
 		return err
 	}
-	if err := createWebhookConfigurations(ctx, cs, floorWebhooks(s.floorPort), s.pki.CAPEM); err != nil {
+	if err := controlplane.RegisterWebhooks(ctx, cs, floorWebhooks(s.floorPort), s.pki.CAPEM); err != nil {
 		return err
 	}
 	return waitFloor(ctx, cs, m.pods, m.admitted)
@@ -300,8 +300,8 @@ func (m *measurement) printServerSide() {
 		after.floorHist, before.floorHist)
 	printHistograms(os.Stdout, "kube-apiserver's view of each webhook call (apiserver_admission_webhook_admission_duration_seconds, measured window; coarse buckets, the mean is the figure):",
 		after.apiHist, before.apiHist)
-	wm, wv, wSum, okW := callPair(after.apiHist, before.apiHist, "pods.mutate."+tandemWebhooks(0).domain, "pods.validate."+tandemWebhooks(0).domain)
-	fm, fv, fSum, okF := callPair(after.apiHist, before.apiHist, "pods.mutate."+floorWebhooks(0).domain, "pods.validate."+floorWebhooks(0).domain)
+	wm, wv, wSum, okW := callPair(after.apiHist, before.apiHist, "pods.mutate."+tandemWebhooks(0).Domain, "pods.validate."+tandemWebhooks(0).Domain)
+	fm, fv, fSum, okF := callPair(after.apiHist, before.apiHist, "pods.mutate."+floorWebhooks(0).Domain, "pods.validate."+floorWebhooks(0).Domain)
 	if okW && okF {
 		fmt.Printf("  per pod, the two calls as the API server times them (means): tandem-webhook %s (%s + %s), floor %s (%s + %s); difference %s\n",
 			fmtSeconds(wSum), fmtSeconds(wm), fmtSeconds(wv), fmtSeconds(fSum), fmtSeconds(fm), fmtSeconds(fv), figures.Signed(time.Duration((wSum-fSum)*float64(time.Second))))

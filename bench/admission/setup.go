@@ -5,27 +5,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tandemkit/tandem/admission"
+	"github.com/tandemkit/tandem/bench/internal/controlplane"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
 	"github.com/tandemkit/tandem/resource/batch"
 )
@@ -198,49 +194,6 @@ func expectedAnnotations(ps []benchProfile) [variants]string {
 	return out
 }
 
-var (
-	crdResource     = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	profileResource = admission.ProfileResource
-)
-
-// applyCRD creates deploy/webhook/crd.yaml and waits until it is Established.
-func applyCRD(ctx context.Context, dyn dynamic.Interface, root string) error {
-	b, err := os.ReadFile(filepath.Join(root, "deploy", "webhook", "crd.yaml"))
-	if err != nil {
-		return err
-	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(b, &obj); err != nil {
-		return fmt.Errorf("deploy/webhook/crd.yaml: %w", err)
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	if _, err := dyn.Resource(crdResource).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create the ClusterColocationProfile CRD: %w", err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		got, err := dyn.Resource(crdResource).Get(ctx, u.GetName(), metav1.GetOptions{})
-		if err == nil {
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				return fmt.Errorf("CRD %s not Established within a minute: %w", u.GetName(), err)
-			}
-			return fmt.Errorf("CRD %s not Established within a minute", u.GetName())
-		}
-		if err := runctx.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
-
 // createBase creates the PriorityClass koord-batch, the three namespaces and their default
 // ServiceAccounts (no kube-controller-manager runs to make them, and the ServiceAccount admission
 // plugin refuses pods without one).
@@ -269,70 +222,14 @@ func createBase(ctx context.Context, cs kubernetes.Interface) error {
 	return nil
 }
 
-// webhookSet is one registration of the webhooks of deploy/webhook/webhooks.yaml: tandem-webhook's
-// or the floor's, alike but for the names, the port and the namespaces they take.
-type webhookSet struct {
-	config string // the two configurations' name
-	domain string // the webhooks are named pods.mutate.<domain>, pods.validate.<domain>, ...
-	app    string // their app.kubernetes.io/name label
-	label  string // the value of labelWebhook a namespace needs for its pods to be sent here
-	port   int    // on 127.0.0.1
+func tandemWebhooks(port int) controlplane.WebhookSet {
+	return controlplane.WebhookSet{Config: webhookConfigName, Domain: "tandem.io", App: "tandem-webhook",
+		Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{labelWebhook: "webhook"}}, Port: port}
 }
 
-func tandemWebhooks(port int) webhookSet {
-	return webhookSet{config: webhookConfigName, domain: "tandem.io", app: "tandem-webhook", label: "webhook", port: port}
-}
-
-func floorWebhooks(port int) webhookSet {
-	return webhookSet{config: floorConfigName, domain: "floor.bench.tandem.io", app: "bench-floor-webhook", label: "floor", port: port}
-}
-
-// createWebhookConfigurations registers the webhooks of deploy/webhook/webhooks.yaml at the
-// set's URL, with failurePolicy Fail (a request the webhook did not answer fails rather than
-// passes unmeasured) and a namespaceSelector that takes only the set's namespace.
-func createWebhookConfigurations(ctx context.Context, cs kubernetes.Interface, ws webhookSet, caPEM []byte) error {
-	url := func(path string) *string { return ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", ws.port, path)) }
-	fail := ptr.To(admissionregistrationv1.Fail)
-	none := ptr.To(admissionregistrationv1.SideEffectClassNone)
-	podRule := []admissionregistrationv1.RuleWithOperations{{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
-			Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-	}}
-	nsSel := &metav1.LabelSelector{MatchLabels: map[string]string{labelWebhook: ws.label}}
-	meta := metav1.ObjectMeta{Name: ws.config, Labels: map[string]string{"app.kubernetes.io/name": ws.app}}
-	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: meta,
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "pods.mutate." + ws.domain, AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
-			TimeoutSeconds: ptr.To[int32](5),
-			ClientConfig:   admissionregistrationv1.WebhookClientConfig{URL: url(admission.MutatePodPath), CABundle: caPEM},
-			Rules:          podRule, NamespaceSelector: nsSel,
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", ws.config, err)
-	}
-	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: meta,
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "pods.validate." + ws.domain, AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
-			TimeoutSeconds: ptr.To[int32](5),
-			ClientConfig:   admissionregistrationv1.WebhookClientConfig{URL: url(admission.ValidatePodPath), CABundle: caPEM},
-			Rules:          podRule, NamespaceSelector: nsSel,
-		}, {
-			Name: "clustercolocationprofiles.validate." + ws.domain, AdmissionReviewVersions: []string{"v1"}, SideEffects: none, FailurePolicy: fail,
-			TimeoutSeconds: ptr.To[int32](5),
-			ClientConfig:   admissionregistrationv1.WebhookClientConfig{URL: url(admission.ValidateProfilePath), CABundle: caPEM},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{"config.koordinator.sh"}, APIVersions: []string{"v1alpha1"},
-					Resources: []string{"clustercolocationprofiles"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
-			}},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", ws.config, err)
-	}
-	return nil
+func floorWebhooks(port int) controlplane.WebhookSet {
+	return controlplane.WebhookSet{Config: floorConfigName, Domain: "floor.bench.tandem.io", App: "bench-floor-webhook",
+		Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{labelWebhook: "floor"}}, Port: port}
 }
 
 // createProfiles creates the profiles, retrying while the API server does not serve the new
@@ -353,7 +250,7 @@ func createProfiles(ctx context.Context, dyn dynamic.Interface, ps []benchProfil
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			_, err = dyn.Resource(profileResource).Create(ctx, u, metav1.CreateOptions{})
+			_, err = dyn.Resource(admission.ProfileResource).Create(ctx, u, metav1.CreateOptions{})
 			if err == nil || !apierrors.IsNotFound(err) || time.Now().After(deadline) {
 				break
 			}
