@@ -37,10 +37,7 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 	if !fresh {
 		return want // batch 0 if enabled, absent if not; the annotation ages
 	}
-	interval := time.Duration(settings.MetricReportIntervalSeconds) * time.Second
-	if interval <= 0 {
-		interval = time.Minute
-	}
+	interval := reportInterval(settings)
 	est := r.est.Estimate(newest, interval)
 	warmup := r.cfg.Warmup
 	if warmup == 0 {
@@ -86,42 +83,48 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 	return want
 }
 
-func (r *Reporter) statusDue(now time.Time, want desired, threshold float64, refresh time.Duration) bool {
-	last := r.status
+// reportInterval is metricReportIntervalSeconds: the window of the annotation's means, and the
+// least time between two writes.
+func reportInterval(settings slo.ColocationSettings) time.Duration {
+	if interval := time.Duration(settings.MetricReportIntervalSeconds) * time.Second; interval > 0 {
+		return interval
+	}
+	return time.Minute
+}
+
+// due decides whether this step writes the Node. Every write of a Node is an event for each watcher
+// of Nodes in the cluster, so the reporter writes at most once per report interval, and only when
+// batch capacity or usage moved past the tolerance. Usage figures are means over the report
+// interval, which take a whole interval to settle after a change in load, so a step in load costs
+// one write when it is seen and at most one more when the mean has caught up.
+//
+// Three writes do not wait for the interval: the first of this run, colocation switched on or off
+// (an operator's decision, expected within a tick: with colocation off the batch resources must
+// go), and the refreshes, which tell readers that the node is alive (the annotation's updateTime)
+// and put back batch resources that something else took off the Node.
+func (r *Reporter) due(now time.Time, want desired, settings slo.ColocationSettings) bool {
+	last := r.last
+	refresh := time.Duration(settings.UpdateTimeThresholdSeconds) * time.Second
+	annotationRefresh := r.annotationRefresh(refresh)
+	threshold := settings.ResourceDiffThreshold
+	newer := want.metric != nil && (!last.metricValid || *want.metric != last.metric)
 	switch {
 	case !last.valid, last.present != want.present:
 		return true
 	case refresh > 0 && now.Sub(last.at) >= refresh:
 		return true
-	case !want.present:
+	case newer && last.metricValid && annotationRefresh > 0 && now.Sub(last.metricAt) >= annotationRefresh:
+		return true
+	case now.Sub(last.at) < reportInterval(settings):
 		return false
+	case want.present && r.moved(last.batch, want.batch, threshold):
+		return true
+	case !newer:
+		return false
+	case !last.metricValid:
+		return true
 	}
-	return r.moved(last.batch, want.batch, threshold)
-}
-
-// annotationDue decides whether to rewrite the node-metric annotation. Its usage figures are means
-// over the report interval, which take a whole interval to settle after a change in load; a write
-// for moved usage alone therefore waits at least one report interval after the previous write, so
-// that a step in load costs one write when it is seen and at most one more when the mean has
-// caught up, instead of one per threshold crossing on the way.
-func (r *Reporter) annotationDue(now time.Time, m nodemetric.NodeMetric, threshold float64, refresh, interval time.Duration) bool {
-	last := r.annotation
-	switch {
-	case !last.valid:
-		return true
-	case m == last.metric:
-		// No newer sample: rewriting the same updateTime tells readers nothing, and letting it
-		// age is how they learn that the collector stalled.
-		return false
-	case last.metric.Reclaimable != m.Reclaimable:
-		// The annotation's reclaimable mirrors the status written just before.
-		return true
-	case refresh > 0 && now.Sub(last.at) >= refresh:
-		return true
-	case now.Sub(last.at) < interval:
-		return false
-	}
-	return r.moved(last.metric.NodeUsage, m.NodeUsage, threshold) || r.moved(last.metric.HPUsage, m.HPUsage, threshold)
+	return r.moved(last.metric.NodeUsage, want.metric.NodeUsage, threshold) || r.moved(last.metric.HPUsage, want.metric.HPUsage, threshold)
 }
 
 // moved reports whether a value changed by more than threshold relative to the old one, as

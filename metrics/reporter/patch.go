@@ -3,6 +3,7 @@ package reporter
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"time"
 
@@ -17,8 +18,12 @@ import (
 	"github.com/tandemkit/tandem/metrics/reclaim"
 )
 
-// StatusPatch is the strategic merge patch that sets (present) or removes the batch resources.
-func StatusPatch(present bool, batch reclaim.Resources) ([]byte, error) {
+// StatusPatch is the strategic merge patch of the Node's status subresource that sets (present) or
+// removes the batch resources and, when m is not nil, sets the node-metric annotation too. One
+// request carries both because the API server keeps the metadata of a status update (only the
+// spec is reset) and NodeRestriction leaves a node's annotations alone: a write of the Node costs
+// every watcher of Nodes one event, not two.
+func StatusPatch(present bool, batch reclaim.Resources, m *nodemetric.NodeMetric) ([]byte, error) {
 	values := map[corev1.ResourceName]any{
 		nodemetric.ResourceBatchCPU:    nil,
 		nodemetric.ResourceBatchMemory: nil,
@@ -28,20 +33,20 @@ func StatusPatch(present bool, batch reclaim.Resources) ([]byte, error) {
 		values[nodemetric.ResourceBatchCPU] = resource.NewQuantity(batch.CPUMilli, resource.DecimalSI).String()
 		values[nodemetric.ResourceBatchMemory] = resource.NewQuantity(batch.MemoryBytes, resource.BinarySI).String()
 	}
-	return json.Marshal(map[string]any{"status": map[string]any{"capacity": values, "allocatable": values}})
-}
-
-// AnnotationPatch is the merge patch that sets the node-metric annotation.
-func AnnotationPatch(m *nodemetric.NodeMetric) ([]byte, error) {
-	value, err := nodemetric.Marshal(m)
-	if err != nil {
-		return nil, err
+	patch := map[string]any{"status": map[string]any{"capacity": values, "allocatable": values}}
+	if m != nil {
+		value, err := nodemetric.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("node-metric annotation: %w", err)
+		}
+		patch["metadata"] = map[string]any{"annotations": map[string]string{nodemetric.AnnotationKey: value}}
 	}
-	return json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodemetric.AnnotationKey: value}}})
+	return json.Marshal(patch)
 }
 
-func (r *Reporter) patchStatus(ctx context.Context, want desired) error {
-	body, err := StatusPatch(want.present, want.batch)
+// patch writes want, with the annotation m unless it is nil, in one request.
+func (r *Reporter) patch(ctx context.Context, want desired, m *nodemetric.NodeMetric) error {
+	body, err := StatusPatch(want.present, want.batch, m)
 	if err != nil {
 		return err
 	}
@@ -53,22 +58,7 @@ func (r *Reporter) patchStatus(ctx context.Context, want desired) error {
 	}
 	r.learn(node)
 	klog.FromContext(ctx).V(2).Info("Published batch capacity", "present", want.present,
-		"batchCPUMilli", want.batch.CPUMilli, "batchMemoryBytes", want.batch.MemoryBytes)
-	return nil
-}
-
-func (r *Reporter) patchAnnotation(ctx context.Context, m *nodemetric.NodeMetric) error {
-	body, err := AnnotationPatch(m)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
-	defer cancel()
-	node, err := r.deps.Client.PatchNode(ctx, r.cfg.NodeName, types.MergePatchType, body)
-	if err != nil {
-		return err
-	}
-	r.learn(node)
+		"batchCPUMilli", want.batch.CPUMilli, "batchMemoryBytes", want.batch.MemoryBytes, "nodeMetric", m != nil)
 	return nil
 }
 

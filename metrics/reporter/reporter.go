@@ -2,26 +2,29 @@
 // server, for kube-scheduler and tandem-extender.
 //
 // After every collector sample the reporter feeds it to a reclaim.Estimator; every tick it computes
-// batch capacity with the colocation-config knobs and decides whether the Node needs a write. It writes two things, with two PATCH requests:
+// batch capacity with the colocation-config knobs and decides whether the Node needs a write. A
+// write is one PATCH request of the Node's status subresource, a strategic merge patch that names
+// only what the reporter owns:
 //
 //   - status.capacity and status.allocatable get kubernetes.io/batch-cpu (milli-cores) and
-//     kubernetes.io/batch-memory (bytes), through the status subresource, as a strategic merge
-//     patch that names only these two keys. kubelet rewrites the rest of the status every few
+//     kubernetes.io/batch-memory (bytes). kubelet rewrites the rest of the status every few
 //     seconds; a patch without a resourceVersion precondition never conflicts with it, and merging
 //     keys of the resource maps leaves every key kubelet (or a device plugin) owns as it is. A
 //     read-modify-write Update, in contrast, would race kubelet and could write back an old
 //     condition or capacity. Removal sends the keys with null, which a merge deletes and which is
 //     a no-op when they are already gone (a JSON patch "remove" would fail then).
-//   - metadata.annotations gets tandem.io/node-metric (see metrics/nodemetric), through the
-//     main resource, as a JSON merge patch of that one key: the status subresource ignores
-//     metadata, and this patch too leaves kubelet's and other writers' keys alone.
+//   - metadata.annotations gets tandem.io/node-metric (see metrics/nodemetric), when there is a
+//     newer one than the Node has. The status subresource resets only the spec of a Node, not its
+//     metadata, and NodeRestriction lets a node change its own annotations, so the status patch
+//     carries it; the merge leaves kubelet's and other writers' annotations alone.
 //
 // Every write of a Node is an event for each watcher of Nodes in the cluster, so the reporter
-// writes only when something moved: batch capacity or usage by more than resourceDiffThreshold
-// (relative), or updateTimeThresholdSeconds passed since the last write. Without fresh samples
-// for degradeTimeMinutes batch capacity drops to 0 (the node's load is unknown) and the
-// annotation is left to age, so the extender sees it is stale. With colocation disabled the batch
-// resources are removed, as Koordinator does.
+// writes at most once per report interval (metricReportIntervalSeconds), and only when something
+// moved: batch capacity or usage by more than resourceDiffThreshold (relative). The first write,
+// colocation switched on or off, and the refresh after updateTimeThresholdSeconds do not wait for
+// the interval. Without fresh samples for degradeTimeMinutes batch capacity drops to 0 (the
+// node's load is unknown) and the annotation is left to age, so the extender sees it is stale.
+// With colocation disabled the batch resources are removed, as Koordinator does.
 //
 // The reporter runs in its own goroutine and touches nothing on the CRI path: it reads the
 // collector's latest sample and the proxy's view of requests. When the API server is down it keeps
@@ -195,27 +198,24 @@ type Reporter struct {
 	// lastCapacity is the node's capacity in the newest sample.
 	lastCapacity reclaim.Resources
 
-	status     statusState
-	annotation annotationState
+	// last is what the last successful write put on the Node.
+	last published
 
 	failures  int
 	nextRetry time.Time
 	backoff   wait.Backoff
 }
 
-// statusState is what the last successful status patch wrote.
-type statusState struct {
+// published is what the last successful write put on the Node.
+type published struct {
 	valid   bool
 	at      time.Time
 	present bool
 	batch   reclaim.Resources
-}
-
-// annotationState is what the last successful annotation patch wrote.
-type annotationState struct {
-	valid  bool
-	at     time.Time
-	metric nodemetric.NodeMetric
+	// metric is the annotation last written, at metricAt; writes without a newer one leave it.
+	metricValid bool
+	metricAt    time.Time
+	metric      nodemetric.NodeMetric
 }
 
 // New checks cfg and deps and returns a reporter that has not started.
@@ -283,34 +283,24 @@ func (r *Reporter) Step(ctx context.Context) {
 		r.setGauges(want)
 	}
 
-	refresh := time.Duration(settings.UpdateTimeThresholdSeconds) * time.Second
-	statusDue := r.statusDue(now, want, settings.ResourceDiffThreshold, refresh)
-	if statusDue {
-		if err := r.patchStatus(ctx, want); err != nil {
-			r.failed(ctx, now, "patch node status", err, true)
-			return
-		}
-		r.status = statusState{valid: true, at: now, present: want.present, batch: want.batch}
-		r.succeeded(now)
-	}
-	if want.metric == nil {
+	if !r.due(now, want, settings) {
 		return
 	}
-	// Readers take the annotation's reclaimable for what the status says, which moves only past
-	// the threshold; the value just computed may differ from it by less.
-	want.metric.Reclaimable = reclaim.Resources{}
-	if r.status.present {
-		want.metric.Reclaimable = r.status.batch
+	// A write carries the annotation only when there is a newer one: rewriting the same updateTime
+	// tells readers nothing, and letting it age is how they learn that the collector stalled.
+	metric := want.metric
+	if metric != nil && r.last.metricValid && *metric == r.last.metric {
+		metric = nil
 	}
-	interval := time.Duration(want.metric.ReportIntervalSeconds) * time.Second
-	if r.annotationDue(now, *want.metric, settings.ResourceDiffThreshold, r.annotationRefresh(refresh), interval) {
-		if err := r.patchAnnotation(ctx, want.metric); err != nil {
-			r.failed(ctx, now, "patch node-metric annotation", err, true)
-			return
-		}
-		r.annotation = annotationState{valid: true, at: now, metric: *want.metric}
-		r.succeeded(now)
+	if err := r.patch(ctx, want, metric); err != nil {
+		r.failed(ctx, now, "patch node status", err, true)
+		return
 	}
+	r.last.valid, r.last.at, r.last.present, r.last.batch = true, now, want.present, want.batch
+	if metric != nil {
+		r.last.metricValid, r.last.metricAt, r.last.metric = true, now, *metric
+	}
+	r.succeeded(now)
 }
 
 func (r *Reporter) setGauges(want desired) {

@@ -3,13 +3,16 @@ package reporter
 // These tests use client-go's fake clientset: unit tests have no API server, and the edge cases
 // here (a conflict on one request, an outage of a given length) cannot be produced on demand with
 // a real one. The fake applies patches like the API server does, but it does not keep the status
-// subresource apart from the main resource, so the tests also assert which subresource each
-// request named. The tier-2 cluster tests run the reporter against a real API server.
+// subresource apart from the main resource, so the harness also checks that every request is a
+// strategic merge patch of the status subresource. The tier-2 cluster tests run the reporter
+// against a real API server.
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -167,11 +170,17 @@ func (h *harness) step() []k8stesting.PatchAction {
 	return h.newPatches()
 }
 
+// newPatches returns the patches sent since the last call, each checked to be what the reporter
+// sends: a strategic merge patch of the Node's status subresource.
 func (h *harness) newPatches() []k8stesting.PatchAction {
+	h.t.Helper()
 	actions := h.client.Actions()
 	var out []k8stesting.PatchAction
 	for _, a := range actions[h.seen:] {
 		if p, ok := a.(k8stesting.PatchAction); ok {
+			if p.GetSubresource() != "status" || p.GetPatchType() != types.StrategicMergePatchType {
+				h.t.Errorf("%v: patch of subresource %q as %s, want a strategic merge patch of status", h.clock.Now().Sub(t0), p.GetSubresource(), p.GetPatchType())
+			}
 			out = append(out, p)
 		}
 	}
@@ -180,16 +189,56 @@ func (h *harness) newPatches() []k8stesting.PatchAction {
 }
 
 // run samples l once a second for d, stepping after every sample, and returns the time of each
-// patch (by subresource: "status" or "" for the annotation).
-func (h *harness) run(d time.Duration, l load) map[string][]time.Duration {
-	got := map[string][]time.Duration{}
+// patch.
+func (h *harness) run(d time.Duration, l load) []time.Duration {
+	var got []time.Duration
 	for end := h.clock.Now().Add(d); h.clock.Now().Before(end); h.clock.Step(time.Second) {
 		h.setSample(l.sample(h.clock.Now()))
-		for _, p := range h.step() {
-			got[p.GetSubresource()] = append(got[p.GetSubresource()], h.clock.Now().Sub(t0))
+		for range h.step() {
+			got = append(got, h.clock.Now().Sub(t0))
 		}
 	}
 	return got
+}
+
+// body is a patch the reporter sent, decoded.
+type body struct {
+	Metadata struct {
+		Annotations map[string]*string `json:"annotations"`
+	} `json:"metadata"`
+	Status struct {
+		Capacity    map[corev1.ResourceName]*string `json:"capacity"`
+		Allocatable map[corev1.ResourceName]*string `json:"allocatable"`
+	} `json:"status"`
+}
+
+func decode(t testing.TB, p k8stesting.PatchAction) body {
+	t.Helper()
+	var b body
+	if err := json.Unmarshal(p.GetPatch(), &b); err != nil {
+		t.Fatalf("patch %s: %v", p.GetPatch(), err)
+	}
+	return b
+}
+
+// annotation returns the node-metric annotation the patch sets, "" when it sets none.
+func (b body) annotation() string {
+	if v := b.Metadata.Annotations[nodemetric.AnnotationKey]; v != nil {
+		return *v
+	}
+	return ""
+}
+
+// batchKeys reports whether the patch names both batch resources in both capacity and allocatable.
+func (b body) batchKeys() bool {
+	for _, l := range []map[corev1.ResourceName]*string{b.Status.Capacity, b.Status.Allocatable} {
+		for _, r := range []corev1.ResourceName{nodemetric.ResourceBatchCPU, nodemetric.ResourceBatchMemory} {
+			if _, ok := l[r]; !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (h *harness) node() *corev1.Node {
@@ -222,28 +271,17 @@ func TestFirstPublish(t *testing.T) {
 	h := newHarness(t, seed004(t, true), testNode())
 	h.setSample(steady.sample(t0))
 	patches := h.step()
-	if len(patches) != 2 {
-		t.Fatalf("first step sent %d patches, want status and annotation", len(patches))
+	if len(patches) != 1 {
+		t.Fatalf("first step sent %d patches, want one with the status and the annotation", len(patches))
 	}
-
-	status, annotation := patches[0], patches[1]
-	if status.GetSubresource() != "status" || status.GetPatchType() != types.StrategicMergePatchType {
-		t.Errorf("status patch went to subresource %q as %s", status.GetSubresource(), status.GetPatchType())
-	}
-	wantStatus := `{"status":{"allocatable":{"kubernetes.io/batch-cpu":"10700","kubernetes.io/batch-memory":"52828097741"},` +
-		`"capacity":{"kubernetes.io/batch-cpu":"10700","kubernetes.io/batch-memory":"52828097741"}}}`
-	if string(status.GetPatch()) != wantStatus {
-		t.Errorf("status patch =\n%s\nwant\n%s", status.GetPatch(), wantStatus)
-	}
-	if annotation.GetSubresource() != "" || annotation.GetPatchType() != types.MergePatchType {
-		t.Errorf("annotation patch went to subresource %q as %s", annotation.GetSubresource(), annotation.GetPatchType())
-	}
-	wantAnnotation := `{"metadata":{"annotations":{"tandem.io/node-metric":"{\"updateTime\":\"2026-11-21T06:00:00Z\",` +
+	want := `{"metadata":{"annotations":{"tandem.io/node-metric":"{\"updateTime\":\"2026-11-21T06:00:00Z\",` +
 		`\"reportIntervalSeconds\":60,\"nodeUsage\":{\"cpuMilli\":13500,\"memoryBytes\":44023414784},` +
 		`\"hpUsage\":{\"cpuMilli\":7000,\"memoryBytes\":32212254720},` +
-		`\"reclaimable\":{\"cpuMilli\":10700,\"memoryBytes\":52828097741}}"}}}`
-	if string(annotation.GetPatch()) != wantAnnotation {
-		t.Errorf("annotation patch =\n%s\nwant\n%s", annotation.GetPatch(), wantAnnotation)
+		`\"reclaimable\":{\"cpuMilli\":10700,\"memoryBytes\":52828097741}}"}},` +
+		`"status":{"allocatable":{"kubernetes.io/batch-cpu":"10700","kubernetes.io/batch-memory":"52828097741"},` +
+		`"capacity":{"kubernetes.io/batch-cpu":"10700","kubernetes.io/batch-memory":"52828097741"}}}`
+	if got := string(patches[0].GetPatch()); got != want {
+		t.Errorf("patch =\n%s\nwant\n%s", got, want)
 	}
 
 	n := h.node()
@@ -263,8 +301,8 @@ func TestFirstPublish(t *testing.T) {
 		t.Errorf("annotation reclaimable = %+v", m.Reclaimable)
 	}
 
-	if got := h.counter(resultSuccess); got != 2 {
-		t.Errorf("patches_total{result=success} = %v, want 2", got)
+	if got := h.counter(resultSuccess); got != 1 {
+		t.Errorf("patches_total{result=success} = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(h.r.metrics.reclaimableCPU); got != 10.7 {
 		t.Errorf("reclaimable cpu cores = %v, want 10.7", got)
@@ -280,54 +318,57 @@ func TestFirstPublish(t *testing.T) {
 	}
 }
 
+// TestPublishOnlyWhenMoved: a load that does not move past the tolerance costs no request between
+// the refreshes after updateTimeThresholdSeconds, and a load that does costs one a report interval
+// at most.
 func TestPublishOnlyWhenMoved(t *testing.T) {
 	t.Parallel()
-	noisy := func(h *harness, d time.Duration) map[string][]time.Duration {
-		got := map[string][]time.Duration{}
+	noisy := func(h *harness, d time.Duration) []time.Duration {
+		var got []time.Duration
 		for i := 0; i < int(d/time.Second); i++ {
 			// ±3% on pod a, well within the 10% threshold.
 			l := load{aCPU: 4000 + int64(i%7-3)*40, bCPU: 3000}
-			for k, v := range h.run(time.Second, l) {
-				got[k] = append(got[k], v...)
-			}
+			got = append(got, h.run(time.Second, l)...)
 		}
 		return got
 	}
 	tests := []struct {
 		name string
-		// drive runs after the first publish at t0 and returns the patch times.
-		drive func(h *harness) map[string][]time.Duration
-		want  map[string][]time.Duration
+		// drive runs after the first publish at t0 and returns the request times.
+		drive func(h *harness) []time.Duration
+		want  []time.Duration
 	}{
 		{
-			name:  "steady load: nothing until updateTimeThresholdSeconds",
-			drive: func(h *harness) map[string][]time.Duration { return h.run(299*time.Second, steady) },
-			want:  map[string][]time.Duration{},
+			name:  "flat load: nothing until updateTimeThresholdSeconds",
+			drive: func(h *harness) []time.Duration { return h.run(299*time.Second, steady) },
 		},
 		{
 			name:  "noise below the threshold: nothing",
-			drive: func(h *harness) map[string][]time.Duration { return noisy(h, 299*time.Second) },
-			want:  map[string][]time.Duration{},
+			drive: func(h *harness) []time.Duration { return noisy(h, 299*time.Second) },
 		},
 		{
-			name:  "refresh after updateTimeThresholdSeconds, then quiet again",
-			drive: func(h *harness) map[string][]time.Duration { return h.run(650*time.Second, steady) },
-			want:  map[string][]time.Duration{"status": {300 * time.Second, 600 * time.Second}, "": {300 * time.Second, 600 * time.Second}},
+			name:  "flat load: the refreshes after updateTimeThresholdSeconds and nothing between",
+			drive: func(h *harness) []time.Duration { return h.run(899*time.Second, steady) },
+			want:  []time.Duration{300 * time.Second, 600 * time.Second},
+		},
+		{
+			name:  "noise below the threshold: the refreshes and nothing between",
+			drive: func(h *harness) []time.Duration { return noisy(h, 899*time.Second) },
+			want:  []time.Duration{300 * time.Second, 600 * time.Second},
 		},
 		{
 			// Pod a goes from 4 to 7 cores at 101 s: batch cpu 10700 → 7700. The predicted peak
-			// flips once the new level holds 5% of the decayed weight (4 samples), and the status
-			// is written once, with the annotation. The annotation's 60 s means are then still on
-			// their way up; they are written once more a report interval later, settled.
-			name: "step change: one status patch",
-			drive: func(h *harness) map[string][]time.Duration {
-				quiet := h.run(100*time.Second, steady)
-				if len(quiet) != 0 {
+			// flips once the new level holds 5% of the decayed weight (4 samples), and batch
+			// capacity is written once, with the annotation. The annotation's 60 s means are then
+			// still on their way up; they are written once more a report interval later, settled.
+			name: "step change: one write, and one more when the means have settled",
+			drive: func(h *harness) []time.Duration {
+				if quiet := h.run(100*time.Second, steady); len(quiet) != 0 {
 					h.t.Fatalf("patches before the step: %v", quiet)
 				}
 				return h.run(100*time.Second, load{aCPU: 7000, bCPU: 3000})
 			},
-			want: map[string][]time.Duration{"status": {104 * time.Second}, "": {104 * time.Second, 164 * time.Second}},
+			want: []time.Duration{104 * time.Second, 164 * time.Second},
 		},
 	}
 	for _, tt := range tests {
@@ -335,15 +376,191 @@ func TestPublishOnlyWhenMoved(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, seed004(t, true), testNode())
 			h.setSample(steady.sample(t0))
-			if n := len(h.step()); n != 2 {
+			if n := len(h.step()); n != 1 {
 				t.Fatalf("first publish sent %d patches", n)
 			}
 			h.clock.Step(time.Second)
-			got := tt.drive(h)
-			for _, sub := range []string{"status", ""} {
-				if !slices.Equal(got[sub], tt.want[sub]) {
-					t.Errorf("patches to subresource %q at %v, want at %v", sub, got[sub], tt.want[sub])
+			if got := tt.drive(h); !slices.Equal(got, tt.want) {
+				t.Errorf("patches at %v, want at %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestOneWritePerInterval: inputs that move batch capacity past resourceDiffThreshold at every tick
+// (each of which the reporter once wrote, with two requests) cost at most one request per report
+// interval: at most 11 in 10 intervals, the first included, never two within one.
+func TestOneWritePerInterval(t *testing.T) {
+	t.Parallel()
+	const (
+		tick      = 5 * time.Second
+		intervals = 10
+	)
+	// withPod is the steady load with one more service pod, of 3 cores: batch cpu 7700 instead of
+	// 10700.
+	withPod := func(at time.Time) *Sample {
+		s := steady.sample(at)
+		s.Pods = append(s.Pods, PodUsage{UID: "d", QoS: qos.LS, Usage: reclaim.Resources{CPUMilli: 3000, MemoryBytes: gi}})
+		s.Node.CPUMilli += 3000
+		s.Node.MemoryBytes += gi
+		return s
+	}
+	tests := []struct {
+		name string
+		// at sets what the node looks like in the k-th second.
+		at func(h *harness, k int, now time.Time)
+	}{
+		{
+			// A short-lived service pod (a cron job, a canary) every other tick: the estimator forgets a
+			// pod that is gone, so its peak leaves batch capacity at once.
+			name: "a service pod comes and goes every tick",
+			at: func(h *harness, k int, now time.Time) {
+				if k/int(tick/time.Second)%2 == 0 {
+					h.setSample(withPod(now))
+				} else {
+					h.setSample(steady.sample(now))
 				}
+			},
+		},
+		{
+			name: "the steal headroom's BE ceiling moves every tick",
+			at: func(h *harness, k int, now time.Time) {
+				h.mu.Lock()
+				h.ceiling = 0
+				if k/int(tick/time.Second)%2 == 0 {
+					h.ceiling = 4000
+				}
+				h.mu.Unlock()
+				h.setSample(steady.sample(now))
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			settings := seed004(t, true)
+			interval := time.Duration(settings.MetricReportIntervalSeconds) * time.Second
+			h := newHarness(t, settings, testNode())
+			var writes []time.Duration
+			moves, ticks := 0, 0
+			var prev float64
+			for k := 0; k < int(intervals*interval/time.Second); k++ {
+				now := h.clock.Now()
+				tt.at(h, k, now)
+				if now.Sub(t0)%tick != 0 {
+					// Run takes every sample in as it comes and decides on the tick.
+					h.r.observe(settings)
+				} else {
+					for range h.step() {
+						writes = append(writes, now.Sub(t0))
+					}
+					cur := testutil.ToFloat64(h.r.metrics.reclaimableCPU) * 1000
+					if ticks > 0 && math.Abs(cur-prev) > settings.ResourceDiffThreshold*prev && math.Abs(cur-prev) > 320 {
+						moves++
+					}
+					prev = cur
+					ticks++
+				}
+				h.clock.Step(time.Second)
+			}
+			if moves != ticks-1 {
+				t.Fatalf("batch cpu moved past the threshold at %d of %d ticks, want every one", moves, ticks-1)
+			}
+			if len(writes) > intervals+1 {
+				t.Errorf("%d requests in %d report intervals, want at most %d: %v", len(writes), intervals, intervals+1, writes)
+			}
+			for i := 1; i < len(writes); i++ {
+				if gap := writes[i] - writes[i-1]; gap < interval {
+					t.Errorf("requests at %v and %v, %v apart: two within one report interval (%v)", writes[i-1], writes[i], gap, interval)
+				}
+			}
+			t.Logf("%d ticks moved batch capacity past the threshold; requests at %v", moves, writes)
+			// Limited, not silenced: the node still publishes in every interval.
+			if len(writes) < intervals {
+				t.Errorf("%d requests in %d report intervals of moving load, want one in each: %v", len(writes), intervals, writes)
+			}
+		})
+	}
+}
+
+// TestOneRequestPerStep: a step where both the batch resources and the annotation are due writes
+// them in one request, to the status subresource, and the Node ends with both.
+func TestOneRequestPerStep(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		enable bool
+		// drive brings the reporter to the step under test, which is the last one it runs.
+		drive func(h *harness)
+		// wantCPU is the batch cpu the Node must carry afterwards, -1 for none.
+		wantCPU int64
+	}{
+		{
+			name:    "first publish",
+			enable:  true,
+			drive:   func(h *harness) { h.setSample(steady.sample(h.clock.Now())) },
+			wantCPU: steadyBatchCPU,
+		},
+		{
+			name:   "batch capacity moved",
+			enable: true,
+			drive: func(h *harness) {
+				h.run(100*time.Second, steady)
+				h.run(3*time.Second, load{aCPU: 7000, bCPU: 3000}) // the peak flips at the 4th sample
+				h.setSample(load{aCPU: 7000, bCPU: 3000}.sample(h.clock.Now()))
+			},
+			wantCPU: steadyBatchCPU - 3000,
+		},
+		{
+			name:   "colocation switched off",
+			enable: true,
+			drive: func(h *harness) {
+				h.run(10*time.Second, steady)
+				h.mu.Lock()
+				h.settings.Enable = false
+				h.mu.Unlock()
+				h.setSample(steady.sample(h.clock.Now()))
+			},
+			wantCPU: -1,
+		},
+		{
+			name:   "refresh after updateTimeThresholdSeconds",
+			enable: true,
+			drive: func(h *harness) {
+				h.run(300*time.Second, steady)
+				h.setSample(steady.sample(h.clock.Now()))
+			},
+			wantCPU: steadyBatchCPU,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, seed004(t, tt.enable), testNode())
+			tt.drive(h)
+			h.newPatches()
+			patches := h.step()
+			if len(patches) != 1 {
+				t.Fatalf("%v: %d requests, want 1", h.clock.Now().Sub(t0), len(patches))
+			}
+			b := decode(t, patches[0])
+			if b.annotation() == "" || !b.batchKeys() {
+				t.Fatalf("request %s, want the annotation and both batch resources", patches[0].GetPatch())
+			}
+			n := h.node()
+			if got := n.Annotations[nodemetric.AnnotationKey]; got != b.annotation() {
+				t.Errorf("Node annotation %q, want the patch's %q", got, b.annotation())
+			}
+			c, m, ac, am := batch(n)
+			if c != tt.wantCPU || ac != c || (tt.wantCPU < 0) != (m < 0) || am != m {
+				t.Errorf("Node batch capacity %d/%d allocatable %d/%d, want cpu %d", c, m, ac, am, tt.wantCPU)
+			}
+			metric, err := nodemetric.FromNode(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := max(tt.wantCPU, 0); metric.Reclaimable.CPUMilli != want || !metric.UpdateTime.Equal(h.clock.Now()) {
+				t.Errorf("annotation %+v, want reclaimable cpu %d of the sample at %v", metric, want, h.clock.Now().Sub(t0))
 			}
 		})
 	}
@@ -353,12 +570,8 @@ func TestWarmup(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, seed004(t, true), testNode())
 	h.r.cfg.Warmup = 0 // the default: metricReportIntervalSeconds, 60 s in the operator's config
-	got := h.run(90*time.Second, steady)
-	want := map[string][]time.Duration{"status": {60 * time.Second}, "": {60 * time.Second}}
-	for _, sub := range []string{"status", ""} {
-		if !slices.Equal(got[sub], want[sub]) {
-			t.Errorf("patches to subresource %q at %v, want at %v", sub, got[sub], want[sub])
-		}
+	if got, want := h.run(90*time.Second, steady), []time.Duration{60 * time.Second}; !slices.Equal(got, want) {
+		t.Errorf("patches at %v, want at %v", got, want)
 	}
 	// The gauges show the estimate while it warms up.
 	if v := testutil.ToFloat64(h.r.metrics.reclaimableCPU); v != 10.7 {
@@ -371,17 +584,17 @@ func TestWarmup(t *testing.T) {
 	short.MetricAggregateDurationSeconds = short.MetricReportIntervalSeconds
 	h3 := newHarness(t, short, testNode())
 	h3.r.cfg.Warmup = 0
-	got = h3.run(90*time.Second, steady)
-	if want := time.Duration(short.MetricAggregateDurationSeconds) * time.Second / 2; !slices.Equal(got["status"], []time.Duration{want}) {
-		t.Errorf("window %ds: status patched at %v, want once, at %v", short.MetricAggregateDurationSeconds, got["status"], want)
+	got := h3.run(90*time.Second, steady)
+	if want := time.Duration(short.MetricAggregateDurationSeconds) * time.Second / 2; !slices.Equal(got, []time.Duration{want}) {
+		t.Errorf("window %ds: patched at %v, want once, at %v", short.MetricAggregateDurationSeconds, got, want)
 	}
 
 	// Disabled colocation is applied at once: removing needs no history.
 	h2 := newHarness(t, seed004(t, false), testNode())
 	h2.r.cfg.Warmup = 0
 	h2.setSample(steady.sample(t0))
-	if p := h2.step(); len(p) != 2 {
-		t.Errorf("disabled: %d patches at the first sample, want 2", len(p))
+	if p := h2.step(); len(p) != 1 {
+		t.Errorf("disabled: %d patches at the first sample, want 1", len(p))
 	}
 }
 
@@ -431,14 +644,19 @@ func TestDegradeWithoutFreshSamples(t *testing.T) {
 	var got []string
 	for h.clock.Now().Before(t0.Add(10*time.Second + 20*time.Minute)) {
 		for _, p := range h.step() {
-			got = append(got, h.clock.Now().Sub(t0).String()+":"+p.GetSubresource())
+			what := "status"
+			if decode(t, p).annotation() != "" {
+				what += "+annotation"
+			}
+			got = append(got, h.clock.Now().Sub(t0).String()+":"+what)
 		}
 		h.clock.Step(time.Second)
 	}
 	// The refreshes every 300 s rewrite the status (the sample is still within
 	// degradeTimeMinutes); the annotation is rewritten once, with the last sample's figures, and
-	// then left to age. 15 minutes after the last sample (9 s) batch drops to 0.
-	want := []string{"5m0s:status", "5m0s:", "10m0s:status", "15m0s:status", "15m10s:status"}
+	// then left to age. 15 minutes after the last sample (9 s) batch drops to 0, at the first
+	// step a report interval after the refresh at 15m.
+	want := []string{"5m0s:status+annotation", "10m0s:status", "15m0s:status", "16m0s:status"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("patches %v, want %v", got, want)
 	}
@@ -457,8 +675,8 @@ func TestDegradeWithoutFreshSamples(t *testing.T) {
 
 	// The collector is back: batch capacity returns at once.
 	h.setSample(steady.sample(h.clock.Now()))
-	if p := h.step(); len(p) != 2 {
-		t.Fatalf("recovery sent %d patches, want 2", len(p))
+	if p := h.step(); len(p) != 1 || decode(t, p[0]).annotation() == "" {
+		t.Fatalf("recovery sent %d patches, want 1 with the annotation", len(p))
 	}
 	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU {
 		t.Errorf("batch cpu after recovery = %d", c)
@@ -475,13 +693,16 @@ func TestColocationDisabled(t *testing.T) {
 	h := newHarness(t, seed004(t, false), node) // the operator's config as shipped: enable false
 	h.setSample(steady.sample(t0))
 	patches := h.step()
-	if len(patches) != 2 {
-		t.Fatalf("sent %d patches, want status and annotation", len(patches))
+	if len(patches) != 1 {
+		t.Fatalf("sent %d patches, want 1", len(patches))
 	}
-	wantStatus := `{"status":{"allocatable":{"kubernetes.io/batch-cpu":null,"kubernetes.io/batch-memory":null},` +
-		`"capacity":{"kubernetes.io/batch-cpu":null,"kubernetes.io/batch-memory":null}}}`
-	if string(patches[0].GetPatch()) != wantStatus {
-		t.Errorf("status patch =\n%s\nwant\n%s", patches[0].GetPatch(), wantStatus)
+	b := decode(t, patches[0])
+	for _, l := range []map[corev1.ResourceName]*string{b.Status.Capacity, b.Status.Allocatable} {
+		for _, r := range []corev1.ResourceName{nodemetric.ResourceBatchCPU, nodemetric.ResourceBatchMemory} {
+			if v, ok := l[r]; !ok || v != nil {
+				t.Errorf("patch %s, want %s null in capacity and allocatable", patches[0].GetPatch(), r)
+			}
+		}
 	}
 	n := h.node()
 	if c, m, ac, am := batch(n); c != -1 || m != -1 || ac != -1 || am != -1 {
@@ -507,11 +728,47 @@ func TestColocationDisabled(t *testing.T) {
 	h.settings.Enable = true
 	h.mu.Unlock()
 	h.setSample(steady.sample(h.clock.Now()))
-	if p := h.step(); len(p) != 2 {
-		t.Fatalf("enabling sent %d patches, want 2", len(p))
+	if p := h.step(); len(p) != 1 {
+		t.Fatalf("enabling sent %d patches, want 1", len(p))
 	}
 	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU {
 		t.Errorf("batch cpu after enabling = %d", c)
+	}
+}
+
+// TestColocationSwitchedAtOnce: an operator's enable is written at the next step, though the
+// reporter wrote a few seconds before, and then the report interval holds again.
+func TestColocationSwitchedAtOnce(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		from, to bool
+		wantCPU  int64 // on the Node after the switch, -1 for none
+	}{
+		{name: "enable flipped to false removes the batch resources at once", from: true, to: false, wantCPU: -1},
+		{name: "enable flipped to true publishes them at once", from: false, to: true, wantCPU: steadyBatchCPU},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, seed004(t, tt.from), testNode())
+			if got := h.run(10*time.Second, steady); !slices.Equal(got, []time.Duration{0}) {
+				t.Fatalf("before the switch, patches at %v, want at 0s", got)
+			}
+			h.mu.Lock()
+			h.settings.Enable = tt.to
+			h.mu.Unlock()
+			if got, want := h.run(50*time.Second, steady), []time.Duration{10 * time.Second}; !slices.Equal(got, want) {
+				t.Errorf("after the switch at 10s, patches at %v, want at %v", got, want)
+			}
+			n := h.node()
+			if c, m, ac, am := batch(n); c != tt.wantCPU || ac != c || (tt.wantCPU < 0) != (m < 0) || am != m {
+				t.Errorf("Node batch capacity %d/%d allocatable %d/%d, want cpu %d", c, m, ac, am, tt.wantCPU)
+			}
+			if m, err := nodemetric.FromNode(n); err != nil || m.Reclaimable.CPUMilli != max(tt.wantCPU, 0) {
+				t.Errorf("annotation %+v (%v), want reclaimable cpu %d", m, err, max(tt.wantCPU, 0))
+			}
+		})
 	}
 }
 
@@ -534,7 +791,7 @@ func TestAPIServerDownThenBack(t *testing.T) {
 		name       string
 		cfg        Config
 		failures   int
-		wantTries  []time.Duration // when the status patch was tried
+		wantTries  []time.Duration // when the patch was tried
 		wantErrors float64
 	}{
 		{
@@ -560,21 +817,19 @@ func TestAPIServerDownThenBack(t *testing.T) {
 			var tries []time.Duration
 			for range 30 {
 				h.setSample(steady.sample(h.clock.Now()))
-				for _, p := range h.step() {
-					if p.GetSubresource() == "status" {
-						tries = append(tries, h.clock.Now().Sub(t0))
-					}
+				for range h.step() {
+					tries = append(tries, h.clock.Now().Sub(t0))
 				}
 				h.clock.Step(time.Second)
 			}
 			if !slices.Equal(tries, tt.wantTries) {
-				t.Errorf("status patch tried at %v, want %v", tries, tt.wantTries)
+				t.Errorf("patch tried at %v, want %v", tries, tt.wantTries)
 			}
 			if got := h.counter(resultError); got != tt.wantErrors {
 				t.Errorf("patches_total{result=error} = %v, want %v", got, tt.wantErrors)
 			}
-			if got := h.counter(resultSuccess); got != 2 {
-				t.Errorf("patches_total{result=success} = %v, want 2 once the API server is back", got)
+			if got := h.counter(resultSuccess); got != 1 {
+				t.Errorf("patches_total{result=success} = %v, want 1 once the API server is back", got)
 			}
 			if c, _, _, _ := batch(h.node()); c != steadyBatchCPU {
 				t.Errorf("batch cpu after recovery = %d", c)
@@ -623,8 +878,8 @@ func TestNodeGetFailsFirst(t *testing.T) {
 	}
 	h.clock.Step(time.Second)
 	h.setSample(steady.sample(h.clock.Now()))
-	if p := h.step(); len(p) != 2 {
-		t.Fatalf("after the node was read, %d patches, want 2", len(p))
+	if p := h.step(); len(p) != 1 {
+		t.Fatalf("after the node was read, %d patches, want 1", len(p))
 	}
 	if got := h.counter(resultError); got != 0 {
 		t.Errorf("a failed GET counted as a failed patch: %v", got)
@@ -671,8 +926,8 @@ func TestPatchConflict(t *testing.T) {
 
 	h.clock.Step(time.Second)
 	h.setSample(steady.sample(h.clock.Now()))
-	if p := h.step(); len(p) != 2 {
-		t.Fatalf("retry sent %d patches, want 2", len(p))
+	if p := h.step(); len(p) != 1 {
+		t.Fatalf("retry sent %d patches, want 1", len(p))
 	}
 	n = h.node()
 	if c, _, _, _ := batch(n); c != steadyBatchCPU {
@@ -790,7 +1045,7 @@ func TestRunPublishes(t *testing.T) {
 		return n
 	}
 	// The waits below allow a minute, which is generous: only a hang fails them.
-	polltest.Within(t, time.Minute, "the first publish", func() bool { return patches() == 2 })
+	polltest.Within(t, time.Minute, "the first publish", func() bool { return patches() == 1 })
 
 	// Pod a jumps to 7 cores for a minute of samples, delivered through Updates; the next tick
 	// publishes the new batch capacity.
@@ -800,7 +1055,7 @@ func TestRunPublishes(t *testing.T) {
 	}
 	polltest.Within(t, time.Minute, "the ticker", h.clock.HasWaiters)
 	h.clock.Step(time.Minute)
-	polltest.Within(t, time.Minute, "the second publish", func() bool { return patches() == 4 })
+	polltest.Within(t, time.Minute, "the second publish", func() bool { return patches() == 2 })
 	if c, _, _, _ := batch(h.node()); c != steadyBatchCPU-3000 {
 		t.Errorf("batch cpu = %d, want %d", c, steadyBatchCPU-3000)
 	}

@@ -25,7 +25,7 @@ type NodePatcher interface {
 // agent serves, and tandem-extender would keep judging it by the last usage the agent measured, until
 // that went stale (nodeMetricExpirationSeconds, 10 minutes by default).
 func Withdraw(ctx context.Context, c NodePatcher, nodeName string) error {
-	status, err := reporter.StatusPatch(false, reclaim.Resources{})
+	status, err := reporter.StatusPatch(false, reclaim.Resources{}, nil)
 	if err != nil {
 		return err
 	}
