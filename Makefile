@@ -49,9 +49,10 @@ images:
 deps:
 	bash hack/install-deps.sh
 
-## test: everything CI runs: lint, unit tests with the race detector, e2e against real containerd (tier 1)
-## and against a real two-node Kubernetes cluster with Tandem installed as docs/install.md says (tier 2)
-test: deps lint unit e2e e2e-cluster
+## test: everything CI runs: lint, unit tests with the race detector, e2e against real containerd (tier 1),
+## against a real two-node Kubernetes cluster with Tandem installed as docs/install.md says (tier 2), and
+## the cluster-scale check (200 simulated nodes, 1000 pods through tandem-extender and tandem-webhook)
+test: deps lint unit e2e e2e-cluster scale-ci
 
 ## lint: gofmt, go vet, and golangci-lint over Tandem's module (the e2e tier included) and e2e/cluster's
 lint:
@@ -133,6 +134,24 @@ bench: bench-unit
 	-$(GO) run ./bench/extender
 	-$(GO) run ./bench/admission
 	-$(GO) run ./bench/nrilatency
+
+## bench-scale: issue 42's table. kube-scheduler alone against kube-scheduler with tandem-extender,
+## tandem-webhook and one simulated agent per node, on 1000 and 5000 kwok nodes: throughput, creation-to-bound
+## latency, CPU and memory, as ratios (about 40 minutes; docs/scale.md). SCALE_FLAGS passes flags to
+## bench/scale, e.g. "-nodes 1000 -burst 2000".
+SCALE_FLAGS ?=
+.PHONY: bench-scale scale-ci
+bench-scale:
+	@# The cached kube-apiserver and kube-scheduler the tier-2 harness builds (minutes, once).
+	$(CLUSTER_GO) run ./cmd/cluster build
+	$(GO) run ./bench/scale $(SCALE_FLAGS)
+
+## scale-ci: the small version of bench-scale that CI runs: 200 kwok nodes, 1000 pods, with Tandem; fails
+## unless every pod is bound, batch pods sit within the batch capacity their nodes publish, and nothing is
+## left behind (a few minutes)
+scale-ci:
+	$(CLUSTER_GO) run ./cmd/cluster build
+	$(GO) run ./bench/scale -ci
 
 ## bench-colocation: issue 41's table. First whether the machine itself stalls busy CPUs (hypervisor
 ## steal); then LS latency and BE throughput, solo and colocated, for plain Kubernetes, Tandem's defaults

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulerv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tandemkit/tandem/config/slo"
+	"github.com/tandemkit/tandem/metrics/nodemetric"
+	"github.com/tandemkit/tandem/metrics/reclaim"
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// TestSchedulerConfig: both settings run deploy/'s configuration; only the extenders differ.
+func TestSchedulerConfig(t *testing.T) {
+	root := repoRoot(t)
+	for _, tc := range []struct {
+		name      string
+		tandem    bool
+		extenders int
+	}{
+		{"tandem keeps the shipped extender", true, 1},
+		{"plain removes it and nothing else", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "cfg.yaml")
+			if err := schedulerConfig(root, out, "/k/admin.kubeconfig", tc.tandem, 12345, "/k/tls"); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg schedulerv1.KubeSchedulerConfiguration
+			if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if len(cfg.Profiles) != 2 || cfg.Profiles[0].SchedulerName == nil || *cfg.Profiles[1].SchedulerName != "koord-scheduler" {
+				t.Errorf("profiles %+v: want deploy/'s default-scheduler and koord-scheduler", cfg.Profiles)
+			}
+			if cfg.ClientConnection.Kubeconfig != "/k/admin.kubeconfig" || cfg.ClientConnection.QPS != 5000 || *cfg.LeaderElection.LeaderElect {
+				t.Errorf("client connection %+v, leader election %v", cfg.ClientConnection, *cfg.LeaderElection.LeaderElect)
+			}
+			if len(cfg.Extenders) != tc.extenders {
+				t.Fatalf("%d extenders, want %d", len(cfg.Extenders), tc.extenders)
+			}
+			if tc.extenders == 0 {
+				return
+			}
+			e := cfg.Extenders[0]
+			if e.URLPrefix != "https://127.0.0.1:12345" || e.TLSConfig.CertFile != "/k/tls/scheduler.crt" || e.TLSConfig.CAFile != "/k/tls/ca.crt" {
+				t.Errorf("extender %s with TLS %+v: want this run's port and files", e.URLPrefix, e.TLSConfig)
+			}
+			if !e.NodeCacheCapable || !e.Ignorable || e.FilterVerb != "filter" || e.PrioritizeVerb != "prioritize" {
+				t.Errorf("extender %+v: want nodeCacheCapable, ignorable, filter and prioritize as shipped", e)
+			}
+		})
+	}
+}
+
+func TestSameConversion(t *testing.T) {
+	converted := newPod(kindBatch, "p", "rate", true)
+	q := converted.Spec.Containers[0].Resources.Requests[nodemetric.ResourceBatchCPU]
+	if q.Value() != 500 {
+		t.Fatalf("a half-core batch pod requests batch-cpu %s, want 500 (milli-cores as whole units)", q.String())
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		ok   bool
+	}{
+		{"the converted form", newPod(kindBatch, "p", "rate", true), true},
+		{"as submitted", newPod(kindBatch, "p", "rate", false), false},
+		{"another size", newPod(kindBatchBig, "p", "rate", true), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := sameConversion(tc.pod, kindBatch); (err == nil) != tc.ok {
+				t.Errorf("sameConversion: %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func defaultSettings(t *testing.T) slo.ColocationSettings {
+	t.Helper()
+	s, err := shippedColocation(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MetricReportIntervalSeconds != 60 || s.UpdateTimeThresholdSeconds != 300 {
+		t.Fatalf("deploy/slo-controller-config.yaml gives interval %d s, refresh %d s: the test's figures assume 60 and 300", s.MetricReportIntervalSeconds, s.UpdateTimeThresholdSeconds)
+	}
+	return s
+}
+
+func TestNodeLoadStaysInBounds(t *testing.T) {
+	a, err := newAgents(nil, []string{"n0", "n1"}, defaultSettings(t), 1, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, warm := a.loads[0], a.loads[1]
+	now := time.Now()
+	for i := range 1000 {
+		if cold.step(now, 1) {
+			t.Fatal("a cold node's load moved")
+		}
+		if !warm.step(now.Add(time.Duration(i)*time.Minute), 1) {
+			t.Fatal("a warm node with probability 1 did not move")
+		}
+		if warm.percent < 5 || warm.percent > 55 {
+			t.Fatalf("warm load at %.1f%%, outside 5-55%%", warm.percent)
+		}
+	}
+	s := warm.sample(now, "n1", boundUsage{})
+	if s.Node.CPUMilli <= s.System.CPUMilli || s.Capacity.CPUMilli != nodeCPUMilli {
+		t.Errorf("sample %+v: the node's usage must hold its services' and the system's", s)
+	}
+	placed := warm.sample(now, "n1", boundUsage{ls: reclaim.Resources{CPUMilli: 300}, be: reclaim.Resources{CPUMilli: 900}})
+	if d := placed.Node.CPUMilli - s.Node.CPUMilli; d < 1100 || d > 1400 {
+		t.Errorf("placed pods' 1200 milli-cores moved the node's usage by %d (jitter is under 130)", d)
+	}
+	if len(placed.Pods) != 3 || placed.Pods[2].QoS != "BE" {
+		t.Errorf("pods %+v: want the services, the placed services and the placed batch pods (BE)", placed.Pods)
+	}
+}
+
+func TestWriteStats(t *testing.T) {
+	a, err := newAgents(nil, []string{"n0", "n1", "n2"}, defaultSettings(t), 0, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	// n0 (cold): one write at the start, one refresh 300 s later. n1: its load moved at 100 s and it
+	// wrote at 105 and 165 (the mean caught up). n2: wrote twice within 60 s without a move.
+	a.apis[0].writes = []write{{at: at(0)}, {at: at(300), refresh: true}}
+	a.loads[1].moved = at(100)
+	a.apis[1].writes = []write{{at: at(105)}, {at: at(165)}}
+	a.apis[2].writes = []write{{at: at(10)}, {at: at(40), err: true}}
+	s := a.stats(at(0), at(400))
+	want := writeStats{nodes: 3, window: 400 * time.Second, total: 6, errors: 1, refresh: 1, perNodeMax: 2, unexplained: 2}
+	if s != want {
+		t.Errorf("stats = %+v, want %+v", s, want)
+	}
+	if got := s.perSecondPer1000(); got != 6.0/400/3*1000 {
+		t.Errorf("writes/s per 1000 nodes = %g", got)
+	}
+}
