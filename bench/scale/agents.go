@@ -38,8 +38,8 @@ const (
 type nodeLoad struct {
 	mu      sync.Mutex
 	cold    bool
-	percent float64   // the current level, of the node's CPU
-	moved   time.Time // when the level last stepped; zero: never
+	percent float64     // the current level, of the node's CPU
+	moves   []time.Time // when the level stepped
 	rng     *rand.Rand
 }
 
@@ -102,14 +102,15 @@ func (l *nodeLoad) step(now time.Time, p float64) bool {
 	if next < 5 || next > 55 {
 		next = l.percent - d
 	}
-	l.percent, l.moved = next, now
+	l.percent = next
+	l.moves = append(l.moves, now)
 	return true
 }
 
-func (l *nodeLoad) lastMove() time.Time {
+func (l *nodeLoad) moveTimes() []time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.moved
+	return append([]time.Time(nil), l.moves...)
 }
 
 // write is one request an agent sent, as the API server answered it.
@@ -168,10 +169,13 @@ type agents struct {
 	tick      time.Duration
 }
 
-// coldFraction of the nodes are cold: the only ones with room for the full phase's large batch pods.
-const coldFraction = 0.1
+// One node in coldEvery is cold: the only ones with room for the full phase's large batch pods.
+const coldEvery = 10
 
-func isCold(i, n int) bool { return i%int(1/coldFraction) == 0 && i < n }
+func isCold(i, n int) bool { return i%coldEvery == 0 && i < n }
+
+// coldNodes is how many of n nodes are cold.
+func coldNodes(n int) int { return (n + coldEvery - 1) / coldEvery }
 
 // shippedColocation is the colocation settings deploy/slo-controller-config.yaml gives a node.
 func shippedColocation(root string) (slo.ColocationSettings, error) {
@@ -280,16 +284,22 @@ type writeStats struct {
 	errors     int
 	refresh    int
 	perNodeMax int // the most writes one node sent within one report interval
-	// unexplained are change writes from nodes whose load had not stepped for two report
-	// intervals: the tolerance should have absorbed their jitter.
+	// unexplained are change writes from nodes whose load had neither stepped nor received a pod
+	// for the predictor's window and an interval: the tolerance should have absorbed their jitter.
 	unexplained int
 }
 
-func (a *agents) stats(from, to time.Time) writeStats {
+// stats counts the writes sent between from and to. placed says when pods were bound to a node,
+// which changes its usage as a step of its load does.
+func (a *agents) stats(from, to time.Time, placed func(node string) []time.Time) writeStats {
 	interval := time.Duration(a.settings.MetricReportIntervalSeconds) * time.Second
+	// A change moves the reporter's figures for as long as it is in the peak predictor's window
+	// (metricAggregateDurationSeconds), and the last move is written up to an interval later.
+	settle := time.Duration(a.settings.MetricAggregateDurationSeconds)*time.Second + interval
 	s := writeStats{nodes: len(a.names), window: to.Sub(from)}
 	for i, api := range a.apis {
 		ws := api.snapshot()
+		changes := append(a.loads[i].moveTimes(), placed(a.names[i])...)
 		var in []time.Time
 		for _, w := range ws {
 			if w.at.Before(from) || w.at.After(to) {
@@ -301,7 +311,7 @@ func (a *agents) stats(from, to time.Time) writeStats {
 			}
 			if w.refresh {
 				s.refresh++
-			} else if mv := a.loads[i].lastMove(); !w.err && (mv.IsZero() || w.at.Sub(mv) > 2*interval) {
+			} else if !w.err && !changedWithin(changes, w.at, settle) {
 				s.unexplained++
 			}
 			in = append(in, w.at)
@@ -324,4 +334,14 @@ func (s writeStats) perSecondPer1000() float64 {
 		return 0
 	}
 	return float64(s.total) / s.window.Seconds() / float64(s.nodes) * 1000
+}
+
+// changedWithin reports whether one of changes came at most d before t.
+func changedWithin(changes []time.Time, t time.Time, d time.Duration) bool {
+	for _, c := range changes {
+		if !c.After(t) && t.Sub(c) <= d {
+			return true
+		}
+	}
+	return false
 }

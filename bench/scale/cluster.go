@@ -227,7 +227,7 @@ func (c *cluster) startKwok(ctx context.Context, bin string) error {
 // are removed and nothing else changes. The client's QPS is raised in both settings, as
 // scheduler_perf does: kube-scheduler's default of 50 requests/s would cap binding at 50 pods/s and
 // hide what the extender costs.
-func schedulerConfig(root, out, kubeconfig string, tandem bool, extenderPort int, tlsDir string) error {
+func schedulerConfig(root, out, kubeconfig string, tandem, filterOnly bool, extenderPort int, tlsDir string) error {
 	src := filepath.Join(root, "deploy", "extender", "kube-scheduler-config.yaml")
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -250,6 +250,9 @@ func schedulerConfig(root, out, kubeconfig string, tandem bool, extenderPort int
 			return fmt.Errorf("%s: extender %s: the benchmark expects the shipped loopback HTTPS extender", src, e.URLPrefix)
 		}
 		e.URLPrefix = fmt.Sprintf("https://127.0.0.1:%d", extenderPort)
+		if filterOnly {
+			e.PrioritizeVerb, e.Weight = "", 0
+		}
 		for _, f := range []*string{&e.TLSConfig.CAFile, &e.TLSConfig.CertFile, &e.TLSConfig.KeyFile} {
 			*f = filepath.Join(tlsDir, filepath.Base(*f))
 		}

@@ -69,6 +69,8 @@ type options struct {
 	keep      bool
 	apiserver string
 	scheduler string
+	// extenderVerbs is "filter,prioritize" (deploy/'s) or "filter".
+	extenderVerbs string
 }
 
 func main() {
@@ -87,6 +89,7 @@ func main() {
 	fs.IntVar(&o.burst, "burst", 10000, "pods of the burst phase")
 	fs.Float64Var(&o.moveProb, "load-move-probability", 0.1, "chance that a warm node's load steps at each report interval")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the simulated loads")
+	fs.StringVar(&o.extenderVerbs, "extender-verbs", "filter,prioritize", "the extender verbs kube-scheduler calls with Tandem: deploy/'s two, or filter alone (an experiment: prioritize's round trip off the scheduling cycle)")
 	fs.BoolVar(&o.ci, "ci", false, "the CI check: 200 nodes, 1000 pods (20 large batch, 200 at 50/s, 780 in a burst), Tandem only, loads held still; asserts every pod bound, batch pods within published capacity, nothing left behind")
 	fs.BoolVar(&o.keep, "keep", false, "keep each run's directory (logs, configuration) and print its path")
 	fs.StringVar(&o.apiserver, "kube-apiserver", "", "kube-apiserver binary (default: the tier-2 harness's cached "+controlplane.KubernetesVersion+" build)")
@@ -280,7 +283,7 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 		}
 	}
 	schedCfg := filepath.Join(dir, "kube-scheduler-config.yaml")
-	if err := schedulerConfig(root, schedCfg, c.cp.PKI.Kubeconfig, tandem, c.extenderPort, filepath.Join(dir, "pki", "extender")); err != nil {
+	if err := schedulerConfig(root, schedCfg, c.cp.PKI.Kubeconfig, tandem, o.extenderVerbs == "filter", c.extenderPort, filepath.Join(dir, "pki", "extender")); err != nil {
 		return nil, err
 	}
 	if err := c.startScheduler(ctx, bins["kube-scheduler"], schedCfg); err != nil {
@@ -294,9 +297,8 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 	if settled, err := controlplane.WaitIdle(ctx, c.cp.APIServer, 0.5, 3, time.Minute); err == nil {
 		progress("cluster up after %s; kube-apiserver %s", time.Since(t0).Round(time.Second), settled)
 	}
-	cold := (n + int(1/coldFraction) - 1) / int(1/coldFraction)
 	phases := []spec{
-		{name: "full", kinds: []podKind{kindBatchBig}, n: cold},
+		{name: "full", kinds: []podKind{kindBatchBig}, n: coldNodes(n)},
 		{name: "rate", kinds: []podKind{kindLS, kindBatch}, n: o.ratePods, rate: o.rate},
 		{name: "burst", kinds: []podKind{kindLS, kindBatch}, n: o.burst},
 	}
@@ -323,7 +325,7 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 		}
 	}
 	r.windowEnd = time.Now()
-	r.writes = ag.stats(r.windowStart, r.windowEnd)
+	r.writes = ag.stats(r.windowStart, r.windowEnd, t.placedAt)
 	r.stealAfter = readSteal()
 	if tandem {
 		if r.extenderRSS, err = peakRSS(c.extender.PID()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -45,6 +46,29 @@ func (u usage) minus(b usage) usage {
 	return out
 }
 
+// total is the CPU every process of the run used over the window, in cores: near the machine's
+// count, the processes wait for each other.
+func (u usage) total() float64 {
+	if u.cpu["wall"] <= 0 {
+		return 0
+	}
+	var sum float64
+	for k, v := range u.cpu {
+		if k != "wall" {
+			sum += v
+		}
+	}
+	return sum / u.cpu["wall"]
+}
+
+// perPod is the process's CPU per pod of the phase, in milliseconds.
+func (u usage) perPod(name string, pods int) float64 {
+	if pods == 0 {
+		return math.NaN()
+	}
+	return 1000 * u.cpu[name] / float64(pods)
+}
+
 // cores is the process's average CPU use over the window, in cores.
 func (u usage) cores(name string) float64 {
 	if u.cpu["wall"] <= 0 {
@@ -62,6 +86,11 @@ func (c *cluster) snapshot(ctx context.Context) (usage, error) {
 		}
 		u.cpu[d.Name()] = s
 	}
+	self, err := controlplane.CPUSeconds(os.Getpid())
+	if err != nil {
+		return u, err
+	}
+	u.cpu["bench"] = self
 	if c.webhook != nil {
 		h, err := scrapeHistogram(ctx, c.webhookMetrics+"/metrics", "tandem_webhook_admission_duration_seconds", nil)
 		if err != nil {
@@ -420,6 +449,9 @@ func buildRows(plain, tdm *result, judged bool) []row {
 			row{name: name + ": kube-scheduler algorithm p99 per pod", plain: get(plain, func(r *result) float64 { return 1000 * ph(r).usage.algorithm.quantile(0.99) }), tdm: get(tdm, func(r *result) float64 { return 1000 * ph(r).usage.algorithm.quantile(0.99) }), unit: "ms"},
 			row{name: name + ": tandem-extender call p99 (server side)", plain: math.NaN(), tdm: get(tdm, func(r *result) float64 { return 1000 * ph(r).usage.extender.quantile(0.99) }), unit: "ms"},
 			row{name: name + ": tandem-extender CPU", plain: math.NaN(), tdm: get(tdm, func(r *result) float64 { return ph(r).usage.cores("tandem-extender") }), unit: "cores"},
+			row{name: name + ": tandem-extender CPU per pod", plain: math.NaN(), tdm: get(tdm, func(r *result) float64 { return ph(r).usage.perPod("tandem-extender", ph(r).bound) }), unit: "ms"},
+			row{name: name + ": tandem-webhook CPU per pod", plain: math.NaN(), tdm: get(tdm, func(r *result) float64 { return ph(r).usage.perPod("tandem-webhook", ph(r).pods) }), unit: "ms"},
+			row{name: name + fmt.Sprintf(": CPU of every process (of %d cores)", runtime.NumCPU()), plain: get(plain, func(r *result) float64 { return ph(r).usage.total() }), tdm: get(tdm, func(r *result) float64 { return ph(r).usage.total() }), unit: "cores"},
 		)
 		rows = append(rows, row{name: name + ": pod create call p99 (the clients)", unit: "ms",
 			plain: get(plain, func(r *result) float64 { return callP99(ph(r).createCalls) }), tdm: get(tdm, func(r *result) float64 { return callP99(ph(r).createCalls) })})

@@ -35,7 +35,7 @@ func TestSchedulerConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "cfg.yaml")
-			if err := schedulerConfig(root, out, "/k/admin.kubeconfig", tc.tandem, 12345, "/k/tls"); err != nil {
+			if err := schedulerConfig(root, out, "/k/admin.kubeconfig", tc.tandem, false, 12345, "/k/tls"); err != nil {
 				t.Fatal(err)
 			}
 			b, err := os.ReadFile(out)
@@ -144,16 +144,42 @@ func TestWriteStats(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	// n0 (cold): one write at the start, one refresh 300 s later. n1: its load moved at 100 s and it
 	// wrote at 105 and 165 (the mean caught up). n2: wrote twice within 60 s without a move.
+	// n1's load stepped at 100 s and it wrote at 105, 165 and 400 (the predictor's 300 s window
+	// still moving) and at 500 (past the window and an interval: unexplained). n2 received a pod
+	// at 700 s and wrote at 720.
 	a.apis[0].writes = []write{{at: at(0)}, {at: at(300), refresh: true}}
-	a.loads[1].moved = at(100)
-	a.apis[1].writes = []write{{at: at(105)}, {at: at(165)}}
-	a.apis[2].writes = []write{{at: at(10)}, {at: at(40), err: true}}
-	s := a.stats(at(0), at(400))
-	want := writeStats{nodes: 3, window: 400 * time.Second, total: 6, errors: 1, refresh: 1, perNodeMax: 2, unexplained: 2}
+	a.loads[1].moves = []time.Time{at(100)}
+	a.apis[1].writes = []write{{at: at(105)}, {at: at(165)}, {at: at(400)}, {at: at(500)}}
+	a.apis[2].writes = []write{{at: at(10)}, {at: at(40), err: true}, {at: at(720)}}
+	placed := func(node string) []time.Time {
+		if node == "n2" {
+			return []time.Time{at(700)}
+		}
+		return nil
+	}
+	s := a.stats(at(0), at(800), placed)
+	want := writeStats{nodes: 3, window: 800 * time.Second, total: 9, errors: 1, refresh: 1, perNodeMax: 2, unexplained: 3}
 	if s != want {
 		t.Errorf("stats = %+v, want %+v", s, want)
 	}
-	if got := s.perSecondPer1000(); got != 6.0/400/3*1000 {
+	if got := s.perSecondPer1000(); got != 9.0/800/3*1000 {
 		t.Errorf("writes/s per 1000 nodes = %g", got)
+	}
+}
+
+func TestColdNodes(t *testing.T) {
+	for _, n := range []int{5, 200, 1000, 5000, 5003} {
+		cold := 0
+		for i := range n {
+			if isCold(i, n) {
+				cold++
+			}
+		}
+		if cold != coldNodes(n) {
+			t.Errorf("%d nodes: %d cold, coldNodes says %d", n, cold, coldNodes(n))
+		}
+		if want := (n + 9) / 10; cold != want {
+			t.Errorf("%d nodes: %d cold, want one in ten (%d)", n, cold, want)
+		}
 	}
 }

@@ -191,15 +191,16 @@ type tracker struct {
 	bound    map[string]time.Time
 	node     map[string]string
 	kind     map[string]podKind
-	req      map[string]int64      // batch-cpu milli a batch pod requests (after the webhook)
-	usage    map[string]boundUsage // by node: what the pods bound there use
-	first    chan *corev1.Pod      // the first batch pod seen, for sameConversion
+	req      map[string]int64       // batch-cpu milli a batch pod requests (after the webhook)
+	usage    map[string]boundUsage  // by node: what the pods bound there use
+	placed   map[string][]time.Time // by node: when pods were bound there
+	first    chan *corev1.Pod       // the first batch pod seen, for sameConversion
 	gotFirst bool
 }
 
 func newTracker() *tracker {
 	return &tracker{sent: map[string]time.Time{}, bound: map[string]time.Time{}, node: map[string]string{},
-		kind: map[string]podKind{}, req: map[string]int64{}, usage: map[string]boundUsage{}, first: make(chan *corev1.Pod, 1)}
+		kind: map[string]podKind{}, req: map[string]int64{}, usage: map[string]boundUsage{}, placed: map[string][]time.Time{}, first: make(chan *corev1.Pod, 1)}
 }
 
 func (t *tracker) sending(name string, k podKind, at time.Time) {
@@ -234,6 +235,14 @@ func (t *tracker) seen(p *corev1.Pod, at time.Time) {
 		u.ls.MemoryBytes += int64(lsUseOfRequest * float64(r.Memory().Value()))
 	}
 	t.usage[p.Spec.NodeName] = u
+	t.placed[p.Spec.NodeName] = append(t.placed[p.Spec.NodeName], at)
+}
+
+// placedAt is when pods were bound to node.
+func (t *tracker) placedAt(node string) []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]time.Time(nil), t.placed[node]...)
 }
 
 // boundUsage is what the pods bound to node use, for its simulated agent.
