@@ -398,31 +398,33 @@ func (c *cluster) registerShippedWebhooks(ctx context.Context, root string) erro
 		}
 		switch meta.Kind {
 		case "MutatingWebhookConfiguration":
-			var cfg admissionregistrationv1.MutatingWebhookConfiguration
-			if err := yaml.UnmarshalStrict([]byte(doc), &cfg); err != nil {
-				return fmt.Errorf("%s: %w", src, err)
-			}
-			for i := range cfg.Webhooks {
-				if err := at(&cfg.Webhooks[i].ClientConfig); err != nil {
-					return err
+			cfg, err := pointed(doc, src, at, func(w *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				var out []*admissionregistrationv1.WebhookClientConfig
+				for i := range w.Webhooks {
+					out = append(out, &w.Webhooks[i].ClientConfig)
 				}
+				return out
+			})
+			if err == nil {
+				_, err = c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
 			}
-			if _, err := c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("create %s: %w", cfg.Name, err)
+			if err != nil {
+				return fmt.Errorf("mutating webhooks of %s: %w", src, err)
 			}
 			mutating++
 		case "ValidatingWebhookConfiguration":
-			var cfg admissionregistrationv1.ValidatingWebhookConfiguration
-			if err := yaml.UnmarshalStrict([]byte(doc), &cfg); err != nil {
-				return fmt.Errorf("%s: %w", src, err)
-			}
-			for i := range cfg.Webhooks {
-				if err := at(&cfg.Webhooks[i].ClientConfig); err != nil {
-					return err
+			cfg, err := pointed(doc, src, at, func(w *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				var out []*admissionregistrationv1.WebhookClientConfig
+				for i := range w.Webhooks {
+					out = append(out, &w.Webhooks[i].ClientConfig)
 				}
+				return out
+			})
+			if err == nil {
+				_, err = c.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
 			}
-			if _, err := c.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("create %s: %w", cfg.Name, err)
+			if err != nil {
+				return fmt.Errorf("validating webhooks of %s: %w", src, err)
 			}
 			validating++
 		}
@@ -431,4 +433,19 @@ func (c *cluster) registerShippedWebhooks(ctx context.Context, root string) erro
 		return fmt.Errorf("%s holds %d mutating and %d validating configurations: the benchmark expects one of each", src, mutating, validating)
 	}
 	return nil
+}
+
+// pointed decodes one webhook configuration of src strictly and points each of its webhooks'
+// client configurations, which clientConfigs lists, at this run's tandem-webhook.
+func pointed[T any](doc, src string, point func(*admissionregistrationv1.WebhookClientConfig) error, clientConfigs func(*T) []*admissionregistrationv1.WebhookClientConfig) (*T, error) {
+	cfg := new(T)
+	if err := yaml.UnmarshalStrict([]byte(doc), cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", src, err)
+	}
+	for _, cc := range clientConfigs(cfg) {
+		if err := point(cc); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
 }
