@@ -137,7 +137,7 @@ bench: bench-unit
 
 ## bench-scale: issue 42's table. kube-scheduler alone against kube-scheduler with tandem-extender,
 ## tandem-webhook and one simulated agent per node, on 1000 and 5000 kwok nodes: throughput, creation-to-bound
-## latency, CPU and memory, as ratios (about 40 minutes; docs/scale.md). SCALE_FLAGS passes flags to
+## latency, CPU and memory, as ratios (about 15 minutes; docs/scale.md). SCALE_FLAGS passes flags to
 ## bench/scale, e.g. "-nodes 1000 -burst 2000".
 SCALE_FLAGS ?=
 .PHONY: bench-scale scale-ci

@@ -82,7 +82,7 @@ func ensureKwok(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("create kwok build dir: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	cmd := exec.CommandContext(ctx, framework.GoBinary(), "install", "sigs.k8s.io/kwok/cmd/kwok@"+kwokVersion)
 	cmd.Dir = tmp
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=", "CGO_ENABLED=0")

@@ -149,7 +149,10 @@ func waitNodes(ctx context.Context, cs kubernetes.Interface, want int, timeout t
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d nodes %s after %s (last error: %v)", last, want, what, timeout, err)
+			if err != nil {
+				return fmt.Errorf("only %d of %d nodes %s after %s (the last list failed: %w)", last, want, what, timeout, err)
+			}
+			return fmt.Errorf("only %d of %d nodes %s after %s", last, want, what, timeout)
 		}
 		if err := runctx.Sleep(ctx, 3*time.Second); err != nil {
 			return err

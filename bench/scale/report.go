@@ -139,7 +139,10 @@ func (c *cluster) setUpWebhook(ctx context.Context, dyn dynamic.Interface, root,
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("tandem-webhook does not hold the profile after a minute (%v)", err)
+			if err != nil {
+				return fmt.Errorf("tandem-webhook does not hold the profile after a minute (its metrics: %w)", err)
+			}
+			return errors.New("tandem-webhook does not hold the profile after a minute: tandem_webhook_profiles is not 1 (see its log)")
 		}
 		if err := runctx.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return err

@@ -372,7 +372,8 @@ func runPhase(ctx context.Context, cs kubernetes.Interface, t *tracker, sp spec,
 			}()
 		}
 	} else {
-		parallel(ctx, sp.n, burstWorkers, func(i int) error {
+		// create records its own errors; parallel only stops early when ctx ends.
+		_ = parallel(ctx, sp.n, burstWorkers, func(i int) error {
 			create(i, time.Now())
 			return nil
 		})
