@@ -227,7 +227,7 @@ func (c *cluster) startKwok(ctx context.Context, bin string) error {
 // are removed and nothing else changes. The client's QPS is raised in both settings, as
 // scheduler_perf does: kube-scheduler's default of 50 requests/s would cap binding at 50 pods/s and
 // hide what the extender costs.
-func schedulerConfig(root, out, kubeconfig string, tandem, filterOnly bool, extenderPort int, tlsDir string) error {
+func schedulerConfig(root, out, kubeconfig string, extender, filterOnly bool, extenderPort int, tlsDir string) error {
 	src := filepath.Join(root, "deploy", "extender", "kube-scheduler-config.yaml")
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -241,7 +241,7 @@ func schedulerConfig(root, out, kubeconfig string, tandem, filterOnly bool, exte
 	cfg.ClientConnection.QPS = 5000
 	cfg.ClientConnection.Burst = 5000
 	cfg.LeaderElection.LeaderElect = ptr.To(false)
-	if !tandem {
+	if !extender {
 		cfg.Extenders = nil
 	}
 	for i := range cfg.Extenders {

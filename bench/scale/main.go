@@ -69,7 +69,7 @@ type options struct {
 	keep      bool
 	apiserver string
 	scheduler string
-	// extenderVerbs is "filter,prioritize" (deploy/'s) or "filter".
+	// extenderVerbs is "filter,prioritize" (deploy/'s), "filter", or "none" (no extender).
 	extenderVerbs string
 }
 
@@ -89,7 +89,7 @@ func main() {
 	fs.IntVar(&o.burst, "burst", 10000, "pods of the burst phase")
 	fs.Float64Var(&o.moveProb, "load-move-probability", 0.1, "chance that a warm node's load steps at each report interval")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the simulated loads")
-	fs.StringVar(&o.extenderVerbs, "extender-verbs", "filter,prioritize", "the extender verbs kube-scheduler calls with Tandem: deploy/'s two, or filter alone (an experiment: prioritize's round trip off the scheduling cycle)")
+	fs.StringVar(&o.extenderVerbs, "extender-verbs", "filter,prioritize", "the extender verbs kube-scheduler calls with Tandem: deploy/'s filter,prioritize; or, as experiments, filter alone (prioritize's round trip off the scheduling cycle) or none (no extender: what the webhook and the agents cost alone)")
 	fs.BoolVar(&o.ci, "ci", false, "the CI check: 200 nodes, 1000 pods (20 large batch, 200 at 50/s, 780 in a burst), Tandem only, loads held still (placed pods add none); asserts every pod bound, batch pods within published capacity, nothing left behind")
 	fs.BoolVar(&o.keep, "keep", false, "keep each run's directory (logs, configuration) and print its path")
 	fs.StringVar(&o.apiserver, "kube-apiserver", "", "kube-apiserver binary (default: the tier-2 harness's cached "+controlplane.KubernetesVersion+" build)")
@@ -130,6 +130,11 @@ func run(ctx context.Context, o options) error {
 		if s != "plain" && s != "tandem" {
 			return fmt.Errorf("-settings: %q is neither plain nor tandem", s)
 		}
+	}
+	switch o.extenderVerbs {
+	case "filter,prioritize", "filter", "none":
+	default:
+		return fmt.Errorf("-extender-verbs: %q: want filter,prioritize, filter or none", o.extenderVerbs)
 	}
 	bins := map[string]string{}
 	var err error
@@ -274,7 +279,10 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 		stopAgents()
 		<-agentsDone
 	}
-	if tandem {
+	// With -extender-verbs none, Tandem runs without its extender: what the webhook and the
+	// agents cost alone.
+	extenderOn := tandem && o.extenderVerbs != "none"
+	if extenderOn {
 		x, err := writeExtenderTLS(filepath.Join(dir, "pki", "extender"))
 		if err != nil {
 			return nil, err
@@ -289,7 +297,7 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 		}
 	}
 	schedCfg := filepath.Join(dir, "kube-scheduler-config.yaml")
-	if err := schedulerConfig(root, schedCfg, c.cp.PKI.Kubeconfig, tandem, o.extenderVerbs == "filter", c.extenderPort, filepath.Join(dir, "pki", "extender")); err != nil {
+	if err := schedulerConfig(root, schedCfg, c.cp.PKI.Kubeconfig, extenderOn, o.extenderVerbs == "filter", c.extenderPort, filepath.Join(dir, "pki", "extender")); err != nil {
 		return nil, err
 	}
 	if err := c.startScheduler(ctx, bins["kube-scheduler"], schedCfg); err != nil {
@@ -333,13 +341,15 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 	r.windowEnd = time.Now()
 	r.writes = ag.stats(r.windowStart, r.windowEnd, t.placedAt)
 	r.stealAfter = readSteal()
-	if tandem {
+	if extenderOn {
 		if r.extenderRSS, err = peakRSS(c.extender.PID()); err != nil {
 			return nil, err
 		}
 		if err := c.checkExtenderUsed(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if tandem {
 		select {
 		case p := <-t.first:
 			if err := sameConversion(p, kindBatchBig); err != nil {
