@@ -63,6 +63,10 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = os.RemoveAll(binDir())
+	if err := framework.RemovePodLogs(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: remove the pods' log directories: %v\n", err)
+		code = max(code, 1)
+	}
 	os.Exit(code)
 }
 

@@ -39,6 +39,11 @@ func NewCRIClients(ctx context.Context, endpoint string) (internalapi.RuntimeSer
 // podLogRoot holds the pods' log directories (kubelet's /var/log/pods).
 func podLogRoot() string { return filepath.Join(os.TempDir(), "tandem-e2e-pods") }
 
+// RemovePodLogs removes every pod log directory PodSandboxConfig made. RemovePod removes its pod's,
+// but a test that kills a runtime or a proxy under its pods cannot always remove them all; a test
+// binary calls this once its tests are done, so that no run leaves them behind.
+func RemovePodLogs() error { return os.RemoveAll(podLogRoot()) }
+
 func podLogDir(md *runtimeapi.PodSandboxMetadata) string {
 	return filepath.Join(podLogRoot(), md.GetNamespace()+"_"+md.GetName()+"_"+md.GetUid())
 }
