@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,9 +13,11 @@ import (
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	schedulerv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
@@ -374,78 +377,52 @@ func (c *cluster) leftBehind() error {
 
 // registerShippedWebhooks creates deploy/webhook/webhooks.yaml as shipped (rules, selectors,
 // matchConditions, failurePolicy, timeouts), with only what reaches this run's tandem-webhook
-// changed: a URL on 127.0.0.1 instead of the in-cluster Service, and the run's CA as caBundle.
-func (c *cluster) registerShippedWebhooks(ctx context.Context, root string) error {
+// changed: a URL on 127.0.0.1 instead of the in-cluster Service, and the run's CA as caBundle. Both
+// kinds hold their webhooks the same way, so one path serves the mutating and the validating
+// configuration; the API server validates what is created.
+func (c *cluster) registerShippedWebhooks(ctx context.Context, dyn dynamic.Interface, root string) error {
 	src := filepath.Join(root, "deploy", "webhook", "webhooks.yaml")
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}
-	at := func(cc *admissionregistrationv1.WebhookClientConfig) error {
-		if cc.Service == nil || cc.Service.Path == nil {
-			return fmt.Errorf("%s: a webhook without a Service path", src)
-		}
-		cc.URL = ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", c.webhookPort, *cc.Service.Path))
-		cc.Service, cc.CABundle = nil, c.cp.PKI.CAPEM
-		return nil
+	kinds := map[string]string{
+		"MutatingWebhookConfiguration":   "mutatingwebhookconfigurations",
+		"ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
 	}
-	docs := strings.Split(string(b), "\n---\n")
-	var mutating, validating int
-	for _, doc := range docs {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+	created := map[string]int{}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
 			return fmt.Errorf("%s: %w", src, err)
 		}
-		switch meta.Kind {
-		case "MutatingWebhookConfiguration":
-			cfg, err := pointed(doc, src, at, func(w *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
-				var out []*admissionregistrationv1.WebhookClientConfig
-				for i := range w.Webhooks {
-					out = append(out, &w.Webhooks[i].ClientConfig)
-				}
-				return out
-			})
-			if err == nil {
-				_, err = c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
-			}
-			if err != nil {
-				return fmt.Errorf("mutating webhooks of %s: %w", src, err)
-			}
-			mutating++
-		case "ValidatingWebhookConfiguration":
-			cfg, err := pointed(doc, src, at, func(w *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
-				var out []*admissionregistrationv1.WebhookClientConfig
-				for i := range w.Webhooks {
-					out = append(out, &w.Webhooks[i].ClientConfig)
-				}
-				return out
-			})
-			if err == nil {
-				_, err = c.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
-			}
-			if err != nil {
-				return fmt.Errorf("validating webhooks of %s: %w", src, err)
-			}
-			validating++
+		u := &unstructured.Unstructured{Object: obj}
+		resource, ok := kinds[u.GetKind()]
+		if !ok {
+			continue
 		}
+		webhooks, _, _ := unstructured.NestedSlice(obj, "webhooks")
+		for i, w := range webhooks {
+			path, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "service", "path")
+			if path == "" {
+				return fmt.Errorf("%s: %s webhook %d has no Service path", src, u.GetKind(), i)
+			}
+			w.(map[string]any)["clientConfig"] = map[string]any{
+				"url":      fmt.Sprintf("https://127.0.0.1:%d%s", c.webhookPort, path),
+				"caBundle": base64.StdEncoding.EncodeToString(c.cp.PKI.CAPEM),
+			}
+		}
+		if err := unstructured.SetNestedSlice(obj, webhooks, "webhooks"); err != nil {
+			return err
+		}
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
+		if _, err := dyn.Resource(gvr).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create %s %s from %s: %w", u.GetKind(), u.GetName(), src, err)
+		}
+		created[u.GetKind()]++
 	}
-	if mutating != 1 || validating != 1 {
-		return fmt.Errorf("%s holds %d mutating and %d validating configurations: the benchmark expects one of each", src, mutating, validating)
+	if len(created) != 2 || created["MutatingWebhookConfiguration"] != 1 {
+		return fmt.Errorf("%s holds %v: the benchmark expects one mutating and one validating configuration", src, created)
 	}
 	return nil
-}
-
-// pointed decodes one webhook configuration of src strictly and points each of its webhooks'
-// client configurations, which clientConfigs lists, at this run's tandem-webhook.
-func pointed[T any](doc, src string, point func(*admissionregistrationv1.WebhookClientConfig) error, clientConfigs func(*T) []*admissionregistrationv1.WebhookClientConfig) (*T, error) {
-	cfg := new(T)
-	if err := yaml.UnmarshalStrict([]byte(doc), cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", src, err)
-	}
-	for _, cc := range clientConfigs(cfg) {
-		if err := point(cc); err != nil {
-			return nil, err
-		}
-	}
-	return cfg, nil
 }

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"sort"
-	"strconv"
-	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
 
 	"github.com/tandemkit/tandem/bench/internal/controlplane"
 )
@@ -131,15 +129,31 @@ func (h histogram) quantile(q float64) float64 {
 
 // peakRSS is the most resident memory process pid has held (VmHWM), in bytes.
 func peakRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
-		}
+	st, err := proc.NewStatus()
+	if err != nil {
+		return 0, fmt.Errorf("read /proc/%d/status: %w", pid, err)
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return int64(st.VmHWM), nil
+}
+
+// sumMetric is the sum of the counter or gauge name over its series in a /metrics body; found is
+// false when the body has no such metric.
+func sumMetric(body []byte, name string) (sum float64, found bool, err error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return 0, false, fmt.Errorf("parse metrics: %w", err)
+	}
+	fam, ok := fams[name]
+	if !ok {
+		return 0, false, nil
+	}
+	for _, m := range fam.GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+	}
+	return sum, true, nil
 }

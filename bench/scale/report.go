@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/tandemkit/tandem/bench/internal/controlplane"
 	"github.com/tandemkit/tandem/bench/internal/figures"
 	"github.com/tandemkit/tandem/bench/internal/runctx"
@@ -126,7 +128,7 @@ func (c *cluster) setUpWebhook(ctx context.Context, dyn dynamic.Interface, root,
 	if err := c.startWebhook(ctx, bin); err != nil {
 		return err
 	}
-	if err := c.registerShippedWebhooks(ctx, root); err != nil {
+	if err := c.registerShippedWebhooks(ctx, dyn, root); err != nil {
 		return err
 	}
 	if err := createProfile(ctx, dyn); err != nil {
@@ -135,8 +137,11 @@ func (c *cluster) setUpWebhook(ctx context.Context, dyn dynamic.Interface, root,
 	deadline := time.Now().Add(time.Minute)
 	for {
 		body, err := controlplane.Fetch(ctx, &http.Client{Timeout: 5 * time.Second}, c.webhookMetrics+"/metrics", "")
-		if err == nil && strings.Contains(string(body), "\ntandem_webhook_profiles 1") {
-			return nil
+		if err == nil {
+			var n float64
+			if n, _, err = sumMetric(body, "tandem_webhook_profiles"); err == nil && n == 1 {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
@@ -157,14 +162,9 @@ func (c *cluster) checkExtenderUsed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var calls float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "tandem_extender_requests_total{") {
-			f := strings.Fields(line)
-			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-				calls += v
-			}
-		}
+	calls, _, err := sumMetric(body, "tandem_extender_requests_total")
+	if err != nil {
+		return err
 	}
 	if calls == 0 {
 		return errors.New("kube-scheduler never called tandem-extender: the run measured kube-scheduler alone")
@@ -262,25 +262,19 @@ func (r *result) stealPercent() float64 {
 	return 100 * (r.stealAfter[0] - r.stealBefore[0]) / total
 }
 
-// readSteal returns /proc/stat's steal and total CPU ticks.
+// readSteal returns the CPU time the hypervisor took since boot and all the CPUs' time (/proc/stat;
+// guest time is inside user's), in seconds; zeros when /proc cannot be read.
 func readSteal() [2]float64 {
-	b, err := os.ReadFile("/proc/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return [2]float64{}
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	var total, steal float64
-	for i, s := range f[1:] {
-		v, _ := strconv.ParseFloat(s, 64)
-		if i < 8 { // user..steal; guest time is counted in user already
-			total += v
-		}
-		if i == 7 {
-			steal = v
-		}
+	st, err := fs.Stat()
+	if err != nil {
+		return [2]float64{}
 	}
-	return [2]float64{steal, total}
+	c := st.CPUTotal
+	return [2]float64{c.Steal, c.User + c.Nice + c.System + c.Idle + c.Iowait + c.IRQ + c.SoftIRQ + c.Steal}
 }
 
 // row is one line of the table: a figure for both settings.
