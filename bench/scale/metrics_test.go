@@ -54,3 +54,29 @@ func TestHistogramQuantile(t *testing.T) {
 		})
 	}
 }
+
+func TestSumMetric(t *testing.T) {
+	body := []byte(`# TYPE tandem_extender_requests_total counter
+tandem_extender_requests_total{verb="filter",code="200"} 7
+tandem_extender_requests_total{verb="prioritize",code="200"} 5
+# TYPE tandem_webhook_profiles gauge
+tandem_webhook_profiles 1
+`)
+	for _, tc := range []struct {
+		name  string
+		want  float64
+		found bool
+	}{
+		{"tandem_extender_requests_total", 12, true},
+		{"tandem_webhook_profiles", 1, true},
+		{"tandem_webhook_profiles_invalid", 0, false},
+	} {
+		got, found, err := sumMetric(body, tc.name)
+		if err != nil || got != tc.want || found != tc.found {
+			t.Errorf("sumMetric(%s) = %g, %v, %v; want %g, %v", tc.name, got, found, err, tc.want, tc.found)
+		}
+	}
+	if _, _, err := sumMetric([]byte("not metrics {"), "x"); err == nil {
+		t.Error("a body that is not the text format parsed")
+	}
+}

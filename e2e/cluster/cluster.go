@@ -304,27 +304,6 @@ func (c *Cluster) save() error {
 	return nil
 }
 
-// freePorts returns n TCP ports that were free a moment ago on every IPv4
-// address of the machine (kube-apiserver binds 0.0.0.0), all distinct.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp4", "0.0.0.0:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 func randomHex(n int) (string, error) {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -346,7 +325,7 @@ func newCluster(opts Options, bins string) (*Cluster, error) {
 	default:
 		return nil, fmt.Errorf("%d host nodes: want 1 or 2", opts.HostNodes)
 	}
-	ports, err := freePorts(3 + 2*len(hostNodes))
+	ports, err := framework.FreePorts(3 + 2*len(hostNodes))
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -133,26 +132,8 @@ func StopAll(ctx context.Context, ds ...*framework.Daemon) {
 	}
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1. Another process may take one before
-// the caller binds it; the caller then fails with the port in the message.
-func FreePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// FreePorts is framework.FreePorts, named here beside the servers that take the ports.
+func FreePorts(n int) ([]int, error) { return framework.FreePorts(n) }
 
 // WaitHTTP polls url until it answers 200 (with want in the body, when set), p exits, or timeout.
 func WaitHTTP(ctx context.Context, p *framework.Daemon, client *http.Client, url, token, want string, timeout time.Duration) error {
