@@ -107,7 +107,7 @@ func (r *Reporter) due(now time.Time, want desired, settings slo.ColocationSetti
 	refresh := time.Duration(settings.UpdateTimeThresholdSeconds) * time.Second
 	annotationRefresh := r.annotationRefresh(refresh)
 	threshold := settings.ResourceDiffThreshold
-	newer := want.metric != nil && (!last.metricValid || *want.metric != last.metric)
+	newer := r.newerMetric(want) != nil
 	switch {
 	case !last.valid, last.present != want.present:
 		return true
@@ -125,6 +125,16 @@ func (r *Reporter) due(now time.Time, want desired, settings slo.ColocationSetti
 		return true
 	}
 	return r.moved(last.metric.NodeUsage, want.metric.NodeUsage, threshold) || r.moved(last.metric.HPUsage, want.metric.HPUsage, threshold)
+}
+
+// newerMetric is the annotation to write with this step, nil when the Node already has it or there
+// is none: rewriting the same updateTime tells readers nothing, and letting it age is how they learn
+// that the collector stalled.
+func (r *Reporter) newerMetric(want desired) *nodemetric.NodeMetric {
+	if want.metric == nil || r.last.metricValid && *want.metric == r.last.metric {
+		return nil
+	}
+	return want.metric
 }
 
 // moved reports whether a value changed by more than threshold relative to the old one, as

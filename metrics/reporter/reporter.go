@@ -286,12 +286,7 @@ func (r *Reporter) Step(ctx context.Context) {
 	if !r.due(now, want, settings) {
 		return
 	}
-	// A write carries the annotation only when there is a newer one: rewriting the same updateTime
-	// tells readers nothing, and letting it age is how they learn that the collector stalled.
-	metric := want.metric
-	if metric != nil && r.last.metricValid && *metric == r.last.metric {
-		metric = nil
-	}
+	metric := r.newerMetric(want)
 	if err := r.patch(ctx, want, metric); err != nil {
 		r.failed(ctx, now, "patch node status", err, true)
 		return
