@@ -24,7 +24,10 @@ export TANDEM_E2E_FLAVORS
 IMAGE_REPO ?= ghcr.io/tandemkit
 # The binaries shipped as images: the in-cluster ones, and tandem-nri, the node agent as an NRI plugin,
 # a DaemonSet (deploy/nri). tandem-proxy, the CRI proxy, is installed on the nodes by tandemctl.
+# tandem-scheduler (kube-scheduler with the TandemLoadAware plugin) is built from its own module,
+# scheduler-plugin, which carries k8s.io/kubernetes so that Tandem's go.mod does not.
 IMAGES     ?= tandem-extender tandem-webhook tandem-nri
+SCHED_GO    = cd scheduler-plugin && GOWORK=off GOFLAGS=-mod=mod $(GO)
 
 .PHONY: all build images test unit lint e2e bench bench-unit demo deps generate clean
 
@@ -44,6 +47,9 @@ images:
 	  CGO_ENABLED=0 $(GO) build -tags '$(GOTAGS)' -trimpath -ldflags='-s -w' -o $(BIN)/images/$$i ./cmd/$$i || exit 1; \
 	  $(GO) run ./hack/image --binary $(BIN)/images/$$i --name $(IMAGE_REPO)/$$i:$(VERSION) --out $(BIN)/images/$$i.tar || exit 1; \
 	done
+	@echo "== image $(IMAGE_REPO)/tandem-scheduler:$(VERSION)"
+	cd scheduler-plugin && CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod $(GO) build -trimpath -ldflags='-s -w' -o $(abspath $(BIN))/images/tandem-scheduler ./cmd/tandem-scheduler
+	$(GO) run ./hack/image --binary $(BIN)/images/tandem-scheduler --name $(IMAGE_REPO)/tandem-scheduler:$(VERSION) --out $(BIN)/images/tandem-scheduler.tar
 
 ## deps: install the Debian packages and Go modules the tests need (root)
 deps:
@@ -51,7 +57,8 @@ deps:
 
 ## test: everything CI runs: lint, unit tests with the race detector, e2e against real containerd (tier 1),
 ## against a real two-node Kubernetes cluster with Tandem installed as docs/install.md says (tier 2), and
-## the cluster-scale check (200 simulated nodes, 1000 pods through tandem-extender and tandem-webhook)
+## the cluster-scale check (200 simulated nodes, 1000 pods through tandem-webhook and tandem-extender, then
+## tandem-scheduler)
 test: deps lint unit e2e e2e-cluster scale-ci
 
 ## lint: gofmt, go vet, and golangci-lint over Tandem's module (the e2e tier included) and e2e/cluster's
@@ -63,9 +70,12 @@ lint:
 	@command -v "$(GOLANGCI_LINT)" >/dev/null || { echo "$(GOLANGCI_LINT) not found: run make deps (hack/install-deps.sh)"; exit 1; }
 	$(GOLANGCI_LINT) run ./...
 	cd e2e/cluster && GOWORK=off GOFLAGS=-mod=mod $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
+	$(SCHED_GO) vet ./...
+	cd scheduler-plugin && GOWORK=off GOFLAGS=-mod=mod $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 
 unit:
 	$(GO) test -race -count=1 ./...
+	$(SCHED_GO) test -race -count=1 ./...
 
 ## e2e: tier 1, real containerd + runc driven through tandem-proxy with k8s.io/cri-client (root)
 e2e:
@@ -136,8 +146,9 @@ bench: bench-unit
 	-$(GO) run ./bench/nrilatency
 
 ## bench-scale: issue 42's table. kube-scheduler alone against kube-scheduler with tandem-extender,
-## tandem-webhook and one simulated agent per node, on 1000 and 5000 kwok nodes: throughput, creation-to-bound
-## latency, CPU and memory, as ratios (about 15 minutes; docs/scale.md). SCALE_FLAGS passes flags to
+## tandem-webhook and one simulated agent per node, and against tandem-scheduler (the TandemLoadAware
+## plugin) with the same, on 1000 and 5000 kwok nodes: throughput, creation-to-bound latency, CPU and
+## memory, as ratios (about 22 minutes; docs/scale.md). SCALE_FLAGS passes flags to
 ## bench/scale, e.g. "-nodes 1000 -burst 2000".
 SCALE_FLAGS ?=
 .PHONY: bench-scale scale-ci
@@ -146,7 +157,8 @@ bench-scale:
 	$(CLUSTER_GO) run ./cmd/cluster build
 	$(GO) run ./bench/scale $(SCALE_FLAGS)
 
-## scale-ci: the small version of bench-scale that CI runs: 200 kwok nodes, 1000 pods, with Tandem; fails
+## scale-ci: the small version of bench-scale that CI runs: 200 kwok nodes, 1000 pods, with Tandem's extender
+## and again with its scheduler plugin; fails
 ## unless every pod is bound, batch pods sit within the batch capacity their nodes publish, and nothing is
 ## left behind (a few minutes)
 scale-ci:

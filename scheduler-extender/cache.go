@@ -86,28 +86,51 @@ func NewNodeCache(ctx context.Context, client kubernetes.Interface, cfg Config) 
 		informers.WithTransform(trimPod),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = assignedPods }))
 
-	nodeReg, err := nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := c.watch(logger, nodeFactory.Core().V1().Nodes().Informer(), podFactory.Core().V1().Pods().Informer()); err != nil {
+		return nil, err
+	}
+	nodeFactory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
+	return c, nil
+}
+
+// NewNodeCacheOn is NewNodeCache fed by informers the caller owns and starts: those of the
+// process it runs in (kube-scheduler's, for the scheduler plugin), so that the cluster's Nodes
+// and Pods are watched and held once, not twice. It tolerates informers without the extender's
+// transforms and field selector: pending and finished pods are ignored as they arrive.
+func NewNodeCacheOn(ctx context.Context, cfg Config, nodes, pods cache.SharedInformer) (*NodeCache, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid extender config: %w", err)
+	}
+	c := newNodeCache(cfg)
+	if err := c.watch(klog.FromContext(ctx), nodes, pods); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// watch feeds the cache from the informers' events and records when their initial lists are in.
+func (c *NodeCache) watch(logger klog.Logger, nodes, pods cache.SharedInformer) error {
+	nodeReg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNode(logger, obj) },
 		UpdateFunc: func(_, obj any) { c.onNode(logger, obj) },
 		DeleteFunc: func(obj any) { c.onNodeDelete(obj) },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watch nodes: %w", err)
+		return fmt.Errorf("watch nodes: %w", err)
 	}
-	podReg, err := podFactory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	podReg, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onPod(obj) },
 		UpdateFunc: func(_, obj any) { c.onPod(obj) },
 		DeleteFunc: func(obj any) { c.onPodDelete(obj) },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watch pods: %w", err)
+		return fmt.Errorf("watch pods: %w", err)
 	}
 	// The registrations, not the informers, are synced once the handlers above have seen the
 	// initial list, which is what readiness means here.
 	c.synced = []cache.InformerSynced{nodeReg.HasSynced, podReg.HasSynced}
-	nodeFactory.Start(ctx.Done())
-	podFactory.Start(ctx.Done())
-	return c, nil
+	return nil
 }
 
 func newNodeCache(cfg Config) *NodeCache {

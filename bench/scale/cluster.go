@@ -232,6 +232,43 @@ func (c *cluster) startKwok(ctx context.Context, bin string) error {
 // hide what the extender costs.
 func schedulerConfig(root, out, kubeconfig string, extender, filterOnly bool, extenderPort int, tlsDir string) error {
 	src := filepath.Join(root, "deploy", "extender", "kube-scheduler-config.yaml")
+	return rewriteSchedulerConfig(src, out, kubeconfig, func(cfg *schedulerv1.KubeSchedulerConfiguration) error {
+		if !extender {
+			cfg.Extenders = nil
+		}
+		for i := range cfg.Extenders {
+			e := &cfg.Extenders[i]
+			if !strings.HasPrefix(e.URLPrefix, "https://127.0.0.1:") || e.TLSConfig == nil {
+				return fmt.Errorf("%s: extender %s: the benchmark expects the shipped loopback HTTPS extender", src, e.URLPrefix)
+			}
+			e.URLPrefix = fmt.Sprintf("https://127.0.0.1:%d", extenderPort)
+			if filterOnly {
+				e.PrioritizeVerb, e.Weight = "", 0
+			}
+			for _, f := range []*string{&e.TLSConfig.CAFile, &e.TLSConfig.CertFile, &e.TLSConfig.KeyFile} {
+				*f = filepath.Join(tlsDir, filepath.Base(*f))
+			}
+		}
+		return nil
+	})
+}
+
+// pluginSchedulerConfig writes deploy/scheduler-plugin's configuration for tandem-scheduler with
+// the same changes (its YAML references resolved by the decoding).
+func pluginSchedulerConfig(root, out, kubeconfig string) error {
+	src := filepath.Join(root, "deploy", "scheduler-plugin", "kube-scheduler-config.yaml")
+	return rewriteSchedulerConfig(src, out, kubeconfig, func(cfg *schedulerv1.KubeSchedulerConfiguration) error {
+		if len(cfg.Extenders) != 0 {
+			return fmt.Errorf("%s: the plugin's configuration names extenders", src)
+		}
+		return nil
+	})
+}
+
+// rewriteSchedulerConfig decodes the shipped configuration src strictly with kube-scheduler's own
+// types, sets this run's kubeconfig, the client QPS and no leader election, lets change do the
+// rest, and writes it to out.
+func rewriteSchedulerConfig(src, out, kubeconfig string, change func(*schedulerv1.KubeSchedulerConfiguration) error) error {
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return fmt.Errorf("read the shipped scheduler configuration: %w", err)
@@ -244,27 +281,27 @@ func schedulerConfig(root, out, kubeconfig string, extender, filterOnly bool, ex
 	cfg.ClientConnection.QPS = 5000
 	cfg.ClientConnection.Burst = 5000
 	cfg.LeaderElection.LeaderElect = ptr.To(false)
-	if !extender {
-		cfg.Extenders = nil
-	}
-	for i := range cfg.Extenders {
-		e := &cfg.Extenders[i]
-		if !strings.HasPrefix(e.URLPrefix, "https://127.0.0.1:") || e.TLSConfig == nil {
-			return fmt.Errorf("%s: extender %s: the benchmark expects the shipped loopback HTTPS extender", src, e.URLPrefix)
-		}
-		e.URLPrefix = fmt.Sprintf("https://127.0.0.1:%d", extenderPort)
-		if filterOnly {
-			e.PrioritizeVerb, e.Weight = "", 0
-		}
-		for _, f := range []*string{&e.TLSConfig.CAFile, &e.TLSConfig.CertFile, &e.TLSConfig.KeyFile} {
-			*f = filepath.Join(tlsDir, filepath.Base(*f))
-		}
+	if err := change(&cfg); err != nil {
+		return err
 	}
 	enc, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(out, enc, 0o600)
+}
+
+// buildScheduler builds tandem-scheduler from its own module (scheduler-plugin, which carries
+// k8s.io/kubernetes so that Tandem's go.mod does not), as `make images` does.
+func buildScheduler(ctx context.Context, root, outDir string) (string, error) {
+	bin := filepath.Join(outDir, "tandem-scheduler")
+	cmd := exec.CommandContext(ctx, framework.GoBinary(), "build", "-o", bin, "./cmd/tandem-scheduler")
+	cmd.Dir = filepath.Join(root, "scheduler-plugin")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build tandem-scheduler: %w: %s", err, lastBytes(out, 4000))
+	}
+	return bin, nil
 }
 
 // startScheduler starts kube-scheduler with the configuration schedulerConfig wrote and waits for

@@ -14,6 +14,9 @@
 //     the batch namespace's pods BE, and one simulated agent per node (agents.go): the node reporter
 //     tandem-proxy and tandem-nri run, the same code, fed a synthetic load of its node and writing
 //     to the API server as a real agent does for that load;
+//   - plugin: as tandem, but with tandem-scheduler (kube-scheduler with the TandemLoadAware plugin,
+//     module scheduler-plugin, built from this checkout) and deploy/scheduler-plugin's
+//     configuration in place of kube-scheduler and the extender;
 //   - plain: kube-scheduler with the same configuration minus the extenders, no webhook, and batch
 //     pods created in the form the webhook would give them; the agents publish each node's batch
 //     capacity once and stop, so that batch pods have somewhere to go.
@@ -30,7 +33,7 @@
 // saw the pod bound. It prints, per node count, each figure for both settings and their ratio, and
 // judges the floors at the largest node count.
 //
-//	go run ./bench/scale [-nodes 1000,5000] [-rate 50 -rate-pods 1500] [-burst 10000]
+//	go run ./bench/scale [-nodes 1000,5000] [-settings plain,tandem,plugin] [-rate 50 -rate-pods 1500] [-burst 10000]
 //	go run ./bench/scale -ci      # the CI check: 200 nodes, 1000 pods, Tandem only, with assertions
 package main
 
@@ -42,6 +45,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -83,14 +87,14 @@ func main() {
 	var nodes, settings string
 	fs := flag.NewFlagSet("scale", flag.ExitOnError)
 	fs.StringVar(&nodes, "nodes", "1000,5000", "simulated node counts, comma-separated; the floors are judged at the largest")
-	fs.StringVar(&settings, "settings", "plain,tandem", "plain (kube-scheduler alone) and/or tandem")
+	fs.StringVar(&settings, "settings", "plain,tandem,plugin", "plain (kube-scheduler alone), tandem (with tandem-extender) and/or plugin (tandem-scheduler: the TandemLoadAware plugin in place of the extender); each Tandem setting is compared with plain")
 	fs.Float64Var(&o.rate, "rate", 50, "pods/s of the rate phase, open loop")
 	fs.IntVar(&o.ratePods, "rate-pods", 1500, "pods of the rate phase")
 	fs.IntVar(&o.burst, "burst", 10000, "pods of the burst phase")
 	fs.Float64Var(&o.moveProb, "load-move-probability", 0.1, "chance that a warm node's load steps at each report interval")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the simulated loads")
 	fs.StringVar(&o.extenderVerbs, "extender-verbs", "filter,prioritize", "the extender verbs kube-scheduler calls with Tandem: deploy/'s filter,prioritize; or, as experiments, filter alone (prioritize's round trip off the scheduling cycle) or none (no extender: what the webhook and the agents cost alone)")
-	fs.BoolVar(&o.ci, "ci", false, "the CI check: 200 nodes, 1000 pods (20 large batch, 200 at 50/s, 780 in a burst), Tandem only, loads held still (placed pods add none); asserts every pod bound, batch pods within published capacity, nothing left behind")
+	fs.BoolVar(&o.ci, "ci", false, "the CI check: 200 nodes, 1000 pods (20 large batch, 200 at 50/s, 780 in a burst), with the extender and with the plugin, loads held still (placed pods add none); asserts every pod bound, batch pods within published capacity, nothing left behind")
 	fs.BoolVar(&o.keep, "keep", false, "keep each run's directory (logs, configuration) and print its path")
 	fs.StringVar(&o.apiserver, "kube-apiserver", "", "kube-apiserver binary (default: the tier-2 harness's cached "+controlplane.KubernetesVersion+" build)")
 	fs.StringVar(&o.scheduler, "kube-scheduler", "", "kube-scheduler binary (default: the cached build)")
@@ -103,7 +107,7 @@ func main() {
 	}
 	o.settings = strings.Split(settings, ",")
 	if o.ci {
-		o.nodes, o.settings, o.rate, o.ratePods, o.burst, o.moveProb = []int{200}, []string{"tandem"}, 50, 200, 780, 0
+		o.nodes, o.settings, o.rate, o.ratePods, o.burst, o.moveProb = []int{200}, []string{"tandem", "plugin"}, 50, 200, 780, 0
 	}
 	ctx = klog.NewContext(ctx, klog.Background())
 	runctx.Exit(ctx, run(ctx, o))
@@ -127,8 +131,8 @@ func progress(format string, args ...any) {
 
 func run(ctx context.Context, o options) error {
 	for _, s := range o.settings {
-		if s != "plain" && s != "tandem" {
-			return fmt.Errorf("-settings: %q is neither plain nor tandem", s)
+		if s != "plain" && s != "tandem" && s != "plugin" {
+			return fmt.Errorf("-settings: %q: want plain, tandem or plugin", s)
 		}
 	}
 	switch o.extenderVerbs {
@@ -164,13 +168,18 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	if slices.Contains(o.settings, "plugin") {
+		if bins["tandem-scheduler"], err = buildScheduler(ctx, root, binDir); err != nil {
+			return err
+		}
+	}
 	machine := figures.ReadMachine()
 	var results []*result
 	var errs []error
 	for _, n := range o.nodes {
 		for _, s := range o.settings {
 			progress("== %d nodes, %s", n, s)
-			r, err := runOne(ctx, o, bins, root, n, s == "tandem")
+			r, err := runOne(ctx, o, bins, root, n, s)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%d nodes, %s: %w", n, s, err))
 				if ctx.Err() != nil {
@@ -182,22 +191,23 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	fmt.Printf("\nbench/scale on %s\n", machine.Line())
-	fmt.Printf("kube-apiserver and kube-scheduler %s, etcd %s, kwok %s; settings: plain = kube-scheduler alone, tandem = with tandem-extender, tandem-webhook and one agent per node\n",
+	fmt.Printf("kube-apiserver and kube-scheduler %s, etcd %s, kwok %s; settings: plain = kube-scheduler alone; tandem = with tandem-extender, tandem-webhook and one agent per node; plugin = tandem-scheduler (the TandemLoadAware plugin) in place of kube-scheduler and tandem-extender, with tandem-webhook and the agents\n",
 		controlplane.KubernetesVersion, bins["etcd"], kwokVersion)
 	verdicts := printTables(os.Stdout, o, results)
 	errs = append(errs, verdicts...)
 	return errors.Join(errs...)
 }
 
-// runOne starts a cluster of n simulated nodes with or without Tandem, runs the phases, and
-// stops it.
-func runOne(ctx context.Context, o options, bins map[string]string, root string, n int, tandem bool) (_ *result, err error) {
+// runOne starts a cluster of n simulated nodes in one setting (plain, tandem, plugin), runs the
+// phases, and stops it.
+func runOne(ctx context.Context, o options, bins map[string]string, root string, n int, setting string) (_ *result, err error) {
+	tandem, plugin := setting != "plain", setting == "plugin"
 	dir, err := os.MkdirTemp("", fmt.Sprintf("tandem-bench-scale-%d-", n))
 	if err != nil {
 		return nil, err
 	}
 	c := &cluster{dir: dir, tandem: tandem}
-	r := &result{nodes: n, tandem: tandem, stealBefore: readSteal()}
+	r := &result{nodes: n, setting: setting, tandem: tandem, stealBefore: readSteal()}
 	defer func() {
 		c.stop(context.WithoutCancel(ctx))
 		if left := c.leftBehind(); left != nil {
@@ -281,7 +291,7 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 	}
 	// With -extender-verbs none, Tandem runs without its extender: what the webhook and the
 	// agents cost alone.
-	extenderOn := tandem && o.extenderVerbs != "none"
+	extenderOn := tandem && !plugin && o.extenderVerbs != "none"
 	if extenderOn {
 		x, err := writeExtenderTLS(filepath.Join(dir, "pki", "extender"))
 		if err != nil {
@@ -297,10 +307,17 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 		}
 	}
 	schedCfg := filepath.Join(dir, "kube-scheduler-config.yaml")
-	if err := schedulerConfig(root, schedCfg, c.cp.PKI.Kubeconfig, extenderOn, o.extenderVerbs == "filter", c.extenderPort, filepath.Join(dir, "pki", "extender")); err != nil {
+	schedBin := bins["kube-scheduler"]
+	if plugin {
+		schedBin = bins["tandem-scheduler"]
+		err = pluginSchedulerConfig(root, schedCfg, c.cp.PKI.Kubeconfig)
+	} else {
+		err = schedulerConfig(root, schedCfg, c.cp.PKI.Kubeconfig, extenderOn, o.extenderVerbs == "filter", c.extenderPort, filepath.Join(dir, "pki", "extender"))
+	}
+	if err != nil {
 		return nil, err
 	}
-	if err := c.startScheduler(ctx, bins["kube-scheduler"], schedCfg); err != nil {
+	if err := c.startScheduler(ctx, schedBin, schedCfg); err != nil {
 		return nil, err
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -341,11 +358,19 @@ func runOne(ctx context.Context, o options, bins map[string]string, root string,
 	r.windowEnd = time.Now()
 	r.writes = ag.stats(r.windowStart, r.windowEnd, t.placedAt)
 	r.stealAfter = readSteal()
+	if r.schedulerRSS, err = peakRSS(c.sched.PID()); err != nil {
+		return nil, err
+	}
 	if extenderOn {
 		if r.extenderRSS, err = peakRSS(c.extender.PID()); err != nil {
 			return nil, err
 		}
 		if err := c.checkExtenderUsed(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if plugin {
+		if err := c.checkPluginUsed(ctx); err != nil {
 			return nil, err
 		}
 	}

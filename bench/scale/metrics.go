@@ -142,7 +142,7 @@ func peakRSS(pid int) (int64, error) {
 
 // sumMetric is the sum of the counter or gauge name over its series in a /metrics body; found is
 // false when the body has no such metric.
-func sumMetric(body []byte, name string) (sum float64, found bool, err error) {
+func sumMetric(body []byte, name string, labels ...string) (sum float64, found bool, err error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
@@ -153,7 +153,27 @@ func sumMetric(body []byte, name string) (sum float64, found bool, err error) {
 		return 0, false, nil
 	}
 	for _, m := range fam.GetMetric() {
+		if !hasLabels(m, labels) {
+			continue
+		}
 		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
 	}
 	return sum, true, nil
+}
+
+// hasLabels reports whether m carries every name, value pair of labels.
+func hasLabels(m *dto.Metric, labels []string) bool {
+	for i := 0; i+1 < len(labels); i += 2 {
+		var ok bool
+		for _, l := range m.GetLabel() {
+			if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }

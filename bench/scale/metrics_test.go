@@ -63,15 +63,18 @@ tandem_extender_requests_total{verb="prioritize",code="200"} 5
 tandem_webhook_profiles 1
 `)
 	for _, tc := range []struct {
-		name  string
-		want  float64
-		found bool
+		name   string
+		labels []string
+		want   float64
+		found  bool
 	}{
-		{"tandem_extender_requests_total", 12, true},
-		{"tandem_webhook_profiles", 1, true},
-		{"tandem_webhook_profiles_invalid", 0, false},
+		{"tandem_extender_requests_total", nil, 12, true},
+		{"tandem_extender_requests_total", []string{"verb", "filter"}, 7, true},
+		{"tandem_extender_requests_total", []string{"verb", "filter", "code", "500"}, 0, true},
+		{"tandem_webhook_profiles", nil, 1, true},
+		{"tandem_webhook_profiles_invalid", nil, 0, false},
 	} {
-		got, found, err := sumMetric(body, tc.name)
+		got, found, err := sumMetric(body, tc.name, tc.labels...)
 		if err != nil || got != tc.want || found != tc.found {
 			t.Errorf("sumMetric(%s) = %g, %v, %v; want %g, %v", tc.name, got, found, err, tc.want, tc.found)
 		}

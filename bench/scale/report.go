@@ -172,6 +172,23 @@ func (c *cluster) checkExtenderUsed(ctx context.Context) error {
 	return nil
 }
 
+// checkPluginUsed makes sure tandem-scheduler ran TandemLoadAware's Filter: a run without it
+// would measure kube-scheduler alone under another name.
+func (c *cluster) checkPluginUsed(ctx context.Context) error {
+	body, err := controlplane.Fetch(ctx, insecureClient(), c.schedURL+"/metrics", c.cp.PKI.Token)
+	if err != nil {
+		return err
+	}
+	n, _, err := sumMetric(body, "scheduler_plugin_evaluation_total", "plugin", "TandemLoadAware", "extension_point", "Filter")
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errors.New("tandem-scheduler never ran TandemLoadAware's Filter: the run measured kube-scheduler alone")
+	}
+	return nil
+}
+
 // checks is what the CI version asserts, and what every run reports.
 type checks struct {
 	unbound   []string // pods never bound
@@ -237,11 +254,14 @@ func checkPlacement(ctx context.Context, cs kubernetes.Interface, t *tracker, st
 
 // result is one run: a node count and a setting.
 type result struct {
-	nodes                   int
+	nodes int
+	// setting is plain, tandem or plugin; tandem is whether it is not plain.
+	setting                 string
 	tandem                  bool
 	phases                  []phaseFigures
 	writes                  writeStats
 	extenderRSS             int64
+	schedulerRSS            int64 // kube-scheduler's, or tandem-scheduler's with the plugin
 	windowStart, windowEnd  time.Time
 	stealBefore, stealAfter [2]float64
 	checks                  checks
@@ -310,56 +330,71 @@ func printTables(w io.Writer, o options, results []*result) []error {
 		largest = max(largest, n)
 	}
 	for _, n := range o.nodes {
-		var plain, tdm *result
+		var plain *result
+		var tandems []*result
 		for _, r := range results {
-			if r.nodes == n && r.tandem {
-				tdm = r
-			} else if r.nodes == n {
+			switch {
+			case r.nodes != n:
+			case r.tandem:
+				tandems = append(tandems, r)
+			default:
 				plain = r
 			}
 		}
-		// The floors compare Tandem with kube-scheduler alone at the largest node count; the CI
-		// version runs Tandem alone and asserts its checks instead.
-		rows := buildRows(plain, tdm, n == largest && plain != nil && tdm != nil && !o.ci)
-		fmt.Fprintf(w, "\n%d simulated nodes", n)
-		for _, r := range []*result{plain, tdm} {
-			if r != nil {
-				fmt.Fprintf(w, "; %s: steal %.1f%% during the run", map[bool]string{true: "tandem", false: "plain"}[r.tandem], r.stealPercent())
-			}
+		if len(tandems) == 0 {
+			tandems = []*result{nil}
 		}
-		fmt.Fprintln(w)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "figure\tplain\ttandem\ttandem/plain\tfloor\t")
-		for _, rw := range rows {
-			ratio := "-"
-			if rw.plain > 0 && !math.IsNaN(rw.plain) && !math.IsNaN(rw.tdm) {
-				ratio = fmt.Sprintf("%.2fx", rw.tdm/rw.plain)
+		// Each Tandem setting gets a table of its own against the one plain run.
+		for _, tdm := range tandems {
+			name := "tandem"
+			if tdm != nil {
+				name = tdm.setting
 			}
-			floor := rw.floor
-			if rw.judged && floor != "" {
-				if ok, msg := judge(rw); ok {
-					floor += " ok"
-				} else {
-					floor += " MISSED"
-					errs = append(errs, fmt.Errorf("%d nodes: %s: %s", n, rw.name, msg))
+			// The floors compare Tandem with kube-scheduler alone at the largest node count; the
+			// CI version runs Tandem alone and asserts its checks instead.
+			rows := buildRows(plain, tdm, n == largest && plain != nil && tdm != nil && !o.ci)
+			fmt.Fprintf(w, "\n%d simulated nodes, %s against plain", n, name)
+			for _, r := range []*result{plain, tdm} {
+				if r != nil {
+					fmt.Fprintf(w, "; %s: steal %.1f%% during the run", r.setting, r.stealPercent())
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", rw.name, fmtVal(rw.plain, rw.unit), fmtVal(rw.tdm, rw.unit), ratio, floor)
+			fmt.Fprintln(w)
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintf(tw, "figure\tplain\t%s\t%s/plain\tfloor\t\n", name, name)
+			for _, rw := range rows {
+				if tdm != nil && tdm.setting == "plugin" && strings.Contains(rw.name, "tandem-extender") {
+					continue
+				}
+				ratio := "-"
+				if rw.plain > 0 && !math.IsNaN(rw.plain) && !math.IsNaN(rw.tdm) {
+					ratio = fmt.Sprintf("%.2fx", rw.tdm/rw.plain)
+				}
+				floor := rw.floor
+				if rw.judged && floor != "" {
+					if ok, msg := judge(rw); ok {
+						floor += " ok"
+					} else {
+						floor += " MISSED"
+						errs = append(errs, fmt.Errorf("%d nodes, %s: %s: %s", n, name, rw.name, msg))
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", rw.name, fmtVal(rw.plain, rw.unit), fmtVal(rw.tdm, rw.unit), ratio, floor)
+			}
+			_ = tw.Flush()
 		}
-		_ = tw.Flush()
-		for _, r := range []*result{plain, tdm} {
+		for _, r := range append([]*result{plain}, tandems...) {
 			if r == nil {
 				continue
 			}
 			fails := r.checks.failures()
-			name := map[bool]string{true: "tandem", false: "plain"}[r.tandem]
 			if len(fails) == 0 {
-				fmt.Fprintf(w, "%s: every pod bound; every node's batch pods within its published batch-cpu; run directory removed and no process left: %v\n", name, r.cleanedUp)
+				fmt.Fprintf(w, "%s: every pod bound; every node's batch pods within its published batch-cpu; run directory removed and no process left: %v\n", r.setting, r.cleanedUp)
 			}
 			for _, f := range fails {
-				fmt.Fprintf(w, "%s: CHECK FAILED: %s\n", name, f)
+				fmt.Fprintf(w, "%s: CHECK FAILED: %s\n", r.setting, f)
 				if o.ci {
-					errs = append(errs, fmt.Errorf("%d nodes, %s: %s", n, name, f))
+					errs = append(errs, fmt.Errorf("%d nodes, %s: %s", n, r.setting, f))
 				}
 			}
 		}
@@ -460,6 +495,8 @@ func buildRows(plain, tdm *result, judged bool) []row {
 	rows = append(rows,
 		row{name: "tandem-extender peak RSS", plain: math.NaN(), unit: "MiB", floor: "abs≤512 MiB", judged: judged,
 			tdm: get(tdm, func(r *result) float64 { return float64(r.extenderRSS) / (1 << 20) })},
+		row{name: "kube-scheduler peak RSS (tandem-scheduler with the plugin)", unit: "MiB",
+			plain: get(plain, func(r *result) float64 { return float64(r.schedulerRSS) / (1 << 20) }), tdm: get(tdm, func(r *result) float64 { return float64(r.schedulerRSS) / (1 << 20) })},
 		row{name: "agents' writes/s per 1000 nodes", plain: get(plain, func(r *result) float64 { return r.writes.perSecondPer1000() }), tdm: get(tdm, func(r *result) float64 { return r.writes.perSecondPer1000() })},
 		row{name: "agents' most writes by a node in one report interval", plain: get(plain, func(r *result) float64 { return float64(r.writes.perNodeMax) }), tdm: get(tdm, func(r *result) float64 { return float64(r.writes.perNodeMax) }), floor: "abs≤1", judged: judged},
 		row{name: "agents' writes without a load change (refreshes apart)", plain: get(plain, func(r *result) float64 { return float64(r.writes.unexplained) }), tdm: get(tdm, func(r *result) float64 { return float64(r.writes.unexplained) }), floor: "abs≤0", judged: judged},

@@ -22,6 +22,19 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+func readSchedulerConfig(t *testing.T, path string) schedulerv1.KubeSchedulerConfiguration {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg schedulerv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // TestSchedulerConfig: both settings run deploy/'s configuration; only the extenders differ.
 func TestSchedulerConfig(t *testing.T) {
 	root := repoRoot(t)
@@ -38,14 +51,7 @@ func TestSchedulerConfig(t *testing.T) {
 			if err := schedulerConfig(root, out, "/k/admin.kubeconfig", tc.tandem, false, 12345, "/k/tls"); err != nil {
 				t.Fatal(err)
 			}
-			b, err := os.ReadFile(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var cfg schedulerv1.KubeSchedulerConfiguration
-			if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
-				t.Fatal(err)
-			}
+			cfg := readSchedulerConfig(t, out)
 			if len(cfg.Profiles) != 2 || cfg.Profiles[0].SchedulerName == nil || *cfg.Profiles[1].SchedulerName != "koord-scheduler" {
 				t.Errorf("profiles %+v: want deploy/'s default-scheduler and koord-scheduler", cfg.Profiles)
 			}
@@ -66,6 +72,28 @@ func TestSchedulerConfig(t *testing.T) {
 				t.Errorf("extender %+v: want nodeCacheCapable, ignorable, filter and prioritize as shipped", e)
 			}
 		})
+	}
+}
+
+// TestPluginSchedulerConfig: the plugin setting runs deploy/scheduler-plugin's configuration, its
+// YAML references resolved, with only this machine's kubeconfig, the QPS and leader election changed.
+func TestPluginSchedulerConfig(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "cfg.yaml")
+	if err := pluginSchedulerConfig(repoRoot(t), out, "/k/admin.kubeconfig"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := readSchedulerConfig(t, out)
+	if cfg.ClientConnection.Kubeconfig != "/k/admin.kubeconfig" || cfg.ClientConnection.QPS != 5000 || *cfg.LeaderElection.LeaderElect {
+		t.Errorf("client connection %+v, leader election %v", cfg.ClientConnection, *cfg.LeaderElection.LeaderElect)
+	}
+	if len(cfg.Extenders) != 0 || len(cfg.Profiles) != 2 {
+		t.Fatalf("%d extenders and %d profiles: want none and deploy/'s two", len(cfg.Extenders), len(cfg.Profiles))
+	}
+	for _, p := range cfg.Profiles {
+		if p.Plugins == nil || len(p.Plugins.MultiPoint.Enabled) != 1 || p.Plugins.MultiPoint.Enabled[0].Name != "TandemLoadAware" ||
+			len(p.PluginConfig) != 1 || len(p.PluginConfig[0].Args.Raw) == 0 {
+			t.Errorf("profile %s: plugins %+v, pluginConfig %+v: want TandemLoadAware enabled with its policy", *p.SchedulerName, p.Plugins, p.PluginConfig)
+		}
 	}
 }
 
