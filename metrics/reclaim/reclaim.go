@@ -70,6 +70,12 @@ type Result struct {
 	Safety Resources
 	// CappedByHeadroom says the batch CPU is the steal headroom's ceiling, lower than the formula's.
 	CappedByHeadroom bool
+	// Capacity is the input's, kept so that the result explains itself.
+	Capacity Resources
+	// Cap is batch{CPU,Memory}ThresholdPercent of capacity, 0 where there is no cap.
+	Cap Resources
+	// Ceiling is the steal headroom's ceiling on batch CPU, 0 where there is none.
+	Ceiling int64
 }
 
 // Settings are the colocation-config knobs the formula reads.
@@ -128,7 +134,13 @@ func (s Settings) Validate() error {
 
 // Compute applies the formula. An empty policy counts usage, as Koordinator's default does.
 func Compute(s Settings, in Input) Result {
-	var r Result
+	r := Result{Capacity: in.Capacity, Ceiling: max(in.BECeilingMilli, 0)}
+	if s.BatchCPUThresholdPercent > 0 {
+		r.Cap.CPUMilli = percentOf(in.Capacity.CPUMilli, s.BatchCPUThresholdPercent)
+	}
+	if s.BatchMemoryThresholdPercent > 0 {
+		r.Cap.MemoryBytes = percentOf(in.Capacity.MemoryBytes, s.BatchMemoryThresholdPercent)
+	}
 	for _, p := range in.HP {
 		r.HPUsage.CPUMilli += p.Usage.CPUMilli
 		r.HPUsage.MemoryBytes += p.Usage.MemoryBytes

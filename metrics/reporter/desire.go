@@ -19,6 +19,9 @@ type desired struct {
 	warming bool
 	// metric is the annotation to publish, nil while samples are stale.
 	metric *nodemetric.NodeMetric
+	// terms is the formula's result with every term, nil when batch capacity was not computed
+	// (colocation off, samples stale or none yet).
+	terms *reclaim.Result
 }
 
 func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desired {
@@ -71,7 +74,7 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 			}
 		}
 		res := reclaim.Compute(reclaim.SettingsFrom(settings), in)
-		want.batch = res.Batch
+		want.batch, want.terms = res.Batch, &res
 	}
 	want.metric = &nodemetric.NodeMetric{
 		UpdateTime:            newest.UTC().Truncate(time.Second),

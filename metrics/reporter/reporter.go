@@ -301,6 +301,7 @@ func (r *Reporter) Step(ctx context.Context) {
 func (r *Reporter) setGauges(want desired) {
 	r.metrics.reclaimableCPU.Set(float64(want.batch.CPUMilli) / 1000)
 	r.metrics.reclaimableMemory.Set(float64(want.batch.MemoryBytes))
+	r.metrics.setTerms(want.terms)
 }
 
 func (r *Reporter) annotationRefresh(updateTime time.Duration) time.Duration {

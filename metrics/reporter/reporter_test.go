@@ -313,8 +313,29 @@ func TestFirstPublish(t *testing.T) {
 	if got := testutil.ToFloat64(h.r.metrics.lastSuccess); got != float64(t0.Unix()) {
 		t.Errorf("last success = %v, want %d", got, t0.Unix())
 	}
-	if n, err := testutil.GatherAndCount(h.reg); err != nil || n != 6 {
-		t.Errorf("registry has %d series (%v), want 6", n, err)
+	// The formula's terms: 8 for CPU, 7 for memory (no steal headroom), and the deciding term of
+	// each resource among five.
+	if n, err := testutil.GatherAndCount(h.reg); err != nil || n != 6+8+7+10 {
+		t.Errorf("registry has %d series (%v), want %d", n, err, 6+8+7+10)
+	}
+	if got := testutil.ToFloat64(h.r.metrics.cpuTerms.WithLabelValues("batch")); got != 10.7 {
+		t.Errorf("cpu term batch = %v, want the published 10.7", got)
+	}
+	terms := map[string]float64{}
+	for _, term := range []string{"capacity", "safety", "system", "hp", "batch"} {
+		terms[term] = testutil.ToFloat64(h.r.metrics.cpuTerms.WithLabelValues(term))
+	}
+	if diff := terms["capacity"] - terms["safety"] - terms["system"] - terms["hp"] - terms["batch"]; diff > 1e-9 || diff < -1e-9 {
+		t.Errorf("cpu terms %v do not add up: capacity − safety − system − hp − batch = %v", terms, diff)
+	}
+	for _, resource := range []string{"cpu", "memory"} {
+		var ones float64
+		for _, term := range boundTerms {
+			ones += testutil.ToFloat64(h.r.metrics.bound.WithLabelValues(resource, string(term)))
+		}
+		if ones != 1 {
+			t.Errorf("%s: %v terms marked as deciding, want exactly 1", resource, ones)
+		}
 	}
 }
 
@@ -671,6 +692,9 @@ func TestDegradeWithoutFreshSamples(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(h.r.metrics.reclaimableCPU); got != 0 {
 		t.Errorf("reclaimable cpu gauge = %v, want 0", got)
+	}
+	if n := testutil.CollectAndCount(h.r.metrics.cpuTerms) + testutil.CollectAndCount(h.r.metrics.bound); n != 0 {
+		t.Errorf("%d term series while degraded: nothing was computed, want none", n)
 	}
 
 	// The collector is back: batch capacity returns at once.
