@@ -52,6 +52,9 @@ Usage:
                             virtual machine gives, the steal per CPU, and the reason of the last hold
   tandemctl [flags] interference  the LS wait guard: LS pods' slow waits for a CPU, the BE ceiling,
                             and whether the last hold helped
+  tandemctl [flags] capacity  why batch-cpu and batch-memory are what they are: every term of the
+                            formula with this node's figures, the term that decides each, and what
+                            the Node carries
   tandemctl node install    install tandem-proxy on this node; node rollback, node uninstall (see
                             tandemctl node --help)
 
@@ -85,7 +88,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("want one command, pods, pools, config, headroom or interference (see tandemctl --help)")
+		return errors.New("want one command, pods, pools, config, headroom, interference or capacity (see tandemctl --help)")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -135,11 +138,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		return report.WriteInterference(stdout, s, format)
+	case "capacity":
+		s, err := client.Capacity(ctx)
+		if err != nil {
+			return err
+		}
+		return report.WriteCapacity(stdout, s, format)
 	case "help":
 		usage()
 		return nil
 	}
-	return fmt.Errorf("unknown command %q: want pods, pools, config, headroom or interference (see tandemctl --help)", fs.Arg(0))
+	return fmt.Errorf("unknown command %q: want pods, pools, config, headroom, interference or capacity (see tandemctl --help)", fs.Arg(0))
 }
 
 // defaultDebugSocket is where tandem-proxy serves its debug endpoints when installed as

@@ -137,6 +137,10 @@ func proxyHandler(t *testing.T, storeFile, poolsFile string) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(read("headroom.json"))
 	})
+	mux.HandleFunc("/debug/capacity", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(read("capacity.json"))
+	})
 	return mux
 }
 
@@ -201,6 +205,8 @@ func TestRunGolden(t *testing.T) {
 		{name: "config not in force", store: "store-cgroupfs.json", args: []string{"config", "--state", "ignored,refused,unsupported"}, golden: "config-not-in-force.golden"},
 		{name: "config json", store: "store-cgroupfs.json", args: []string{"config", "-o", "json", "--state", "refused"}, golden: "config-refused.json.golden"},
 		{name: "headroom holding BE on a VM", store: "store-cgroupfs.json", args: []string{"headroom"}, golden: "headroom.golden"},
+		{name: "capacity", store: "store-cgroupfs.json", args: []string{"capacity"}, golden: "capacity.golden"},
+		{name: "capacity json", store: "store-cgroupfs.json", args: []string{"capacity", "-o", "json"}, golden: "capacity.json.golden"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -293,7 +299,7 @@ func TestRunErrors(t *testing.T) {
 			},
 			wantErr: "answered 500 Internal Server Error to /debug/store: store locked",
 		},
-		{name: "no command", args: func(*testing.T) []string { return nil }, wantErr: "want one command, pods, pools, config, headroom or interference"},
+		{name: "no command", args: func(*testing.T) []string { return nil }, wantErr: "want one command, pods, pools, config, headroom, interference or capacity"},
 		{
 			name: "unknown state",
 			args: func(t *testing.T) []string {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"time"
+
+	"github.com/tandemkit/tandem/metrics/reporter"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
@@ -45,6 +48,8 @@ type nodeParts struct {
 	el  *evict.Loop
 	hr  *headroom.Controller
 	lw  *interference.Controller
+	// reporter is the node reporter once the API server answered (startAPI); /debug/capacity reads it.
+	reporter atomic.Pointer[reporter.Reporter]
 }
 
 // components builds the node loops in the order they start. The order matters in two places: the

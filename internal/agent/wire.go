@@ -310,7 +310,7 @@ func (w *wiring) nodeLoops(ctx context.Context) error {
 	// API access comes when it can: the CRI socket never waits for it.
 	w.loops.Once("connect-api", func(ctx context.Context) error {
 		if client := connectAPI(ctx, st.podSpec.Kubeconfig, st.podSpec.NodeName, st.apiRetry); client != nil {
-			startAPI(ctx, w.loops, st, client, w.cons, evictor, w.fileSource, col, w.fe, w.reg, lowestCeiling(n.hr, n.lw))
+			startAPI(ctx, w.loops, st, client, w.cons, evictor, w.fileSource, col, w.fe, w.reg, lowestCeiling(n.hr, n.lw), n.reporter.Store)
 		}
 		return nil
 	})
@@ -338,6 +338,12 @@ func (w *wiring) endpoints(ctx context.Context, facts nodeFacts, n *nodeParts) e
 	dmux.Handle("/debug/config", configHandler(st.podSpec.NodeName, w.cons, facts))
 	dmux.Handle("/debug/headroom", statusHandler(func() any { return n.hr.Status() }))
 	dmux.Handle("/debug/interference", statusHandler(func() any { return n.lw.Status() }))
+	dmux.Handle("/debug/capacity", statusHandler(func() any {
+		if r := n.reporter.Load(); r != nil {
+			return r.CapacityStatus()
+		}
+		return reporter.CapacityStatus{Node: st.podSpec.NodeName, Why: "the node reporter has not started: the API server has not answered yet"}
+	}))
 	w.closers = append(w.closers, serveHTTP(ctx, dlis, dmux))
 	return nil
 }
@@ -346,7 +352,8 @@ func (w *wiring) endpoints(ctx context.Context, facts nodeFacts, n *nodeParts) e
 // evictions through the Eviction API, the node reporter and, without a file, the slo-controller-config
 // ConfigMap.
 func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *kubeclient.Client, cons *consumers, evictor *switchEvictor,
-	fileSource *source.Source, col *collector.Collector, fe FrontEnd, reg prometheus.Registerer, beCeiling func() (int64, bool)) {
+	fileSource *source.Source, col *collector.Collector, fe FrontEnd, reg prometheus.Registerer, beCeiling func() (int64, bool),
+	started func(*reporter.Reporter)) {
 	logger := klog.FromContext(ctx)
 	if pods, err := podspec.NewForClient(client, st.podSpec); err != nil {
 		logger.Error(err, "Pod specs not read; batch resources come from annotations only")
@@ -378,6 +385,7 @@ func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *
 		logger.Error(err, "Node reporter not started")
 		return
 	}
+	started(rep)
 	loops.Go("reporter", func(ctx context.Context) error {
 		// Publish only what the operator's configuration says (see consumers.firstApplied). A node with
 		// neither a file nor a ConfigMap has its defaults from the start.

@@ -1,6 +1,7 @@
 package reporter
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -22,6 +23,8 @@ type desired struct {
 	// terms is the formula's result with every term, nil when batch capacity was not computed
 	// (colocation off, samples stale or none yet).
 	terms *reclaim.Result
+	// why says why terms is nil, or why it is not published yet.
+	why string
 }
 
 func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desired {
@@ -35,9 +38,11 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 		// passed, instead of batch 0 taking the capacity off the Node at every restart. Removing batch
 		// resources needs no history.
 		want.warming = settings.Enable
+		want.why = "no usage sample yet since this agent started"
 		return want
 	}
 	if !fresh {
+		want.why = fmt.Sprintf("the newest usage sample is older than degradeTimeMinutes (%d): batch capacity 0", settings.DegradeTimeMinutes)
 		return want // batch 0 if enabled, absent if not; the annotation ages
 	}
 	interval := reportInterval(settings)
@@ -52,6 +57,12 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 	warmup = min(warmup, r.estConfig.Window/2)
 	// Removing batch resources needs no history; publishing them does.
 	want.warming = settings.Enable && r.est.Span() < warmup
+	switch {
+	case !settings.Enable:
+		want.why = "colocation is off for this node (colocation-config enable): no batch resources"
+	case want.warming:
+		want.why = fmt.Sprintf("warming up: %s of usage history, %s needed before batch capacity is published", r.est.Span().Round(time.Second), warmup)
+	}
 	if settings.Enable {
 		var requests map[string]reclaim.Resources
 		if r.deps.Requests != nil {

@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -204,6 +205,9 @@ type Reporter struct {
 	failures  int
 	nextRetry time.Time
 	backoff   wait.Backoff
+
+	// status is the last step's CapacityStatus, read from other goroutines.
+	status atomic.Pointer[CapacityStatus]
 }
 
 // published is what the last successful write put on the Node.
@@ -270,6 +274,7 @@ func (r *Reporter) Step(ctx context.Context) {
 	r.observe(settings)
 	want := r.desire(now, settings)
 	r.setGauges(want)
+	defer func() { r.recordStatus(now, want, settings, want.why) }()
 	if want.warming || now.Before(r.nextRetry) {
 		return
 	}

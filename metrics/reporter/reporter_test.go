@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -327,6 +328,14 @@ func TestFirstPublish(t *testing.T) {
 	}
 	if diff := terms["capacity"] - terms["safety"] - terms["system"] - terms["hp"] - terms["batch"]; diff > 1e-9 || diff < -1e-9 {
 		t.Errorf("cpu terms %v do not add up: capacity − safety − system − hp − batch = %v", terms, diff)
+	}
+	st := h.r.CapacityStatus()
+	if !st.Computed || st.CPU == nil || st.CPU.Batch != steadyBatchCPU || st.Memory.Batch != steadyBatchMemory ||
+		st.Published == nil || st.Published.CPUMilli != steadyBatchCPU || st.CPU.Bound == "" || st.CPU.BoundText == "" {
+		t.Errorf("CapacityStatus = %+v (cpu %+v): want this step's terms, the published figure and the deciding term", st, st.CPU)
+	}
+	if st.CPU.Capacity-st.CPU.Safety-st.CPU.System-st.CPU.HP != st.CPU.Batch {
+		t.Errorf("status terms %+v do not add up to batch", st.CPU)
 	}
 	for _, resource := range []string{"cpu", "memory"} {
 		var ones float64
@@ -695,6 +704,9 @@ func TestDegradeWithoutFreshSamples(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(h.r.metrics.cpuTerms) + testutil.CollectAndCount(h.r.metrics.bound); n != 0 {
 		t.Errorf("%d term series while degraded: nothing was computed, want none", n)
+	}
+	if st := h.r.CapacityStatus(); st.Computed || !strings.Contains(st.Why, "degradeTimeMinutes") || st.Published == nil || st.Published.CPUMilli != 0 {
+		t.Errorf("CapacityStatus while degraded = %+v: want not computed, why naming degradeTimeMinutes, 0 published", st)
 	}
 
 	// The collector is back: batch capacity returns at once.
