@@ -24,6 +24,39 @@ import (
 // spec is reset) and NodeRestriction leaves a node's annotations alone: a write of the Node costs
 // every watcher of Nodes one event, not two.
 func StatusPatch(present bool, batch reclaim.Resources, m *nodemetric.NodeMetric) ([]byte, error) {
+	return statusPatch(present, batch, m, nil)
+}
+
+// CapacityAnnotation is the Node annotation that says, in words, which term of the formula decides
+// each batch resource now (or why there is no figure), so that `kubectl describe node` answers "why
+// is batch-cpu what it is"; `tandemctl capacity` on the node gives every term.
+const CapacityAnnotation = "tandem.io/batch-capacity"
+
+// CapacityNote is CapacityAnnotation's value.
+type CapacityNote struct {
+	// CPU and Memory say which term decides, with its amount ("high-priority pods' predicted
+	// peak 1.40 cores"); CPUTerm and MemoryTerm name it as the metrics do.
+	CPU        string       `json:"cpu,omitempty"`
+	Memory     string       `json:"memory,omitempty"`
+	CPUTerm    reclaim.Term `json:"cpuTerm,omitempty"`
+	MemoryTerm reclaim.Term `json:"memoryTerm,omitempty"`
+	// Note says why there are no terms (colocation off, stale samples).
+	Note string `json:"note,omitempty"`
+}
+
+// noteFor is the annotation for want: the deciding terms when computed, else why not.
+func noteFor(want desired) *CapacityNote {
+	if res := want.terms; res != nil {
+		c, m := res.CPUBound(), res.MemoryBound()
+		return &CapacityNote{CPU: c.CPUText(), Memory: m.MemoryText(), CPUTerm: c.Term, MemoryTerm: m.Term}
+	}
+	if want.why != "" {
+		return &CapacityNote{Note: want.why}
+	}
+	return nil
+}
+
+func statusPatch(present bool, batch reclaim.Resources, m *nodemetric.NodeMetric, note *CapacityNote) ([]byte, error) {
 	values := map[corev1.ResourceName]any{
 		nodemetric.ResourceBatchCPU:    nil,
 		nodemetric.ResourceBatchMemory: nil,
@@ -34,19 +67,31 @@ func StatusPatch(present bool, batch reclaim.Resources, m *nodemetric.NodeMetric
 		values[nodemetric.ResourceBatchMemory] = resource.NewQuantity(batch.MemoryBytes, resource.BinarySI).String()
 	}
 	patch := map[string]any{"status": map[string]any{"capacity": values, "allocatable": values}}
+	annotations := map[string]string{}
 	if m != nil {
 		value, err := nodemetric.Marshal(m)
 		if err != nil {
 			return nil, fmt.Errorf("node-metric annotation: %w", err)
 		}
-		patch["metadata"] = map[string]any{"annotations": map[string]string{nodemetric.AnnotationKey: value}}
+		annotations[nodemetric.AnnotationKey] = value
+	}
+	if note != nil {
+		value, err := json.Marshal(note)
+		if err != nil {
+			return nil, fmt.Errorf("%s annotation: %w", CapacityAnnotation, err)
+		}
+		annotations[CapacityAnnotation] = string(value)
+	}
+	if len(annotations) > 0 {
+		patch["metadata"] = map[string]any{"annotations": annotations}
 	}
 	return json.Marshal(patch)
 }
 
 // patch writes want, with the annotation m unless it is nil, in one request.
 func (r *Reporter) patch(ctx context.Context, want desired, m *nodemetric.NodeMetric) error {
-	body, err := StatusPatch(want.present, want.batch, m)
+	// The note rides on every write and causes none: it changes when the figures do.
+	body, err := statusPatch(want.present, want.batch, m, noteFor(want))
 	if err != nil {
 		return err
 	}

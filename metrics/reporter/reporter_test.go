@@ -275,7 +275,9 @@ func TestFirstPublish(t *testing.T) {
 	if len(patches) != 1 {
 		t.Fatalf("first step sent %d patches, want one with the status and the annotation", len(patches))
 	}
-	want := `{"metadata":{"annotations":{"tandem.io/node-metric":"{\"updateTime\":\"2026-11-21T06:00:00Z\",` +
+	want := `{"metadata":{"annotations":{"tandem.io/batch-capacity":"{\"cpu\":\"safety margin (100 − reclaimThresholdPercent) 12.80 cores\",` +
+		`\"memory\":\"safety margin (100 − reclaimThresholdPercent) 44.80 GiB\",\"cpuTerm\":\"safety\",\"memoryTerm\":\"safety\"}",` +
+		`"tandem.io/node-metric":"{\"updateTime\":\"2026-11-21T06:00:00Z\",` +
 		`\"reportIntervalSeconds\":60,\"nodeUsage\":{\"cpuMilli\":13500,\"memoryBytes\":44023414784},` +
 		`\"hpUsage\":{\"cpuMilli\":7000,\"memoryBytes\":32212254720},` +
 		`\"reclaimable\":{\"cpuMilli\":10700,\"memoryBytes\":52828097741}}"}},` +
@@ -328,6 +330,10 @@ func TestFirstPublish(t *testing.T) {
 	}
 	if diff := terms["capacity"] - terms["safety"] - terms["system"] - terms["hp"] - terms["batch"]; diff > 1e-9 || diff < -1e-9 {
 		t.Errorf("cpu terms %v do not add up: capacity − safety − system − hp − batch = %v", terms, diff)
+	}
+	var note CapacityNote
+	if err := json.Unmarshal([]byte(n.Annotations[CapacityAnnotation]), &note); err != nil || note.CPUTerm == "" || note.CPU == "" || note.Memory == "" {
+		t.Errorf("%s = %q (%v): want the deciding term of each resource", CapacityAnnotation, n.Annotations[CapacityAnnotation], err)
 	}
 	st := h.r.CapacityStatus()
 	if !st.Computed || st.CPU == nil || st.CPU.Batch != steadyBatchCPU || st.Memory.Batch != steadyBatchMemory ||
@@ -704,6 +710,9 @@ func TestDegradeWithoutFreshSamples(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(h.r.metrics.cpuTerms) + testutil.CollectAndCount(h.r.metrics.bound); n != 0 {
 		t.Errorf("%d term series while degraded: nothing was computed, want none", n)
+	}
+	if v := n.Annotations[CapacityAnnotation]; !strings.Contains(v, "degradeTimeMinutes") {
+		t.Errorf("%s while degraded = %q, want the reason", CapacityAnnotation, v)
 	}
 	if st := h.r.CapacityStatus(); st.Computed || !strings.Contains(st.Why, "degradeTimeMinutes") || st.Published == nil || st.Published.CPUMilli != 0 {
 		t.Errorf("CapacityStatus while degraded = %+v: want not computed, why naming degradeTimeMinutes, 0 published", st)
