@@ -12,11 +12,7 @@ import (
 
 // Capacity returns the batch capacity the node reporter last computed, term by term.
 func (c *Client) Capacity(ctx context.Context) (*reporter.CapacityStatus, error) {
-	var s reporter.CapacityStatus
-	if err := c.get(ctx, "/debug/capacity", &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return getStatus[reporter.CapacityStatus](ctx, c, "/debug/capacity")
 }
 
 // gib renders bytes as GiB with two decimals.

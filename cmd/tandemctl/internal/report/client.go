@@ -115,3 +115,12 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 	}
 	return nil
 }
+
+// getStatus GETs one of the agent's status endpoints into a new T.
+func getStatus[T any](ctx context.Context, c *Client, path string) (*T, error) {
+	var s T
+	if err := c.get(ctx, path, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}

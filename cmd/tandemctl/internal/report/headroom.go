@@ -14,11 +14,7 @@ import (
 
 // Headroom returns the steal headroom's last sample and decision.
 func (c *Client) Headroom(ctx context.Context) (*headroom.Status, error) {
-	var s headroom.Status
-	if err := c.get(ctx, "/debug/headroom", &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return getStatus[headroom.Status](ctx, c, "/debug/headroom")
 }
 
 // cores renders milli-cores as CPUs with two decimals.

@@ -12,11 +12,7 @@ import (
 
 // Interference returns the LS wait guard's last sample and decision.
 func (c *Client) Interference(ctx context.Context) (*interference.Status, error) {
-	var s interference.Status
-	if err := c.get(ctx, "/debug/interference", &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return getStatus[interference.Status](ctx, c, "/debug/interference")
 }
 
 // WriteInterference renders the LS wait guard: whether it runs, LS pods' slow waits in the last
