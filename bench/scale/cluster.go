@@ -291,19 +291,6 @@ func rewriteSchedulerConfig(src, out, kubeconfig string, change func(*schedulerv
 	return os.WriteFile(out, enc, 0o600)
 }
 
-// buildScheduler builds tandem-scheduler from its own module (scheduler-plugin, which carries
-// k8s.io/kubernetes so that Tandem's go.mod does not), as `make images` does.
-func buildScheduler(ctx context.Context, root, outDir string) (string, error) {
-	bin := filepath.Join(outDir, "tandem-scheduler")
-	cmd := exec.CommandContext(ctx, framework.GoBinary(), "build", "-o", bin, "./cmd/tandem-scheduler")
-	cmd.Dir = filepath.Join(root, "scheduler-plugin")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build tandem-scheduler: %w: %s", err, lastBytes(out, 4000))
-	}
-	return bin, nil
-}
-
 // startScheduler starts kube-scheduler with the configuration schedulerConfig wrote and waits for
 // its /healthz.
 func (c *cluster) startScheduler(ctx context.Context, bin, cfg string) error {

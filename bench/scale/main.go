@@ -169,7 +169,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if slices.Contains(o.settings, "plugin") {
-		if bins["tandem-scheduler"], err = buildScheduler(ctx, root, binDir); err != nil {
+		if bins["tandem-scheduler"], err = framework.BuildScheduler(ctx, binDir); err != nil {
 			return err
 		}
 	}

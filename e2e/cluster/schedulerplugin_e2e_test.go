@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,12 +38,9 @@ func TestSchedulerPlugin(t *testing.T) {
 	cs := client(t)
 	dir := t.TempDir()
 
-	bin := filepath.Join(dir, "tandem-scheduler")
-	build := exec.CommandContext(ctx, framework.GoBinary(), "build", "-o", bin, "./cmd/tandem-scheduler")
-	build.Dir = repoPath(t, "scheduler-plugin")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build tandem-scheduler: %v: %s", err, out)
+	bin, err := framework.BuildScheduler(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	b, err := os.ReadFile(repoPath(t, "deploy/scheduler-plugin/kube-scheduler-config.yaml"))

@@ -237,3 +237,21 @@ func buildPause(ctx context.Context, out string) error {
 	}
 	return nil
 }
+
+// BuildScheduler builds tandem-scheduler (kube-scheduler with the TandemLoadAware plugin) from its
+// own module, scheduler-plugin, which carries k8s.io/kubernetes so that Tandem's go.mod does not,
+// into outDir, and returns the binary's path.
+func BuildScheduler(ctx context.Context, outDir string) (string, error) {
+	root, err := RepoRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(outDir, "tandem-scheduler")
+	cmd := exec.CommandContext(ctx, GoBinary(), "build", "-o", bin, "./cmd/tandem-scheduler")
+	cmd.Dir = filepath.Join(root, "scheduler-plugin")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build tandem-scheduler: %w: %s", err, tail(out, 4000))
+	}
+	return bin, nil
+}
