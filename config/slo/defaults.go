@@ -5,6 +5,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tandemkit/tandem/config/batchwindow"
 )
 
 // Defaults that are not a field value: Koordinator derives them at the point of use.
@@ -32,6 +34,7 @@ func defaultResolved() Resolved {
 		ResourceThreshold: defaultResourceThreshold(),
 		ResourceQOS:       defaultResourceQOS(),
 		CPUBurst:          defaultCPUBurst(),
+		BatchWindows:      batchwindow.Defaults(),
 	}
 }
 
@@ -50,6 +53,10 @@ func (r *Resolved) settings(key string) any {
 		return &r.System
 	case HostApplicationConfigKey:
 		return &r.HostApplications
+	case BatchWindowConfigKey:
+		return &r.BatchWindows
+	case DryRunConfigKey:
+		return &r.DryRun
 	}
 	return nil
 }

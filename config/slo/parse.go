@@ -14,6 +14,8 @@ import (
 
 	sjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tandemkit/tandem/config/batchwindow"
 )
 
 // ignoredKoordinatorKeys are slo-controller-config keys Koordinator defines and Tandem does not read.
@@ -248,7 +250,13 @@ func nodeList(key string) string {
 
 // inline reports whether section key writes its cluster strategy at the top, beside nodeConfigs,
 // instead of under clusterStrategy beside nodeStrategies.
-func inline(key string) bool { return key == ColocationConfigKey || key == HostApplicationConfigKey }
+func inline(key string) bool {
+	switch key {
+	case ColocationConfigKey, HostApplicationConfigKey, BatchWindowConfigKey, DryRunConfigKey:
+		return true
+	}
+	return false
+}
 
 func isSection(key string) bool { return slices.Contains(SectionKeys(), key) }
 
@@ -299,6 +307,8 @@ func (d *sectionDecoder) strategy(path string, tree any) *strategy {
 		CPUBurstConfigKey:          checkStrict[CPUBurstSettings],
 		SystemConfigKey:            checkStrict[SystemSettings],
 		HostApplicationConfigKey:   checkStrict[HostApplicationSettings],
+		BatchWindowConfigKey:       checkStrict[batchwindow.Settings],
+		DryRunConfigKey:            checkStrict[DryRunSettings],
 	}[d.key]
 	if err := d.check(path, tree, check); err != nil {
 		return &strategy{path: path}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/resource/qos"
 )
 
@@ -22,10 +23,21 @@ const (
 	HostApplicationConfigKey   = "host-application-config"
 )
 
+// Tandem's own sections. They live in the same ConfigMap as Koordinator's, written the same way (an
+// inline cluster strategy beside nodeConfigs), because an operator then has one object to edit, one
+// set of node selectors and merge rules to learn, and one reload path with the same keep-last-good
+// behaviour; koord-manager reads only its own keys, so a ConfigMap shared with it keeps working.
+const (
+	// BatchWindowConfigKey is the clock-driven batch windows (config/batchwindow).
+	BatchWindowConfigKey = "batch-window-config"
+	// DryRunConfigKey switches actions that change running pods to reporting what they would do.
+	DryRunConfigKey = "dry-run-config"
+)
+
 // SectionKeys lists the ConfigMap keys Tandem reads, in the order errors and matches are reported.
 func SectionKeys() []string {
 	return []string{ColocationConfigKey, ResourceThresholdConfigKey, ResourceQOSConfigKey, CPUBurstConfigKey, SystemConfigKey,
-		HostApplicationConfigKey}
+		HostApplicationConfigKey, BatchWindowConfigKey, DryRunConfigKey}
 }
 
 // Config is the slo-controller-config as written by the operator: for each section read, its strategies
@@ -100,10 +112,33 @@ type Resolved struct {
 	// (actuate/hostapp). Unlike the other sections, a matching node config replaces the cluster's list
 	// whole, as in Koordinator.
 	HostApplications HostApplicationSettings
+	// BatchWindows is batch-window-config: when batch may use the node.
+	BatchWindows batchwindow.Settings
+	// DryRun is dry-run-config: which actions only report what they would do.
+	DryRun DryRunSettings
 
 	// Matches lists, per section in SectionKeys order, the node strategies that matched this node.
 	// Sections where none matched are absent.
 	Matches []NodeMatch
+}
+
+// DryRunSettings is dry-run-config, Tandem's: for each action that changes a running pod, true makes
+// it do everything but the change (it decides, logs "would", records an Event saying "would", counts in
+// tandem_dry_run_actions_total{action}), so that an operator can watch what Tandem would do before
+// letting it. All false by default.
+type DryRunSettings struct {
+	// Suppress: BE CPU suppression (resource-threshold-config, and the steal headroom and LS wait guard
+	// that hold it lower) computes its limit but leaves the BE cgroups as they are.
+	Suppress bool `json:"suppress"`
+	// Evict: BE eviction on memory or CPU satisfaction (resource-threshold-config) chooses its pods but
+	// does not evict them.
+	Evict bool `json:"evict"`
+	// WindowEvict: eviction when a batch window has closed (batch-window-config) chooses its pods but does
+	// not evict them. The capacity a window withdraws is still withdrawn: that changes no running pod.
+	WindowEvict bool `json:"windowEvict"`
+	// CFSQuotaBurst: the cfs-quota burst of LS containers (cpu-burst-config) decides each quota but does not
+	// raise or lower it.
+	CFSQuotaBurst bool `json:"cfsQuotaBurst"`
 }
 
 // NodeMatch records which node strategies of one section selected the node. Applied is the first, the

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/resource/qos"
 )
 
@@ -97,6 +98,8 @@ func view(key string, layers ...*strategy) []*FieldError {
 		v.system(s)
 	case *HostApplicationSettings:
 		v.hostApplications(s)
+	case *batchwindow.Settings:
+		v.batchWindows(s)
 	}
 	out := make([]*FieldError, 0, len(v.errs))
 	for _, e := range v.errs {
@@ -377,6 +380,25 @@ func (v *validator) hostApplications(s *HostApplicationSettings) {
 		}
 		if strings.Trim(c.RelativePath, "/.") == "" {
 			v.fail(p+".cgroupPath.relativePath", "%s: missing; name the application's own cgroup directory (without it the treatment would land on the parent shared by every host application)", what)
+		}
+	}
+}
+
+// batchWindows checks batch-window-config as config/batchwindow builds it: the zone, each window's days
+// and times, the shares and durations.
+func (v *validator) batchWindows(s *batchwindow.Settings) {
+	err := s.Validate()
+	var joined interface{ Unwrap() []error }
+	errs := []error{err}
+	if errors.As(err, &joined) {
+		errs = joined.Unwrap()
+	}
+	for _, e := range errs {
+		var fe *batchwindow.FieldError
+		if errors.As(e, &fe) {
+			v.fail("."+fe.Path, "%s", fe.Message)
+		} else if e != nil {
+			v.fail("", "%v", e)
 		}
 	}
 }
