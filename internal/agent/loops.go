@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/actuate/suppress"
 	"github.com/tandemkit/tandem/actuate/yield"
@@ -48,6 +49,8 @@ type nodeParts struct {
 	el  *evict.Loop
 	hr  *headroom.Controller
 	lw  *interference.Controller
+	// dry records the actions dry-run-config holds back.
+	dry *dryrun.Recorder
 	// reporter is the node reporter once the API server answered (startAPI); /debug/capacity reads it.
 	reporter atomic.Pointer[reporter.Reporter]
 }

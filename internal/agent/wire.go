@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/actuate/yield"
 	"github.com/tandemkit/tandem/config/slo"
@@ -292,7 +293,11 @@ func (w *wiring) nodeLoops(ctx context.Context) error {
 		return err
 	}
 	evictor := newSwitchEvictor(evict.NewCRIEvictor(w.stopper))
-	n := &nodeParts{st: st, reg: w.reg, cgroups: w.cgroups, cpus: w.cpus, fe: w.fe, col: col, evictor: evictor,
+	dry, err := dryrun.New(st.podSpec.NodeName, w.reg)
+	if err != nil {
+		return err
+	}
+	n := &nodeParts{st: st, reg: w.reg, cgroups: w.cgroups, cpus: w.cpus, fe: w.fe, col: col, evictor: evictor, dry: dry,
 		poolsChanged: w.policyDeps.PoolsChanged, poolsKick: w.poolsKick, beStarted: w.beStarted, vm: vm, vmWhy: vmWhy}
 	comps, err := n.components(ctx, w.cons)
 	if err != nil {
@@ -310,7 +315,7 @@ func (w *wiring) nodeLoops(ctx context.Context) error {
 	// API access comes when it can: the CRI socket never waits for it.
 	w.loops.Once("connect-api", func(ctx context.Context) error {
 		if client := connectAPI(ctx, st.podSpec.Kubeconfig, st.podSpec.NodeName, st.apiRetry); client != nil {
-			startAPI(ctx, w.loops, st, client, w.cons, evictor, w.fileSource, col, w.fe, w.reg, lowestCeiling(n.hr, n.lw), n.reporter.Store)
+			startAPI(ctx, w.loops, client, w.cons, evictor, w.fileSource, n)
 		}
 		return nil
 	})
@@ -351,10 +356,10 @@ func (w *wiring) endpoints(ctx context.Context, facts nodeFacts, n *nodeParts) e
 // startAPI starts what needs the API server, once it answers: this node's pod specs for the policies,
 // evictions through the Eviction API, the node reporter and, without a file, the slo-controller-config
 // ConfigMap.
-func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *kubeclient.Client, cons *consumers, evictor *switchEvictor,
-	fileSource *source.Source, col *collector.Collector, fe FrontEnd, reg prometheus.Registerer, beCeiling func() (int64, bool),
-	started func(*reporter.Reporter)) {
+func startAPI(ctx context.Context, loops *supervise.Group, client *kubeclient.Client, cons *consumers, evictor *switchEvictor,
+	fileSource *source.Source, n *nodeParts) {
 	logger := klog.FromContext(ctx)
+	st, col, fe := n.st, n.col, n.fe
 	if pods, err := podspec.NewForClient(client, st.podSpec); err != nil {
 		logger.Error(err, "Pod specs not read; batch resources come from annotations only")
 	} else {
@@ -362,6 +367,7 @@ func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *
 		cons.setPodSpecs(ctx, func(d *policy.Deps) { d.BatchResources, d.MemoryRequests = pods, pods })
 	}
 	evictor.set(evict.NewAPIEvictor(client, st.podSpec.NodeName))
+	n.dry.SetSink(client)
 	switch {
 	case fileSource != nil:
 		fileSource.SetClient(client)
@@ -378,14 +384,14 @@ func startAPI(ctx context.Context, loops *supervise.Group, st settings, client *
 	}
 	rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
 		Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(fe.Store(), st.policy.QoS.StaticCPUManager),
-		Settings: func() slo.ColocationSettings { return st.colocation.Load().Colocation }, Registerer: reg,
-		BECeiling: beCeiling,
+		Settings: func() slo.ColocationSettings { return st.colocation.Load().Colocation }, Registerer: n.reg,
+		BECeiling: lowestCeiling(n.hr, n.lw),
 	})
 	if err != nil {
 		logger.Error(err, "Node reporter not started")
 		return
 	}
-	started(rep)
+	n.reporter.Store(rep)
 	loops.Go("reporter", func(ctx context.Context) error {
 		// Publish only what the operator's configuration says (see consumers.firstApplied). A node with
 		// neither a file nor a ConfigMap has its defaults from the start.
