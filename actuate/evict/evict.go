@@ -36,7 +36,6 @@ import (
 
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
-	"github.com/tandemkit/tandem/resource/qos"
 )
 
 // Reason is why a pod was evicted; it is the reason label of tandem_evictions_total.
@@ -314,43 +313,10 @@ func (l *Loop) forgetGone(snap *collector.Snapshot) {
 	}
 }
 
-// candidates groups the snapshot's containers by pod and keeps the pods whose every container is BE.
+// candidates is the snapshot's BE pods (see bePods), after forgetting pods that left it.
 func (l *Loop) candidates(snap *collector.Snapshot) []*candidate {
-	byPod := map[string]*candidate{}
-	notBE := map[string]bool{}
-	var order []string
-	for _, c := range snap.Containers {
-		key := c.PodUID
-		if key == "" {
-			key = c.Namespace + "/" + c.Pod
-		}
-		if c.QoS != qos.BE {
-			notBE[key] = true
-			continue
-		}
-		cd, ok := byPod[key]
-		if !ok {
-			cd = &candidate{pod: Pod{Namespace: c.Namespace, Name: c.Pod, UID: c.PodUID}}
-			if m, ok := l.deps.Pods(c.PodUID); ok {
-				cd.pod.SandboxID = m.SandboxID
-				cd.request = m.CPURequestMilli
-				if m.Priority != nil {
-					cd.priority = *m.Priority
-				}
-			}
-			byPod[key] = cd
-			order = append(order, key)
-		}
-		cd.memory += c.MemoryBytes
-		cd.cpu += c.CPUMilli
-	}
+	out := bePods(snap, l.deps.Pods)
 	l.forgetGone(snap)
-	var out []*candidate
-	for _, k := range order {
-		if !notBE[k] {
-			out = append(out, byPod[k])
-		}
-	}
 	return out
 }
 
