@@ -11,7 +11,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -30,6 +33,49 @@ import (
 type Client struct {
 	rc     rest.Interface
 	params runtime.ParameterCodec
+	clock  *serverClock
+}
+
+// serverClock keeps the API server's clock minus the node's, from the Date header of every answer.
+// Batch windows follow the node's clock; this is how a node learns that its clock is off without a
+// request of its own. Date has whole seconds, so the offset is known to about a second.
+type serverClock struct {
+	offset   atomic.Int64 // nanoseconds
+	measured atomic.Bool
+	now      func() time.Time
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (c *serverClock) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			c.observe(resp.Header.Get("Date"))
+		}
+		return resp, err
+	})
+}
+
+func (c *serverClock) observe(date string) {
+	server, err := http.ParseTime(date)
+	if err != nil {
+		return
+	}
+	// The server's clock read somewhere in the second Date names.
+	c.offset.Store(int64(server.Add(500 * time.Millisecond).Sub(c.now())))
+	c.measured.Store(true)
+}
+
+// ClockOffset is the API server's clock minus this node's, from the last answer's Date header; ok is
+// false before any answer. Accurate to about a second.
+func (c *Client) ClockOffset() (offset time.Duration, ok bool) {
+	if !c.clock.measured.Load() {
+		return 0, false
+	}
+	return time.Duration(c.clock.offset.Load()), true
 }
 
 // ErrNoConfig is returned by Config when there is neither a kubeconfig nor an in-cluster configuration:
@@ -78,6 +124,8 @@ func New(rc *rest.Config, userAgent string) (*Client, error) {
 		return nil, err
 	}
 	cfg := rest.CopyConfig(rc)
+	clock := &serverClock{now: time.Now}
+	cfg.Wrap(clock.wrap)
 	cfg.UserAgent = userAgent
 	cfg.APIPath = "/api"
 	cfg.GroupVersion = &corev1.SchemeGroupVersion
@@ -92,7 +140,7 @@ func New(rc *rest.Config, userAgent string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API client for %s: %w", rc.Host, err)
 	}
-	return &Client{rc: restClient, params: runtime.NewParameterCodec(scheme)}, nil
+	return &Client{rc: restClient, params: runtime.NewParameterCodec(scheme), clock: clock}, nil
 }
 
 // GetNode reads a Node.

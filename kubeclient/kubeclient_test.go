@@ -340,3 +340,26 @@ func TestNamedListWatch(t *testing.T) {
 		}
 	}
 }
+
+// TestClockOffset: the client learns the API server's clock from the Date of its answers.
+func TestClockOffset(t *testing.T) {
+	for _, skew := range []time.Duration{0, 5 * time.Minute, -90 * time.Second} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Date", time.Now().Add(skew).UTC().Format(http.TimeFormat))
+			http.NotFound(w, nil)
+		}))
+		c, err := New(&rest.Config{Host: srv.URL}, "tandem-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := c.ClockOffset(); ok {
+			t.Fatal("offset known before any answer")
+		}
+		_, _ = c.GetNode(t.Context(), "n")
+		got, ok := c.ClockOffset()
+		if !ok || (got-skew).Abs() > 1500*time.Millisecond {
+			t.Errorf("skew %v: offset %v (known %v)", skew, got, ok)
+		}
+		srv.Close()
+	}
+}

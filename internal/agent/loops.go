@@ -51,6 +51,8 @@ type nodeParts struct {
 	lw  *interference.Controller
 	// dry records the actions dry-run-config holds back.
 	dry *dryrun.Recorder
+	// windows is the node's batch windows, for the reporter and the batch-window eviction loop.
+	windows windows
 	// reporter is the node reporter once the API server answered (startAPI); /debug/capacity reads it.
 	reporter atomic.Pointer[reporter.Reporter]
 }
@@ -75,6 +77,11 @@ func (n *nodeParts) components(ctx context.Context, cons *consumers) ([]componen
 		return nil, err
 	}
 	out = append(out, ev)
+	bw, err := n.batchWindows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, bw)
 	yl, err := n.yield(ctx)
 	if err != nil {
 		return nil, err

@@ -385,7 +385,7 @@ func startAPI(ctx context.Context, loops *supervise.Group, client *kubeclient.Cl
 	rep, err := reporter.New(reporter.Config{NodeName: st.podSpec.NodeName}, reporter.Deps{
 		Client: client, Samples: reporter.SamplesFrom(col), Requests: podRequests(fe.Store(), st.policy.QoS.StaticCPUManager),
 		Settings: func() slo.ColocationSettings { return st.colocation.Load().Colocation }, Registerer: n.reg,
-		BECeiling: lowestCeiling(n.hr, n.lw),
+		BECeiling: lowestCeiling(n.hr, n.lw), Window: n.windows.State, ClockOffset: client.ClockOffset,
 	})
 	if err != nil {
 		logger.Error(err, "Node reporter not started")

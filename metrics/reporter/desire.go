@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
@@ -25,9 +26,46 @@ type desired struct {
 	terms *reclaim.Result
 	// why says why terms is nil, or why it is not published yet.
 	why string
+	// window is where the node stands against its batch windows; while window.Phase.Limits(),
+	// batch is outsideCapacityPercent of computed.
+	window   batchwindow.State
+	computed reclaim.Resources
+	// clock says the node's clock is far from the API server's, "" when it is not or is not known.
+	clock string
 }
 
 func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desired {
+	want := r.desireCapacity(now, settings)
+	want.clock = r.clockNote()
+	return want
+}
+
+// ClockTolerance is how far the node's clock may be from the API server's before the reporter says
+// so: batch windows follow the node's clock, and a minute off moves every window by a minute.
+const ClockTolerance = 30 * time.Second
+
+// clockNote says how far off the node's clock is, when it is beyond ClockTolerance.
+func (r *Reporter) clockNote() string {
+	if r.deps.ClockOffset == nil {
+		return ""
+	}
+	off, ok := r.deps.ClockOffset()
+	if !ok {
+		return ""
+	}
+	r.metrics.clockOffset.Set(off.Seconds())
+	if off.Abs() <= ClockTolerance {
+		return ""
+	}
+	dir := "behind"
+	if off < 0 {
+		dir = "ahead of"
+	}
+	return fmt.Sprintf("the node's clock is %s %s the API server's; batch windows follow the node's clock: fix its time synchronisation (chrony, systemd-timesyncd)",
+		off.Abs().Round(time.Second), dir)
+}
+
+func (r *Reporter) desireCapacity(now time.Time, settings slo.ColocationSettings) desired {
 	newest := r.est.Newest()
 	degrade := time.Duration(settings.DegradeTimeMinutes) * time.Minute
 	fresh := !newest.IsZero() && now.Sub(newest) <= degrade
@@ -85,7 +123,14 @@ func (r *Reporter) desire(now time.Time, settings slo.ColocationSettings) desire
 			}
 		}
 		res := reclaim.Compute(reclaim.SettingsFrom(settings), in)
-		want.batch, want.terms = res.Batch, &res
+		want.batch, want.terms, want.computed = res.Batch, &res, res.Batch
+		if r.deps.Window != nil {
+			want.window = r.deps.Window(now)
+			if want.window.Phase.Limits() {
+				pct := want.window.OutsidePercent
+				want.batch = reclaim.Resources{CPUMilli: res.Batch.CPUMilli * pct / 100, MemoryBytes: res.Batch.MemoryBytes * pct / 100}
+			}
+		}
 	}
 	want.metric = &nodemetric.NodeMetric{
 		UpdateTime:            newest.UTC().Truncate(time.Second),
@@ -124,6 +169,10 @@ func (r *Reporter) due(now time.Time, want desired, settings slo.ColocationSetti
 	newer := r.newerMetric(want) != nil
 	switch {
 	case !last.valid, last.present != want.present:
+		return true
+	case last.phase != want.window.Phase:
+		// A window opening or closing is the operator's schedule, expected on the minute: placement
+		// stops or resumes with this write.
 		return true
 	case refresh > 0 && now.Sub(last.at) >= refresh:
 		return true

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 )
 
@@ -22,6 +23,23 @@ type metrics struct {
 	lastSuccess       prometheus.Gauge
 	// The batch capacity formula's terms and which one decides each resource (metrics/reclaim).
 	cpuTerms, memoryTerms, bound *prometheus.GaugeVec
+	clockOffset                  prometheus.Gauge
+	windowPhase                  *prometheus.GaugeVec
+}
+
+// setWindow publishes the batch window phase; none removes the series.
+func (m *metrics) setWindow(st batchwindow.State) {
+	if st.Phase == batchwindow.PhaseNone {
+		m.windowPhase.Reset()
+		return
+	}
+	for _, p := range []batchwindow.Phase{batchwindow.PhaseOpen, batchwindow.PhaseClosing, batchwindow.PhaseClosed, batchwindow.PhaseEvicting} {
+		v := 0.0
+		if p == st.Phase {
+			v = 1
+		}
+		m.windowPhase.WithLabelValues(string(p)).Set(v)
+	}
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,6 +68,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tandem_node_batch_memory_term_bytes",
 			Help: "Each term of the batch memory formula as last computed, in bytes; the terms of tandem_node_batch_cpu_term_cores but steal_headroom.",
 		}, []string{"term"}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tandem_node_clock_offset_seconds",
+			Help: "The API server's clock minus this node's, in seconds, from the Date of its last answer (±1 s). Batch windows follow the node's clock.",
+		}),
+		windowPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tandem_node_batch_window_phase",
+			Help: "1 for the node's batch window phase now (open, closing, closed, evicting), 0 for the others; absent without batch-window-config.",
+		}, []string{"phase"}),
 		bound: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tandem_node_batch_capacity_bound",
 			Help: "1 for the term that decides a resource's batch capacity now (safety, system, hp, batchThreshold or stealHeadroom), 0 for the others. Absent while batch capacity is not computed.",
@@ -63,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.patches, m.reclaimableCPU, m.reclaimableMemory, m.lastSuccess, m.cpuTerms, m.memoryTerms, m.bound} {
+	for _, c := range []prometheus.Collector{m.patches, m.reclaimableCPU, m.reclaimableMemory, m.lastSuccess, m.cpuTerms, m.memoryTerms, m.bound, m.clockOffset, m.windowPhase} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

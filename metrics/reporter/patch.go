@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 )
@@ -42,19 +43,60 @@ type CapacityNote struct {
 	MemoryTerm reclaim.Term `json:"memoryTerm,omitempty"`
 	// Note says why there are no terms (colocation off, stale samples).
 	Note string `json:"note,omitempty"`
+	// Window is where the node stands against its batch windows; nil without batch-window-config.
+	Window *batchwindow.State `json:"window,omitempty"`
+	// Clock says the node's clock is far from the API server's (see ClockTolerance).
+	Clock string `json:"clock,omitempty"`
+}
+
+// TermBatchWindow names a batch window as the term that decides a resource: outside its windows (or in
+// the closing lead) a node publishes outsideCapacityPercent of what the formula gives.
+const TermBatchWindow reclaim.Term = "batchWindow"
+
+// windowText says how the window bounds an amount the formula computed, in the unit format gives.
+func windowText(st batchwindow.State, computed string) string {
+	what := "closed"
+	if st.Phase == batchwindow.PhaseClosing {
+		what = "closing at " + st.Next.Format(time.RFC3339)
+	} else if st.Window == "" {
+		what = "not open (no window within a week)"
+	}
+	name := st.Window
+	if name == "" {
+		name = "batch-window-config"
+	}
+	return fmt.Sprintf("batch window %q %s: %d%% of the computed %s", name, what, st.OutsidePercent, computed)
 }
 
 // noteFor is the annotation for want: the deciding terms when computed, else why not.
 func noteFor(want desired) *CapacityNote {
-	if res := want.terms; res != nil {
+	var note *CapacityNote
+	switch res := want.terms; {
+	case res != nil:
 		c, m := res.CPUBound(), res.MemoryBound()
-		return &CapacityNote{CPU: c.CPUText(), Memory: m.MemoryText(), CPUTerm: c.Term, MemoryTerm: m.Term}
+		note = &CapacityNote{CPU: c.CPUText(), Memory: m.MemoryText(), CPUTerm: c.Term, MemoryTerm: m.Term}
+		if want.window.Phase.Limits() {
+			note.CPU, note.CPUTerm = windowText(want.window, fmt.Sprintf("%.2f cores (%s)", float64(res.Batch.CPUMilli)/1000, note.CPU)), TermBatchWindow
+			note.Memory, note.MemoryTerm = windowText(want.window, fmt.Sprintf("%s (%s)", bytesText(res.Batch.MemoryBytes), note.Memory)), TermBatchWindow
+		}
+	case want.why != "":
+		note = &CapacityNote{Note: want.why}
 	}
-	if want.why != "" {
-		return &CapacityNote{Note: want.why}
+	if want.window.Phase != batchwindow.PhaseNone || want.clock != "" {
+		if note == nil {
+			note = &CapacityNote{}
+		}
+		if want.window.Phase != batchwindow.PhaseNone {
+			w := want.window
+			note.Window = &w
+		}
+		note.Clock = want.clock
 	}
-	return nil
+	return note
 }
+
+// bytesText is an amount of memory as the notes write it.
+func bytesText(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
 
 func statusPatch(present bool, batch reclaim.Resources, m *nodemetric.NodeMetric, note *CapacityNote) ([]byte, error) {
 	values := map[corev1.ResourceName]any{

@@ -45,6 +45,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/metrics/reclaim"
@@ -181,6 +182,12 @@ type Deps struct {
 	// BECeiling is the most CPU BE may use because of what the host of a virtual machine takes back
 	// (metrics/headroom); limited false when there is no such ceiling. Nil: none. Must not block.
 	BECeiling func() (milli int64, limited bool)
+	// Window is where the node stands against its batch windows (config/batchwindow) at an instant;
+	// nil: no windows. Must not block.
+	Window func(now time.Time) batchwindow.State
+	// ClockOffset is the API server's clock minus the node's, as last measured; ok false before a
+	// measurement. Nil: not measured. Must not block.
+	ClockOffset func() (offset time.Duration, ok bool)
 }
 
 // Reporter publishes one node's batch capacity and node metric. Run it once.
@@ -206,6 +213,9 @@ type Reporter struct {
 	nextRetry time.Time
 	backoff   wait.Backoff
 
+	// lastClock is the clock note last published, to log it once.
+	lastClock string
+
 	// status is the last step's CapacityStatus, read from other goroutines.
 	status atomic.Pointer[CapacityStatus]
 }
@@ -220,6 +230,8 @@ type published struct {
 	metricValid bool
 	metricAt    time.Time
 	metric      nodemetric.NodeMetric
+	// phase is the batch window phase the write was made in.
+	phase batchwindow.Phase
 }
 
 // New checks cfg and deps and returns a reporter that has not started.
@@ -296,7 +308,13 @@ func (r *Reporter) Step(ctx context.Context) {
 		r.failed(ctx, now, "patch node status", err, true)
 		return
 	}
-	r.last.valid, r.last.at, r.last.present, r.last.batch = true, now, want.present, want.batch
+	r.last.valid, r.last.at, r.last.present, r.last.batch, r.last.phase = true, now, want.present, want.batch, want.window.Phase
+	if want.clock != r.lastClock {
+		if want.clock != "" {
+			klog.FromContext(ctx).Info("Node clock far from the API server's", "note", want.clock)
+		}
+		r.lastClock = want.clock
+	}
 	if metric != nil {
 		r.last.metricValid, r.last.metricAt, r.last.metric = true, now, *metric
 	}
@@ -307,6 +325,7 @@ func (r *Reporter) setGauges(want desired) {
 	r.metrics.reclaimableCPU.Set(float64(want.batch.CPUMilli) / 1000)
 	r.metrics.reclaimableMemory.Set(float64(want.batch.MemoryBytes))
 	r.metrics.setTerms(want.terms)
+	r.metrics.setWindow(want.window)
 }
 
 func (r *Reporter) annotationRefresh(updateTime time.Duration) time.Duration {

@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/internal/polltest"
 	"github.com/tandemkit/tandem/kubeclient/kubeclienttest"
@@ -132,6 +133,9 @@ type harness struct {
 	settings slo.ColocationSettings
 	// ceiling is the steal headroom's BE ceiling, 0 for none.
 	ceiling int64
+	// window is the node's batch windows, nil for none; offset the API server's clock minus the node's.
+	window *batchwindow.Schedule
+	offset time.Duration
 	seen    int
 	ctx     context.Context // logs into the test's output
 }
@@ -153,6 +157,15 @@ func newHarness(t testing.TB, settings slo.ColocationSettings, node *corev1.Node
 			defer h.mu.Unlock()
 			return h.ceiling, h.ceiling > 0
 		},
+		Window: func(now time.Time) batchwindow.State {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.window == nil {
+				return batchwindow.State{}
+			}
+			return h.window.State(now)
+		},
+		ClockOffset: func() (time.Duration, bool) { h.mu.Lock(); defer h.mu.Unlock(); return h.offset, true },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -317,9 +330,9 @@ func TestFirstPublish(t *testing.T) {
 		t.Errorf("last success = %v, want %d", got, t0.Unix())
 	}
 	// The formula's terms: 8 for CPU, 7 for memory (no steal headroom), and the deciding term of
-	// each resource among five.
-	if n, err := testutil.GatherAndCount(h.reg); err != nil || n != 6+8+7+10 {
-		t.Errorf("registry has %d series (%v), want %d", n, err, 6+8+7+10)
+	// each resource among five; the clock offset; no window phase without batch-window-config.
+	if n, err := testutil.GatherAndCount(h.reg); err != nil || n != 6+8+7+10+1 {
+		t.Errorf("registry has %d series (%v), want %d", n, err, 6+8+7+10+1)
 	}
 	if got := testutil.ToFloat64(h.r.metrics.cpuTerms.WithLabelValues("batch")); got != 10.7 {
 		t.Errorf("cpu term batch = %v, want the published 10.7", got)

@@ -3,6 +3,7 @@ package reporter
 import (
 	"time"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 )
@@ -28,6 +29,14 @@ type CapacityStatus struct {
 	PublishedAt time.Time          `json:"publishedAt,omitzero"`
 	// Settings are the knobs the formula read.
 	Settings reclaim.Settings `json:"settings"`
+	// Window is where the node stands against its batch windows; nil without batch-window-config.
+	// While Window.Phase.Limits(), Batch below is outsidePercent of Computed.
+	Window *batchwindow.State `json:"window,omitempty"`
+	// Computed is what the formula gives before the window; Batch is what is published.
+	ComputedBatch *reclaim.Resources `json:"computedBatch,omitempty"`
+	Batch         *reclaim.Resources `json:"batch,omitempty"`
+	// Clock says the node's clock is far from the API server's.
+	Clock string `json:"clock,omitempty"`
 }
 
 // Terms are the formula's terms for one resource: Batch = min(Capacity − Safety − System − HP,
@@ -67,6 +76,15 @@ func (r *Reporter) recordStatus(now time.Time, want desired, settings slo.Coloca
 			HPUsage: res.HPUsage.MemoryBytes, Cap: res.Cap.MemoryBytes, Batch: res.Batch.MemoryBytes,
 			Bound: mb.Term, BoundText: mb.MemoryText()}
 	}
+	if want.window.Phase != batchwindow.PhaseNone {
+		w := want.window
+		s.Window = &w
+	}
+	if want.terms != nil {
+		c, b := want.computed, want.batch
+		s.ComputedBatch, s.Batch = &c, &b
+	}
+	s.Clock = want.clock
 	if r.last.valid {
 		b := r.last.batch
 		if !r.last.present {
