@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/metrics/reporter"
 )
 
@@ -54,6 +55,26 @@ func WriteCapacity(w io.Writer, s *reporter.CapacityStatus, format Format) error
 		fmt.Fprintf(tw, "steal headroom ceiling\t%s\t-\n", opt(c.Ceiling, cpu))
 		fmt.Fprintf(tw, "= batch\t%s\t%s\n", cpu(c.Batch), gib(m.Batch))
 		fmt.Fprintf(tw, "decided by\t%s\t%s\n", c.BoundText, m.BoundText)
+		if wd := s.Window; wd != nil && wd.Phase.Limits() && s.Batch != nil {
+			fmt.Fprintf(tw, "× batch window (outsideCapacityPercent %d)\t%s\t%s\n", wd.OutsidePercent, cpu(s.Batch.CPUMilli), gib(s.Batch.MemoryBytes))
+		}
+	}
+	if wd := s.Window; wd != nil {
+		fmt.Fprintf(tw, "batch windows\t%s\n", wd.Describe)
+		line := string(wd.Phase)
+		if wd.Window != "" {
+			line += fmt.Sprintf(" (%s)", wd.Window)
+		}
+		if !wd.ClosedAt.IsZero() && (wd.Phase == batchwindow.PhaseClosed || wd.Phase == batchwindow.PhaseEvicting) {
+			line += ", closed at " + wd.ClosedAt.Format(time.RFC3339)
+		}
+		if !wd.Next.IsZero() {
+			line += ", next change " + wd.Next.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "window now\t%s\n", line)
+	}
+	if s.Clock != "" {
+		fmt.Fprintf(tw, "clock\t%s\n", s.Clock)
 	}
 	if s.Published != nil {
 		fmt.Fprintf(tw, "on the Node\tbatch-cpu %s, batch-memory %s, written %s\n", cores(s.Published.CPUMilli), gib(s.Published.MemoryBytes), s.PublishedAt.Format(time.TimeOnly))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/metrics/reclaim"
 	"github.com/tandemkit/tandem/metrics/reporter"
 )
@@ -38,6 +39,19 @@ func TestWriteCapacity(t *testing.T) {
 				"= batch", "0.90 cores", "2.50 GiB",
 				"decided by", "safety margin (100 − reclaimThresholdPercent) 0.70 cores",
 				"on the Node", "batch-cpu 0.90, batch-memory 2.50 GiB, written 11:30:00"},
+		},
+		{
+			name: "outside a batch window",
+			s: func() reporter.CapacityStatus {
+				s := computed
+				s.Window = &batchwindow.State{Phase: batchwindow.PhaseEvicting, Window: "night", ClosedAt: at.Add(-time.Hour), Next: at.Add(10 * time.Hour),
+					OutsidePercent: 0, Describe: "night 22:00-07:00 Mon,Tue (Asia/Shanghai)"}
+				s.ComputedBatch, s.Batch = &reclaim.Resources{CPUMilli: 900, MemoryBytes: 5 << 29}, &reclaim.Resources{}
+				s.Clock = "the node's clock is 2m0s behind the API server's"
+				return s
+			}(),
+			want: []string{"× batch window (outsideCapacityPercent 0)", "0.00 cores", "batch windows", "night 22:00-07:00 Mon,Tue (Asia/Shanghai)",
+				"window now", "evicting (night), closed at 2026-12-07T10:30:00Z, next change 2026-12-07T21:30:00Z", "clock", "2m0s behind"},
 		},
 		{
 			name: "before the API server answered",
