@@ -88,9 +88,9 @@ type State struct {
 	Window string `json:"window,omitempty"`
 	// Next is the next change between inside and outside: the close while open, the next opening while
 	// closed; zero when there is none within a week (always open, never open).
-	Next time.Time `json:"next,omitempty"`
+	Next time.Time `json:"next,omitzero"`
 	// ClosedAt is when the last window closed, while closed; zero when none closed within a week.
-	ClosedAt time.Time `json:"closedAt,omitempty"`
+	ClosedAt time.Time `json:"closedAt,omitzero"`
 	// OutsidePercent is the share of batch capacity published while Phase.Limits().
 	OutsidePercent int64 `json:"outsidePercent"`
 	// Describe is the windows in words, for Events and the Node ("night 22:00-07:00 Mon-Fri Asia/Shanghai").
