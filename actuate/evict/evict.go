@@ -20,6 +20,16 @@
 // is not asked again for Config.CoolDown either, but a round that evicted nothing holds no other pod
 // back: the next sample tries the next candidate, such as a BE pod that started a moment too late to be
 // in this one.
+//
+// # Dry run
+//
+// With Config.DryRun (dry-run-config's evict) the loop chooses exactly the pods it would evict, in the
+// same order and for the same reasons, and instead of asking the Evictor records each through
+// Deps.Dry: a log line, a WouldEvict Event on the pod, tandem_dry_run_actions_total{action="evict"};
+// tandem_evictions_total does not move. The pods chosen are then treated as evicted: each is reported
+// once while it stays, its usage counts as freed, and the cool-down follows the round, so what the
+// next rounds report is what the real loop would do next if those pods were still stopping. A dry run
+// cannot tell which evictions a PodDisruptionBudget would refuse.
 package evict
 
 import (
@@ -34,6 +44,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/qos"
@@ -91,6 +102,9 @@ type Config struct {
 	CoolDown time.Duration `json:"coolDown"`
 	// Interval is how often the loop looks when no snapshot wakes it.
 	Interval time.Duration `json:"interval"`
+	// DryRun chooses the pods as for real and records them through Deps.Dry instead of evicting them
+	// (dry-run-config's evict; FromSLO leaves it as base has it).
+	DryRun bool `json:"dryRun"`
 }
 
 // DefaultConfig is Koordinator's defaults (off, memory 70%, lower 68%) with a 60 s cool-down.
@@ -170,6 +184,8 @@ type Deps struct {
 	Now func() time.Time
 	// Registerer receives tandem_evictions_total; nil keeps it unexported.
 	Registerer prometheus.Registerer
+	// Dry records the evictions Config.DryRun holds back; nil: they are only logged as a round.
+	Dry *dryrun.Recorder
 }
 
 // Loop is the eviction loop. Step is not safe for concurrent use; Run calls it from one goroutine.
@@ -241,7 +257,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("evict")
 	ctx = klog.NewContext(ctx, logger)
 	cfg := l.cfg.Load()
-	logger.Info("BE eviction running", "enable", cfg.Enable, "memoryEvictThresholdPercent", cfg.MemoryEvictThresholdPercent,
+	logger.Info("BE eviction running", "enable", cfg.Enable, "dryRun", cfg.DryRun, "memoryEvictThresholdPercent", cfg.MemoryEvictThresholdPercent,
 		"memoryEvictLowerPercent", cfg.MemoryEvictLowerPercent, "cpuEvictBySatisfaction", cfg.CPUEvictBySatisfaction, "coolDown", cfg.CoolDown)
 	// The interval is read once: a reload that changes it takes effect at the next start.
 	collector.Follow(ctx, cfg.Interval, l.deps.Updates, l.deps.Latest, func(snap *collector.Snapshot) { l.Step(ctx, snap) })
@@ -258,10 +274,12 @@ type candidate struct {
 }
 
 // Evicted is what one eviction round did: the reason, and the pods it evicted in order (none when
-// every attempt was refused; the cool-down then holds only the refused pods).
+// every attempt was refused; the cool-down then holds only the refused pods). DryRun says the pods were
+// only reported, not evicted.
 type Evicted struct {
 	Reason Reason
 	Pods   []Pod
+	DryRun bool
 }
 
 // Step looks at one snapshot and evicts what it calls for. It returns the round it ran, nil when none
@@ -467,7 +485,7 @@ func (l *Loop) evict(ctx context.Context, cfg Config, now time.Time, reason Reas
 		logger.Info("BE eviction needed but no BE pod left to evict", "reason", reason)
 		return nil
 	}
-	logger.Info("BE eviction needed", append([]any{"reason", reason}, kv...)...)
+	logger.Info("BE eviction needed", append([]any{"reason", reason, "dryRun", cfg.DryRun}, kv...)...)
 	var done []Pod
 	var freed int64
 	for _, c := range eligible {
@@ -475,6 +493,15 @@ func (l *Loop) evict(ctx context.Context, cfg Config, now time.Time, reason Reas
 			break
 		}
 		k := key(c.pod)
+		if cfg.DryRun {
+			// Handled as if evicted: reported once while it stays, its usage counted as freed.
+			l.deps.Dry.Would(ctx, dryrun.Evict, dryrun.Object{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID},
+				fmt.Sprintf("evict the pod (%s): %s", reason, msg))
+			l.evicted[k] = true
+			freed += frees(c)
+			done = append(done, c.pod)
+			continue
+		}
 		err := l.deps.Evictor.Evict(ctx, c.pod, reason, msg)
 		if err != nil {
 			l.refusals.WithLabelValues(string(reason)).Inc()
@@ -495,5 +522,5 @@ func (l *Loop) evict(ctx context.Context, cfg Config, now time.Time, reason Reas
 		logger.Info("BE pod evicted", "pod", klog.KRef(c.pod.Namespace, c.pod.Name), "podUID", c.pod.UID, "reason", reason,
 			"priority", c.priority, "memoryBytes", c.memory, "cpuMilli", c.cpu, "message", msg)
 	}
-	return &Evicted{Reason: reason, Pods: done}
+	return &Evicted{Reason: reason, Pods: done, DryRun: cfg.DryRun}
 }
