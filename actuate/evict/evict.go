@@ -28,8 +28,9 @@
 // Deps.Dry: a log line, a WouldEvict Event on the pod, tandem_dry_run_actions_total{action="evict"};
 // tandem_evictions_total does not move. The pods chosen are then treated as evicted: each is reported
 // once while it stays, its usage counts as freed, and the cool-down follows the round, so what the
-// next rounds report is what the real loop would do next if those pods were still stopping. A dry run
-// cannot tell which evictions a PodDisruptionBudget would refuse.
+// next rounds report is what the real loop would do next if those pods were still stopping. Switched
+// off, dry run leaves nothing behind: the pods it reported are candidates again and its cool-down ends.
+// A dry run cannot tell which evictions a PodDisruptionBudget would refuse.
 package evict
 
 import (
@@ -202,6 +203,10 @@ type Loop struct {
 	evicted map[string]bool
 	// refusedUntil holds pods whose eviction was refused or failed, until they may be asked again.
 	refusedUntil map[string]time.Time
+	// dryEvicted are the pods in evicted that dry run only reported, and dryCool says the cool-down
+	// followed a dry-run round: neither holds the real loop back once dry run is switched off.
+	dryEvicted map[string]bool
+	dryCool    bool
 
 	evictions *prometheus.CounterVec
 	refusals  *prometheus.CounterVec
@@ -219,7 +224,7 @@ func New(cfg Config, deps Deps) (*Loop, error) {
 		deps.Pods = func(string) (PodMeta, bool) { return PodMeta{}, false }
 	}
 	l := &Loop{
-		deps: deps, evicted: map[string]bool{}, refusedUntil: map[string]time.Time{},
+		deps: deps, evicted: map[string]bool{}, refusedUntil: map[string]time.Time{}, dryEvicted: map[string]bool{},
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tandem", Name: "evictions_total",
 			Help: "BE pods evicted, by reason (memory, cpuSatisfaction).",
@@ -286,6 +291,16 @@ type Evicted struct {
 // was needed or the cool-down was on.
 func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) *Evicted {
 	cfg := *l.cfg.Load()
+	if !cfg.DryRun && (len(l.dryEvicted) > 0 || l.dryCool) {
+		// Dry run switched off: the pods it reported are still running, and its cool-down held nothing.
+		for k := range l.dryEvicted {
+			delete(l.evicted, k)
+		}
+		clear(l.dryEvicted)
+		if l.dryCool {
+			l.coolUntil, l.dryCool = time.Time{}, false
+		}
+	}
 	if !cfg.Enable {
 		return nil
 	}
@@ -305,7 +320,7 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) *Evicted {
 		ev = l.cpu(ctx, cfg, snap, cands, now)
 	}
 	if ev != nil && len(ev.Pods) > 0 {
-		l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
+		l.coolUntil, l.cpuSince, l.dryCool = now.Add(cfg.CoolDown), time.Time{}, cfg.DryRun
 	}
 	return ev
 }
@@ -323,6 +338,7 @@ func (l *Loop) forgetGone(snap *collector.Snapshot) {
 	for k := range l.evicted {
 		if !seen[k] {
 			delete(l.evicted, k)
+			delete(l.dryEvicted, k)
 		}
 	}
 	for k := range l.refusedUntil {
@@ -497,7 +513,7 @@ func (l *Loop) evict(ctx context.Context, cfg Config, now time.Time, reason Reas
 			// Handled as if evicted: reported once while it stays, its usage counted as freed.
 			l.deps.Dry.Would(ctx, dryrun.Evict, dryrun.Object{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID},
 				fmt.Sprintf("evict the pod (%s): %s", reason, msg))
-			l.evicted[k] = true
+			l.evicted[k], l.dryEvicted[k] = true, true
 			freed += frees(c)
 			done = append(done, c.pod)
 			continue

@@ -582,3 +582,42 @@ func dryCount(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Fatal("no tandem_dry_run_actions_total{action=evict}")
 	return 0
 }
+
+// TestDryRunSwitchedOff: the pods a dry run reported are still running; once it is switched off they
+// are evicted at the next sample, not held as if on their way out, nor by the dry round's cool-down.
+// Pods the real loop evicted stay held when dry run is switched on.
+func TestDryRunSwitchedOff(t *testing.T) {
+	t.Parallel()
+	pods := []ctr{{"be-a", qos.BE, 6, 0}, {"be-b", qos.BE, 3, 0}}
+	tests := []struct {
+		name string
+		// dry is the switch at each of three samples a second apart, the node at 71 of 100 GiB.
+		dry  []bool
+		want []string
+		// wantAsked is how often be-a was asked.
+		wantAsked int
+	}{
+		{name: "dry, then live", dry: []bool{true, false, false}, want: []string{"be-a"}, wantAsked: 1},
+		{name: "live, then dry: nothing evicted twice", dry: []bool{false, true, true}, want: []string{"be-a"}, wantAsked: 1},
+		{name: "dry throughout", dry: []bool{true, true, true}, wantAsked: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			ctx, l, clk := memLoop(t, rec)
+			for i, dry := range tt.dry {
+				cfg := memConfig()
+				cfg.DryRun = dry
+				if err := l.Reconfigure(cfg); err != nil {
+					t.Fatal(err)
+				}
+				clk.t = time.Unix(1000, 0).Add(time.Duration(i) * time.Second)
+				l.Step(ctx, snapshot(clk.t, 16, 100, 71, pods...))
+			}
+			if !slices.Equal(rec.evicted, tt.want) || rec.asked["be-a"] != tt.wantAsked {
+				t.Errorf("evicted %v, be-a asked %d times; want %v, %d", rec.evicted, rec.asked["be-a"], tt.want, tt.wantAsked)
+			}
+		})
+	}
+}
