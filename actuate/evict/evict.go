@@ -20,6 +20,17 @@
 // is not asked again for Config.CoolDown either, but a round that evicted nothing holds no other pod
 // back: the next sample tries the next candidate, such as a BE pod that started a moment too late to be
 // in this one.
+//
+// # Dry run
+//
+// With Config.DryRun (dry-run-config's evict) the loop chooses exactly the pods it would evict, in the
+// same order and for the same reasons, and instead of asking the Evictor records each through
+// Deps.Dry: a log line, a WouldEvict Event on the pod, tandem_dry_run_actions_total{action="evict"};
+// tandem_evictions_total does not move. The pods chosen are then treated as evicted: each is reported
+// once while it stays, its usage counts as freed, and the cool-down follows the round, so what the
+// next rounds report is what the real loop would do next if those pods were still stopping. Switched
+// off, dry run leaves nothing behind: the pods it reported are candidates again and its cool-down ends.
+// A dry run cannot tell which evictions a PodDisruptionBudget would refuse.
 package evict
 
 import (
@@ -34,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/metrics/collector"
 )
@@ -90,6 +102,9 @@ type Config struct {
 	CoolDown time.Duration `json:"coolDown"`
 	// Interval is how often the loop looks when no snapshot wakes it.
 	Interval time.Duration `json:"interval"`
+	// DryRun chooses the pods as for real and records them through Deps.Dry instead of evicting them
+	// (dry-run-config's evict; FromSLO leaves it as base has it).
+	DryRun bool `json:"dryRun"`
 }
 
 // DefaultConfig is Koordinator's defaults (off, memory 70%, lower 68%) with a 60 s cool-down.
@@ -169,6 +184,8 @@ type Deps struct {
 	Now func() time.Time
 	// Registerer receives tandem_evictions_total; nil keeps it unexported.
 	Registerer prometheus.Registerer
+	// Dry records the evictions Config.DryRun holds back; nil: they are only logged as a round.
+	Dry *dryrun.Recorder
 }
 
 // Loop is the eviction loop. Step is not safe for concurrent use; Run calls it from one goroutine.
@@ -185,6 +202,10 @@ type Loop struct {
 	evicted map[string]bool
 	// refusedUntil holds pods whose eviction was refused or failed, until they may be asked again.
 	refusedUntil map[string]time.Time
+	// dryEvicted are the pods in evicted that dry run only reported, and dryCool says the cool-down
+	// followed a dry-run round: neither holds the real loop back once dry run is switched off.
+	dryEvicted map[string]bool
+	dryCool    bool
 
 	evictions *prometheus.CounterVec
 	refusals  *prometheus.CounterVec
@@ -202,7 +223,7 @@ func New(cfg Config, deps Deps) (*Loop, error) {
 		deps.Pods = func(string) (PodMeta, bool) { return PodMeta{}, false }
 	}
 	l := &Loop{
-		deps: deps, evicted: map[string]bool{}, refusedUntil: map[string]time.Time{},
+		deps: deps, evicted: map[string]bool{}, refusedUntil: map[string]time.Time{}, dryEvicted: map[string]bool{},
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tandem", Name: "evictions_total",
 			Help: "BE pods evicted, by reason (memory, cpuSatisfaction).",
@@ -240,7 +261,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("evict")
 	ctx = klog.NewContext(ctx, logger)
 	cfg := l.cfg.Load()
-	logger.Info("BE eviction running", "enable", cfg.Enable, "memoryEvictThresholdPercent", cfg.MemoryEvictThresholdPercent,
+	logger.Info("BE eviction running", "enable", cfg.Enable, "dryRun", cfg.DryRun, "memoryEvictThresholdPercent", cfg.MemoryEvictThresholdPercent,
 		"memoryEvictLowerPercent", cfg.MemoryEvictLowerPercent, "cpuEvictBySatisfaction", cfg.CPUEvictBySatisfaction, "coolDown", cfg.CoolDown)
 	// The interval is read once: a reload that changes it takes effect at the next start.
 	collector.Follow(ctx, cfg.Interval, l.deps.Updates, l.deps.Latest, func(snap *collector.Snapshot) { l.Step(ctx, snap) })
@@ -257,16 +278,28 @@ type candidate struct {
 }
 
 // Evicted is what one eviction round did: the reason, and the pods it evicted in order (none when
-// every attempt was refused; the cool-down then holds only the refused pods).
+// every attempt was refused; the cool-down then holds only the refused pods). DryRun says the pods were
+// only reported, not evicted.
 type Evicted struct {
 	Reason Reason
 	Pods   []Pod
+	DryRun bool
 }
 
 // Step looks at one snapshot and evicts what it calls for. It returns the round it ran, nil when none
 // was needed or the cool-down was on.
 func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) *Evicted {
 	cfg := *l.cfg.Load()
+	if !cfg.DryRun && (len(l.dryEvicted) > 0 || l.dryCool) {
+		// Dry run switched off: the pods it reported are still running, and its cool-down held nothing.
+		for k := range l.dryEvicted {
+			delete(l.evicted, k)
+		}
+		clear(l.dryEvicted)
+		if l.dryCool {
+			l.coolUntil, l.dryCool = time.Time{}, false
+		}
+	}
 	if !cfg.Enable {
 		return nil
 	}
@@ -286,7 +319,7 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) *Evicted {
 		ev = l.cpu(ctx, cfg, snap, cands, now)
 	}
 	if ev != nil && len(ev.Pods) > 0 {
-		l.coolUntil, l.cpuSince = now.Add(cfg.CoolDown), time.Time{}
+		l.coolUntil, l.cpuSince, l.dryCool = now.Add(cfg.CoolDown), time.Time{}, cfg.DryRun
 	}
 	return ev
 }
@@ -304,6 +337,7 @@ func (l *Loop) forgetGone(snap *collector.Snapshot) {
 	for k := range l.evicted {
 		if !seen[k] {
 			delete(l.evicted, k)
+			delete(l.dryEvicted, k)
 		}
 	}
 	for k := range l.refusedUntil {
@@ -433,7 +467,7 @@ func (l *Loop) evict(ctx context.Context, cfg Config, now time.Time, reason Reas
 		logger.Info("BE eviction needed but no BE pod left to evict", "reason", reason)
 		return nil
 	}
-	logger.Info("BE eviction needed", append([]any{"reason", reason}, kv...)...)
+	logger.Info("BE eviction needed", append([]any{"reason", reason, "dryRun", cfg.DryRun}, kv...)...)
 	var done []Pod
 	var freed int64
 	for _, c := range eligible {
@@ -441,6 +475,15 @@ func (l *Loop) evict(ctx context.Context, cfg Config, now time.Time, reason Reas
 			break
 		}
 		k := key(c.pod)
+		if cfg.DryRun {
+			// Handled as if evicted: reported once while it stays, its usage counted as freed.
+			l.deps.Dry.Would(ctx, dryrun.Evict, dryrun.Object{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID},
+				fmt.Sprintf("evict the pod (%s): %s", reason, msg))
+			l.evicted[k], l.dryEvicted[k] = true, true
+			freed += frees(c)
+			done = append(done, c.pod)
+			continue
+		}
 		err := l.deps.Evictor.Evict(ctx, c.pod, reason, msg)
 		if err != nil {
 			l.refusals.WithLabelValues(string(reason)).Inc()
@@ -461,5 +504,5 @@ func (l *Loop) evict(ctx context.Context, cfg Config, now time.Time, reason Reas
 		logger.Info("BE pod evicted", "pod", klog.KRef(c.pod.Namespace, c.pod.Name), "podUID", c.pod.UID, "reason", reason,
 			"priority", c.priority, "memoryBytes", c.memory, "cpuMilli", c.cpu, "message", msg)
 	}
-	return &Evicted{Reason: reason, Pods: done}
+	return &Evicted{Reason: reason, Pods: done, DryRun: cfg.DryRun}
 }

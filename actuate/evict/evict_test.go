@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/qos"
@@ -404,5 +408,216 @@ func TestHeldPodForgottenWhenGone(t *testing.T) {
 	l.Step(ctx, snapshot(clk.t, 16, 100, 80, pod))
 	if rec.asked["protected"] != 2 {
 		t.Errorf("asked %d times, want 2: the hold outlived the pod", rec.asked["protected"])
+	}
+}
+
+// events is a dryrun.EventSink that keeps the Events.
+type events struct {
+	mu  sync.Mutex
+	got []*corev1.Event
+}
+
+func (e *events) CreateEvent(_ context.Context, ev *corev1.Event) (*corev1.Event, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, ev)
+	return ev, nil
+}
+
+// TestDryRun runs the same snapshots through a loop that evicts and one in dry run: the dry run asks
+// the Evictor nothing, reports exactly the pods the real run evicts, at the same samples, each once with
+// a WouldEvict Event on the pod, and counts them as dry-run actions, not evictions.
+func TestDryRun(t *testing.T) {
+	t.Parallel()
+	type sample struct {
+		after time.Duration
+		used  int64
+		ctrs  []ctr
+	}
+	pods := []ctr{{"be-a", qos.BE, 6, 900}, {"be-b", qos.BE, 3, 500}, {"be-c", qos.BE, 2, 500}, {"web", qos.LS, 50, 9000}}
+	cpuCfg := func(c *evict.Config) {
+		c.CPUEvictBySatisfaction = true
+		c.MemoryEvictThresholdPercent, c.MemoryEvictLowerPercent = 100, 100
+		c.CPUEvictBESatisfactionLowerPercent, c.CPUEvictBESatisfactionUpperPercent = 60, 90
+		c.CPUEvictTimeWindow = 10 * time.Second
+	}
+	tests := []struct {
+		name    string
+		cfg     func(*evict.Config)
+		samples []sample
+		want    [][]string // the pods each sample evicts
+	}{
+		{
+			// As TestCoolDown: be-a at once, nothing while it stays and the cool-down holds, be-b after.
+			name:    "memory, across the cool-down",
+			samples: []sample{{0, 71, pods}, {time.Second, 72, pods}, {59 * time.Second, 72, pods}, {61 * time.Second, 72, pods}, {62 * time.Second, 72, pods}},
+			want:    [][]string{{"be-a"}, nil, nil, {"be-b"}, nil},
+		},
+		{
+			name:    "memory, several pods in one round",
+			samples: []sample{{0, 80, pods}, {time.Second, 80, pods}},
+			want:    [][]string{{"be-a", "be-b", "be-c"}, nil},
+		},
+		{
+			name:    "memory, a pod that left and came back is a new question",
+			samples: []sample{{0, 71, pods}, {time.Second, 60, pods[1:]}, {2 * time.Minute, 71, pods}},
+			want:    [][]string{{"be-a"}, nil, {"be-a"}},
+		},
+		{
+			name: "CPU satisfaction after the window", cfg: cpuCfg,
+			samples: []sample{{0, 10, pods}, {5 * time.Second, 10, pods}, {10 * time.Second, 10, pods}, {11 * time.Second, 10, pods}},
+			want:    [][]string{nil, nil, {"be-a", "be-b"}, nil},
+		},
+		{name: "below every threshold", samples: []sample{{0, 50, pods}}, want: [][]string{nil}},
+	}
+	requests := map[string]int64{"be-a": 2000, "be-b": 4000, "be-c": 2000}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			cfg := memConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			type run struct {
+				l   *evict.Loop
+				rec *recorder
+				reg *prometheus.Registry
+				clk *clock
+			}
+			sink := &events{}
+			newRun := func(dry bool) run {
+				r := run{rec: &recorder{}, reg: prometheus.NewRegistry(), clk: &clock{}}
+				rec, err := dryrun.New("node-a", r.reg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec.SetSink(sink)
+				c := cfg
+				c.DryRun = dry
+				r.l, err = evict.New(c, evict.Deps{
+					Latest: func() *collector.Snapshot { return nil }, Evictor: r.rec, Now: r.clk.now, Registerer: r.reg, Dry: rec,
+					BEAllowedMilli: func() int64 { return 2000 },
+					Pods: func(uid string) (evict.PodMeta, bool) {
+						return evict.PodMeta{CPURequestMilli: requests[strings.TrimPrefix(uid, "uid-")]}, true
+					},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			act, dry := newRun(false), newRun(true)
+			var reported []string
+			for i, s := range tt.samples {
+				var got [2][]string
+				for j, r := range []run{act, dry} {
+					r.clk.t = time.Unix(1000, 0).Add(s.after)
+					ev := r.l.Step(ctx, snapshot(r.clk.t, 16, 100, s.used, s.ctrs...))
+					if ev != nil {
+						if ev.DryRun != (j == 1) {
+							t.Errorf("sample %d: round says dry run %v", i, ev.DryRun)
+						}
+						for _, p := range ev.Pods {
+							got[j] = append(got[j], p.Name)
+						}
+					}
+				}
+				if !slices.Equal(got[0], tt.want[i]) || !slices.Equal(got[1], tt.want[i]) {
+					t.Errorf("sample %d (+%v): evicted %v, dry run reported %v; want %v both", i, s.after, got[0], got[1], tt.want[i])
+				}
+				reported = append(reported, tt.want[i]...)
+			}
+			if len(dry.rec.asked) != 0 {
+				t.Errorf("dry run asked the Evictor to evict %v", dry.rec.asked)
+			}
+			reasons := map[string]float64{}
+			var named []string
+			for _, ev := range sink.got {
+				named = append(named, ev.InvolvedObject.Name)
+				if ev.Reason != "WouldEvict" || ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.UID != types.UID("uid-"+ev.InvolvedObject.Name) ||
+					!strings.Contains(ev.Message, "would evict the pod") {
+					t.Errorf("event %s %s/%s %q", ev.Reason, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Message)
+				}
+				for _, r := range []evict.Reason{evict.ReasonMemory, evict.ReasonCPUSatisfaction} {
+					if strings.Contains(ev.Message, "("+string(r)+")") {
+						reasons[string(r)]++
+					}
+				}
+			}
+			if !slices.Equal(named, reported) {
+				t.Errorf("Events on %v, want one each on %v", named, reported)
+			}
+			for _, r := range []evict.Reason{evict.ReasonMemory, evict.ReasonCPUSatisfaction} {
+				if got := counter(t, dry.reg, "tandem_evictions_total", string(r)); got != 0 {
+					t.Errorf("dry run counted %v evictions for %s", got, r)
+				}
+				if got, want := counter(t, act.reg, "tandem_evictions_total", string(r)), reasons[string(r)]; got != want {
+					t.Errorf("real run counted %v evictions for %s, want %v", got, r, want)
+				}
+			}
+			if got := dryCount(t, dry.reg); got != float64(len(reported)) {
+				t.Errorf("tandem_dry_run_actions_total{action=evict} = %v, want %d", got, len(reported))
+			}
+		})
+	}
+}
+
+func dryCount(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tandem_dry_run_actions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == string(dryrun.Evict) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatal("no tandem_dry_run_actions_total{action=evict}")
+	return 0
+}
+
+// TestDryRunSwitchedOff: the pods a dry run reported are still running; once it is switched off they
+// are evicted at the next sample, not held as if on their way out, nor by the dry round's cool-down.
+// Pods the real loop evicted stay held when dry run is switched on.
+func TestDryRunSwitchedOff(t *testing.T) {
+	t.Parallel()
+	pods := []ctr{{"be-a", qos.BE, 6, 0}, {"be-b", qos.BE, 3, 0}}
+	tests := []struct {
+		name string
+		// dry is the switch at each of three samples a second apart, the node at 71 of 100 GiB.
+		dry  []bool
+		want []string
+		// wantAsked is how often be-a was asked.
+		wantAsked int
+	}{
+		{name: "dry, then live", dry: []bool{true, false, false}, want: []string{"be-a"}, wantAsked: 1},
+		{name: "live, then dry: nothing evicted twice", dry: []bool{false, true, true}, want: []string{"be-a"}, wantAsked: 1},
+		{name: "dry throughout", dry: []bool{true, true, true}, wantAsked: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			ctx, l, clk := memLoop(t, rec)
+			for i, dry := range tt.dry {
+				cfg := memConfig()
+				cfg.DryRun = dry
+				if err := l.Reconfigure(cfg); err != nil {
+					t.Fatal(err)
+				}
+				clk.t = time.Unix(1000, 0).Add(time.Duration(i) * time.Second)
+				l.Step(ctx, snapshot(clk.t, 16, 100, 71, pods...))
+			}
+			if !slices.Equal(rec.evicted, tt.want) || rec.asked["be-a"] != tt.wantAsked {
+				t.Errorf("evicted %v, be-a asked %d times; want %v, %d", rec.evicted, rec.asked["be-a"], tt.want, tt.wantAsked)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package quotaburst
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -123,6 +126,8 @@ type harness struct {
 	w    *strictWriter
 	l    *Loop
 	reg  *prometheus.Registry
+	// events are the dry-run Events the loop recorded.
+	events *events
 
 	mu        sync.Mutex
 	ctrs      []Container
@@ -174,7 +179,7 @@ func newHarnessVersion(t testing.TB, version int, cfg cpuburst.Config, pods ...p
 	cg("/", -1, 0)
 	cg("/kubepods", -1, 0)
 	cg("/kubepods/burstable", -1, 0)
-	h := &harness{t: t, root: root, throttled: map[string]int64{}, now: time.Unix(1_700_000_000, 0), reg: prometheus.NewRegistry()}
+	h := &harness{t: t, root: root, throttled: map[string]int64{}, now: time.Unix(1_700_000_000, 0), reg: prometheus.NewRegistry(), events: &events{}}
 	for _, p := range pods {
 		cg(podParent(p.id), p.quota, 0)
 		for _, c := range p.ctrs {
@@ -192,7 +197,13 @@ func newHarnessVersion(t testing.TB, version int, cfg cpuburst.Config, pods ...p
 		t.Fatal(err)
 	}
 	h.w = &strictWriter{Writer: base, Tree: base.(cgroup.Tree), kernel: version == 2}
-	h.l, err = New(cfg, Deps{Latest: h.snapshot, Containers: h.containers, Cgroups: h.w, Registerer: h.reg, Interval: 10 * time.Millisecond})
+	// Dry-run Events go to h.events; tandem_dry_run_actions_total to h.reg with the loop's metrics.
+	dry, err := dryrun.New("node-a", h.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dry.SetSink(h.events)
+	h.l, err = New(cfg, Deps{Latest: h.snapshot, Containers: h.containers, Cgroups: h.w, Registerer: h.reg, Interval: 10 * time.Millisecond, Dry: dry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,3 +327,25 @@ func (h *harness) metric(name, label string) float64 {
 }
 
 func joined(s []string) string { return strings.Join(s, "; ") }
+
+// events is a dryrun.EventSink that keeps the Events.
+type events struct {
+	mu  sync.Mutex
+	got []*corev1.Event
+}
+
+func (e *events) CreateEvent(_ context.Context, ev *corev1.Event) (*corev1.Event, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, ev)
+	return ev, nil
+}
+
+// take returns the Events recorded since the last take.
+func (e *events) take() []*corev1.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.got
+	e.got = nil
+	return out
+}

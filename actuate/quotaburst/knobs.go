@@ -15,7 +15,15 @@ const Section = "cpu-burst-config"
 // Knobs reports cpu-burst-config's keys for the configuration in force.
 func (l *Loop) Knobs() []knob.Status {
 	cfg, refused := l.config()
-	return Knobs(cfg, l.deps.Cgroups, refused)
+	out := Knobs(cfg, l.deps.Cgroups, refused)
+	if l.DryRun() {
+		for i := range out {
+			if out[i].Key != "cpuBurstPercent" && out[i].Key != "policy" && out[i].State == knob.Applied {
+				out[i].Detail += "; dry run (dry-run-config cfsQuotaBurst): decided and reported as WouldBurstQuota Events, not written"
+			}
+		}
+	}
+	return out
 }
 
 // Knobs says what each key of cpu-burst-config does on a node whose cgroups are cg (nil: none) under cfg:

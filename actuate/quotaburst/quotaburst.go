@@ -34,6 +34,17 @@
 //
 // A raise left by an earlier run that could not undo it (SIGKILL) is adopted when the container is first
 // seen: a quota above the base is taken as raised, and goes back to the base as any other.
+//
+// # Dry run
+//
+// With SetDryRun(true) (dry-run-config's cfsQuotaBurst) each container's quota is decided as above, one
+// step at a time from the quota decided at the last step, and written nowhere: no container's or pod's
+// quota is raised. Each change of a container's decided quota (a raise by a fifth, a hold that lowers
+// it, the way back to its base) is reported through Deps.Dry: a log line, a WouldBurstQuota Event on
+// the pod, tandem_dry_run_actions_total{action="cfsQuotaBurst"}; tandem_cpu_quota_burst_raises_total
+// does not move. A raise in force when dry run is switched on (or adopted from an earlier run) is put
+// back to its base, as when the policy stops raising quotas (resets_total{reason="dryRun"}); Restore
+// then has nothing else to put back.
 package quotaburst
 
 import (
@@ -48,6 +59,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/hooks/policy/cpuburst"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
@@ -86,6 +98,8 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Interval is how often the loop looks for a new snapshot; 0 is a second.
 	Interval time.Duration
+	// Dry records the quota changes dry run holds back (SetDryRun); nil: nothing is recorded of them.
+	Dry *dryrun.Recorder
 }
 
 // ctrState is what the loop keeps of a container it has seen.
@@ -97,6 +111,8 @@ type ctrState struct {
 	base, basePeriod, period int64
 	// cur is the quota in the cgroup as last written or read.
 	cur int64
+	// would is the quota dry run decided at the last step; 0 when not in dry run or at the base.
+	would int64
 	// since is when the raise in progress started; after a raise ran out its period it stays set until
 	// the container runs a sample unthrottled at its base. Zero otherwise.
 	since time.Time
@@ -125,11 +141,14 @@ type Loop struct {
 	mu      sync.Mutex
 	cfg     cpuburst.Config
 	refused error
+	dry     bool
 
 	stepMu sync.Mutex
-	wake   chan struct{}
-	ctrs   map[string]*ctrState
-	pods   map[string]*podState
+	// stepDry is whether the last step ran in dry run.
+	stepDry bool
+	wake    chan struct{}
+	ctrs    map[string]*ctrState
+	pods    map[string]*podState
 
 	raised    prometheus.Gauge
 	poolUsage prometheus.Gauge
@@ -170,7 +189,7 @@ func New(cfg cpuburst.Config, deps Deps) (*Loop, error) {
 		}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tandem", Subsystem: "cpu_quota_burst", Name: "resets_total",
-			Help: "Raised CFS quotas put back to the container's base, by reason (poolBusy, period, off, stop).",
+			Help: "Raised CFS quotas put back to the container's base, by reason (poolBusy, period, off, dryRun, stop).",
 		}, []string{"reason"}),
 	}
 	l.burstFile, l.hasBurst = cpuburst.BurstFile(deps.Cgroups)
@@ -208,6 +227,30 @@ func (l *Loop) config() (cpuburst.Config, error) {
 	return l.cfg, l.refused
 }
 
+// SetDryRun switches dry run (dry-run-config's cfsQuotaBurst) on or off; switched on, every raised quota
+// goes back at once (Run does it). It reports whether that changed anything. Safe for concurrent use,
+// and never blocks.
+func (l *Loop) SetDryRun(on bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dry == on {
+		return false
+	}
+	l.dry = on
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// DryRun reports whether the loop decides quotas without writing them. Safe for concurrent use.
+func (l *Loop) DryRun() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dry
+}
+
 // Run steps on every new snapshot until ctx is done; the quotas raised then stay until Restore.
 func (l *Loop) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("quota-burst")
@@ -224,9 +267,17 @@ func (l *Loop) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-l.wake:
-			if cfg, _ := l.config(); !cfg.RaisesQuota() {
+			cfg, _ := l.config()
+			reason := ""
+			switch {
+			case !cfg.RaisesQuota():
+				reason = "off"
+			case l.DryRun():
+				reason = "dryRun"
+			}
+			if reason != "" {
 				l.stepMu.Lock()
-				_ = l.ResetAll(ctx, "off")
+				_ = l.ResetAll(ctx, reason)
 				l.stepMu.Unlock()
 			}
 		case <-ctx.Done():
@@ -258,6 +309,15 @@ type change struct {
 func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) {
 	logger := klog.FromContext(ctx)
 	cfg, _ := l.config()
+	dry := l.DryRun()
+	if dry != l.stepDry {
+		// A raise decided in dry run was never written, and one written is put back below: either way
+		// the other mode starts at the base.
+		for _, st := range l.ctrs {
+			st.since, st.would = time.Time{}, 0
+		}
+		l.stepDry = dry
+	}
 	pool := cpuburst.PoolUnknown
 	if snap != nil {
 		poolMilli := snap.Capacity.CPUMilli
@@ -294,7 +354,7 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) {
 		if st.base != c.Quota || st.basePeriod != c.Period {
 			// Kubelet (a resize) or the proxy gave the container new resources: the new quota is the base.
 			logger.V(2).Info("Container's CFS quota changed by its limit; the new one is the base", "pod", klog.KRef(st.ns, st.pod), "container", st.name, "base", c.Quota, "was", st.base)
-			st.base, st.basePeriod, st.since = c.Quota, c.Period, time.Time{}
+			st.base, st.basePeriod, st.since, st.would = c.Quota, c.Period, time.Time{}, 0
 			if m, err := l.tree.CPUMax(st.cgroup); err == nil {
 				st.cur, st.period = m.Quota, m.Period
 			}
@@ -318,7 +378,17 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) {
 				continue
 			}
 		}
-		if !st.since.IsZero() && st.cur <= st.base && !throttled {
+		// cur is the quota the decision starts from: the cgroup's, or in dry run the one decided last.
+		cur := st.cur
+		if dry {
+			cur = st.base
+			if st.would > 0 {
+				cur = st.would
+			}
+		} else {
+			st.would = 0
+		}
+		if !st.since.IsZero() && cur <= st.base && !throttled {
 			st.since = time.Time{} // the spent raise is over: the container no longer needs one
 		}
 		target, step := st.base, cpuburst.StepOff
@@ -327,13 +397,24 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) {
 			if !st.since.IsZero() && snap != nil {
 				bursting = snap.Time.Sub(st.since)
 			}
-			target, step = cpuburst.QuotaBurst(cfg, cpuburst.QuotaInput{Base: st.base, Current: st.cur, Pool: pool, Throttled: throttled, BurstingFor: bursting})
+			target, step = cpuburst.QuotaBurst(cfg, cpuburst.QuotaInput{Base: st.base, Current: cur, Pool: pool, Throttled: throttled, BurstingFor: bursting})
 		}
 		switch {
 		case target > st.base && st.since.IsZero() && snap != nil:
 			st.since = snap.Time
 		case target <= st.base && step != cpuburst.StepPeriod:
 			st.since = time.Time{}
+		}
+		if dry {
+			if st.cur > st.base && st.base > 0 {
+				// Raised before dry run was switched on, or by an earlier run: dry run raises nothing.
+				changes = append(changes, change{st: st, target: st.base, reason: "dryRun"})
+			}
+			if cur > 0 && target != cur && !(cur < st.base && target == st.base) {
+				l.wouldChange(ctx, cfg, st, cur, target, step)
+				st.would = target
+			}
+			continue
 		}
 		if st.cur > 0 && target != st.cur && !(st.cur < st.base && target == st.base) {
 			changes = append(changes, change{st: st, target: target, reason: string(step)})
@@ -348,6 +429,36 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) {
 	}
 	// Each failure is logged where it happens; the next step decides the quotas again.
 	_ = l.apply(ctx, changes, dirty)
+}
+
+// wouldChange reports, in dry run, the quota change decided for a container.
+func (l *Loop) wouldChange(ctx context.Context, cfg cpuburst.Config, st *ctrState, from, to int64, step cpuburst.Step) {
+	ctr := fmt.Sprintf("container %s", st.name)
+	var msg string
+	switch {
+	case to > from:
+		msg = fmt.Sprintf("raise the CFS quota of %s from %d to %d µs per %d µs period (%d%% of its limit's %d; cfsQuotaBurstPercent %d%%): throttled while the shared pool is idle",
+			ctr, from, to, st.period, cgroup.Scale(to, 100, max(st.base, 1)), st.base, cfg.CFSQuotaBurstPercent)
+	case to == st.base:
+		msg = fmt.Sprintf("put the CFS quota of %s back from %d to %d µs per %d µs period, its limit's: %s", ctr, from, to, st.period, stepWhy(cfg, step))
+	default:
+		msg = fmt.Sprintf("lower the CFS quota of %s from %d to %d µs per %d µs period (%d%% of its limit's %d; cfsQuotaBurstPercent %d%%)",
+			ctr, from, to, st.period, cgroup.Scale(to, 100, max(st.base, 1)), st.base, cfg.CFSQuotaBurstPercent)
+	}
+	l.deps.Dry.Would(ctx, dryrun.CFSQuotaBurst, dryrun.Object{Namespace: st.ns, Name: st.pod}, msg)
+}
+
+// stepWhy says in words why a quota goes back to its base.
+func stepWhy(cfg cpuburst.Config, step cpuburst.Step) string {
+	switch step {
+	case cpuburst.StepPoolBusy:
+		return fmt.Sprintf("the shared pool is busy (sharePoolThresholdPercent %d%%)", cfg.SharePoolThresholdPercent)
+	case cpuburst.StepPeriod:
+		return fmt.Sprintf("the raise lasted cfsQuotaBurstPeriodSeconds %d s", cfg.CFSQuotaBurstPeriodSeconds)
+	case cpuburst.StepOff:
+		return fmt.Sprintf("policy %s raises no quota, or the container is no longer LS", cfg.Policy)
+	}
+	return string(step)
 }
 
 // track starts keeping a container: its cgroup found, its quota read. A quota above the base is a raise

@@ -330,6 +330,9 @@ func TestRun(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{name: "dry run switched on puts every raise back at once", wantReason: "dryRun", undo: func(_ *testing.T, h *harness, _ func() error) {
+			h.l.SetDryRun(true)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

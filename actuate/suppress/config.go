@@ -46,6 +46,10 @@ type Config struct {
 	// Interval is how often the loop looks when no new snapshot wakes it (it also runs on every
 	// collector update), so a stalled collector cannot freeze a suppression in place unseen.
 	Interval time.Duration `json:"interval"`
+	// DryRun decides the BE limit as for real, the limiters' ceilings included, and reports it through
+	// Deps.Dry instead of applying it; switched on, it lifts what is in force (dry-run-config's
+	// suppress; FromSLO leaves it as base has it).
+	DryRun bool `json:"dryRun"`
 }
 
 // DefaultConfig is Koordinator's default threshold (65%, cpuset) with suppression off, as in

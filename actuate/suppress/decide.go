@@ -51,8 +51,17 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, er
 	if err := l.liftIfOff(ctx, cfg); err != nil {
 		return Decision{}, err
 	}
+	if cfg.DryRun != l.dry {
+		// The level decided in dry run was never in force, and the one in force was lifted above: the
+		// other mode starts from nothing.
+		l.current, l.higher, l.reported, l.dry = 0, 0, 0, cfg.DryRun
+	}
 	if !cfg.Enable {
-		d := Decision{WantMilli: snap.Capacity.CPUMilli, AllowedMilli: snap.Capacity.CPUMilli, CPUs: int((snap.Capacity.CPUMilli + 999) / 1000)}
+		if cfg.DryRun {
+			l.current, l.higher = 0, 0
+			l.reportLift(ctx, "suppression is disabled (resource-threshold-config) and no limiter holds BE back")
+		}
+		d := Decision{WantMilli: snap.Capacity.CPUMilli, AllowedMilli: snap.Capacity.CPUMilli, CPUs: int((snap.Capacity.CPUMilli + 999) / 1000), DryRun: cfg.DryRun}
 		l.setAllowed(d.AllowedMilli)
 		l.beCPUs.Set(float64(d.AllowedMilli) / 1000)
 		return d, nil
@@ -84,6 +93,16 @@ func (l *Loop) Step(ctx context.Context, snap *collector.Snapshot) (Decision, er
 		l.higher = 0
 	}
 	d := Decision{WantMilli: want, LimitMilli: ceiling}
+	if cfg.DryRun {
+		// Decided, not applied: BE keeps the whole node, and the decision is reported when it moved.
+		l.current = next
+		d.DryRun, d.WouldMilli = true, l.wouldOf(cfg, next)
+		d.AllowedMilli, d.CPUs = snap.Capacity.CPUMilli, int((snap.Capacity.CPUMilli+999)/1000)
+		l.setAllowed(d.AllowedMilli)
+		l.beCPUs.Set(float64(d.AllowedMilli) / 1000)
+		l.reportLimit(ctx, cfg, asked, snap, d.WouldMilli, want, ceiling)
+		return d, nil
+	}
 	changed, err := l.apply(ctx, cfg, next)
 	if err != nil {
 		return d, err

@@ -11,9 +11,10 @@ import (
 	"github.com/tandemkit/tandem/resource/cgroup"
 )
 
-// liftIfOff lifts the suppression in force when cfg switched it off or moved it to the other policy.
+// liftIfOff lifts the suppression in force when cfg switched it off, moved it to the other policy or
+// switched dry run on.
 func (l *Loop) liftIfOff(ctx context.Context, cfg Config) error {
-	if l.applied && (!cfg.Enable || cfg.CPUSuppressPolicy != l.appliedPolicy) {
+	if l.applied && (!cfg.Enable || cfg.DryRun || cfg.CPUSuppressPolicy != l.appliedPolicy) {
 		return l.lift(ctx, cfg)
 	}
 	return nil

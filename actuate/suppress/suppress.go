@@ -66,6 +66,20 @@
 // synchronously, before it returns. When Run starts, a clamp left by an earlier run that could not lift (SIGKILL, a crash) is
 // found and lifted: a BE parent quota that is not unlimited, or BE cgroups on a cpuset narrower than the
 // BE pool.
+//
+// # Dry run
+//
+// With Config.DryRun (dry-run-config's suppress) every sample decides the BE limit exactly as above:
+// the formula, the limiters' ceilings, the hysteresis, the policy. Nothing of it is applied: no BE
+// cgroup is written, the allocator's BE pool is not capped, the proxy is not asked to move anything,
+// QuotaCeiling gives no ceiling, and AllowedMilli is the node's capacity, which is what BE really has.
+// When the decision moves materially from the last one reported (suppression starts or stops, the
+// policy changes, the cpuset's size changes, the quota moves by a tenth of the node or more) it is
+// reported through Deps.Dry: a log line, a WouldSuppress Event on the Node,
+// tandem_dry_run_actions_total{action="suppress"}; a 500 ms sample that moves it less reports nothing.
+// Switching dry run on lifts whatever suppression or limiter clamp is in force, as disabling does;
+// switching it off starts the real loop from nothing, as enabling does. Restore and the stale-clamp lift
+// at start work as always, so they lift only what a real run, this one or an earlier one, left.
 package suppress
 
 import (
@@ -78,6 +92,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/metrics/collector"
 	"github.com/tandemkit/tandem/resource/cgroup"
 	alloc "github.com/tandemkit/tandem/resource/cpuset"
@@ -117,6 +132,8 @@ type Deps struct {
 	// (metrics/interference). The lowest ceiling applies whether or not suppression is enabled: on its
 	// own through the BE parent's CFS quota, with suppression as a cap on the formula's answer.
 	Limiters []Limiter
+	// Dry records the limits Config.DryRun holds back; nil: nothing is recorded of them.
+	Dry *dryrun.Recorder
 }
 
 // Limiter holds BE below a ceiling for a reason of its own, which the formula does not see.
@@ -139,6 +156,10 @@ type Decision struct {
 	CPUs int
 	// Changed says whether this sample moved the limit.
 	Changed bool
+	// DryRun says the limit was decided and not applied; WouldMilli is then what BE would be allowed
+	// (for the cpuset policy, the capped pool's size × 1000), 0 when it would not be limited.
+	DryRun     bool
+	WouldMilli int64
 }
 
 // Loop is the suppression loop. Step is not safe for concurrent use; Run calls it from one goroutine.
@@ -159,6 +180,12 @@ type Loop struct {
 	// (0: none was), so a reload that finds suppression disabled does not lift the clamp a limiter put
 	// there.
 	limitPeriod int64
+	// dry is whether the last sample ran in dry run; current and higher are then the level decided,
+	// not the one in force. reported is the level last reported in dry run (milli-cores; 0: none, BE
+	// not limited) and reportedPolicy its policy.
+	dry            bool
+	reported       int64
+	reportedPolicy Policy
 
 	// stepMu serialises Step with the lifts a reload or the stop asks for.
 	stepMu sync.Mutex
@@ -234,7 +261,8 @@ func (l *Loop) Reconfigure(cfg Config) error {
 }
 
 // AllowedMilli is the CPU BE may use now, in milli-cores; 0 before the first sample. The evict loop
-// reads it as BE's real limit for the CPU satisfaction. Safe for concurrent use.
+// reads it as BE's real limit for the CPU satisfaction. In dry run it is the node's capacity: nothing
+// holds BE back. Safe for concurrent use.
 func (l *Loop) AllowedMilli() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -247,7 +275,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("suppress")
 	ctx = klog.NewContext(ctx, logger)
 	cfg := l.cfg.Load()
-	logger.Info("CPU suppression running", "enable", cfg.Enable, "policy", cfg.CPUSuppressPolicy,
+	logger.Info("CPU suppression running", "enable", cfg.Enable, "dryRun", cfg.DryRun, "policy", cfg.CPUSuppressPolicy,
 		"thresholdPercent", cfg.CPUSuppressThresholdPercent, "widenAfterSamples", cfg.WidenAfterSamples)
 	l.stepMu.Lock()
 	l.liftStale(ctx)

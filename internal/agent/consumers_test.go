@@ -105,7 +105,7 @@ func TestConsumersFollowSLO(t *testing.T) {
 		t.Fatal(err)
 	}
 	comps := []component{n.collector(), hr, lw, n.suppress(ctx, cons)}
-	evc, err := n.evict()
+	evc, err := n.evict(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

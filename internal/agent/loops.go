@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
@@ -72,7 +73,7 @@ func (n *nodeParts) components(ctx context.Context, cons *consumers) ([]componen
 		return nil, err
 	}
 	out = append(out, hr, lw, n.suppress(ctx, cons))
-	ev, err := n.evict()
+	ev, err := n.evict(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +173,7 @@ func (n *nodeParts) lsWaitGuard(ctx context.Context) (component, error) {
 // it, as in Koordinator) and held under the limiters' ceilings.
 func (n *nodeParts) suppress(ctx context.Context, cons *consumers) component {
 	deps := suppress.Deps{Latest: n.col.Latest, Updates: n.col.Updates(), PoolsChanged: n.poolsChanged, Refresh: n.fe.Refresh,
-		Cgroups: n.cgroups, Registerer: n.reg, Limiters: []suppress.Limiter{n.hr, n.lw}}
+		Cgroups: n.cgroups, Registerer: n.reg, Limiters: []suppress.Limiter{n.hr, n.lw}, Dry: n.dry}
 	if n.cpus != nil {
 		deps.CPUs = n.cpus
 	}
@@ -186,8 +187,18 @@ func (n *nodeParts) suppress(ctx context.Context, cons *consumers) component {
 		}
 		return c
 	}
-	sup, err := startOrOff(ctx, "CPU suppression", suppress.FromSLO(base, n.st.colocation.Load().ResourceThreshold), off,
-		func(c suppress.Config) (*suppress.Loop, error) { return suppress.New(c, deps) })
+	with := func(r slo.Resolved) suppress.Config {
+		c := suppress.FromSLO(base, r.ResourceThreshold)
+		c.DryRun = r.DryRun.Suppress
+		return c
+	}
+	first := *n.st.colocation.Load()
+	var last suppress.Config
+	sup, err := startOrOff(ctx, "CPU suppression", with(first), off,
+		func(c suppress.Config) (*suppress.Loop, error) {
+			last = c
+			return suppress.New(c, deps)
+		})
 	if err != nil {
 		// A node with neither CPU topology nor cgroups has nothing to suppress with.
 		klog.FromContext(ctx).Error(err, "CPU suppression off")
@@ -196,25 +207,40 @@ func (n *nodeParts) suppress(ctx context.Context, cons *consumers) component {
 	n.sup = sup
 	// BE containers created while BE is clamped must fit under the clamp (cgroup v1).
 	cons.setPodSpecs(ctx, func(d *policy.Deps) { d.BEQuotaCeiling = sup.QuotaCeiling })
-	return &loop{name: "suppress", run: sup.Run, restore: sup.Restore, configure: func(_ context.Context, r slo.Resolved) error {
-		return sup.Reconfigure(suppress.FromSLO(base, r.ResourceThreshold))
+	dry := newDryRunSwitch(ctx, dryrun.Suppress, first.DryRun.Suppress)
+	return &loop{name: "suppress", run: sup.Run, restore: sup.Restore, configure: func(ctx context.Context, r slo.Resolved) error {
+		next, err := reconfigure(sup.Reconfigure, with(r), last, func(c *suppress.Config) { c.DryRun = r.DryRun.Suppress })
+		last = next
+		dry.set(ctx, next.DryRun)
+		return err
 	}}
 }
 
-// evict is eviction of BE pods, configured by resource-threshold-config.
-func (n *nodeParts) evict() (component, error) {
-	deps := evict.Deps{Latest: n.col.Latest, Evictor: n.evictor, Registerer: n.reg, Pods: podMeta(n.fe.Store())}
+// evict is eviction of BE pods, configured by resource-threshold-config and dry-run-config's evict.
+func (n *nodeParts) evict(ctx context.Context) (component, error) {
+	deps := evict.Deps{Latest: n.col.Latest, Evictor: n.evictor, Registerer: n.reg, Pods: podMeta(n.fe.Store()), Dry: n.dry}
 	if n.sup != nil {
 		deps.BEAllowedMilli = n.sup.AllowedMilli
 	}
 	base := evict.DefaultConfig()
-	el, err := evict.New(evict.FromSLO(base, n.st.colocation.Load().ResourceThreshold), deps)
+	with := func(r slo.Resolved) evict.Config {
+		c := evict.FromSLO(base, r.ResourceThreshold)
+		c.DryRun = r.DryRun.Evict
+		return c
+	}
+	first := *n.st.colocation.Load()
+	el, err := evict.New(with(first), deps)
 	if err != nil {
 		return nil, fmt.Errorf("eviction: %w", err)
 	}
 	n.el = el
-	return &loop{name: "evict", run: el.Run, configure: func(_ context.Context, r slo.Resolved) error {
-		return el.Reconfigure(evict.FromSLO(base, r.ResourceThreshold))
+	dry := newDryRunSwitch(ctx, dryrun.Evict, first.DryRun.Evict)
+	last := with(first)
+	return &loop{name: "evict", run: el.Run, configure: func(ctx context.Context, r slo.Resolved) error {
+		next, err := reconfigure(el.Reconfigure, with(r), last, func(c *evict.Config) { c.DryRun = r.DryRun.Evict })
+		last = next
+		dry.set(ctx, next.DryRun)
+		return err
 	}}, nil
 }
 
@@ -254,4 +280,41 @@ func newYield(base yield.Config, r slo.Resolved, deps yield.Deps) (component, er
 	return &loop{name: "yield", run: l.Run, configure: func(_ context.Context, r slo.Resolved) error {
 		return l.Reconfigure(with(r))
 	}}, nil
+}
+
+// dryRunSwitch is one action's dry-run-config switch as the agent last handed it to its loop; it logs
+// each change once.
+type dryRunSwitch struct {
+	action dryrun.Action
+	on     atomic.Bool
+}
+
+// newDryRunSwitch starts at on, and says so when it is on.
+func newDryRunSwitch(ctx context.Context, action dryrun.Action, on bool) *dryRunSwitch {
+	s := &dryRunSwitch{action: action}
+	s.set(ctx, on)
+	return s
+}
+
+// set records the switch handed to the loop and logs a change.
+func (s *dryRunSwitch) set(ctx context.Context, on bool) {
+	if s.on.Swap(on) != on {
+		klog.FromContext(ctx).Info("Dry run switched", "action", s.action, "on", on)
+	}
+}
+
+// reconfigure hands a loop next and returns the configuration in force after it. When the loop refuses
+// next, the one in force (last) stays, but with dry-run-config's switch taken from next (dry sets it):
+// dry-run-config is a section of its own, and a mistake in another must not keep an action live that
+// the operator asked to run dry.
+func reconfigure[C any](apply func(C) error, next, last C, dry func(*C)) (C, error) {
+	err := apply(next)
+	if err == nil {
+		return next, nil
+	}
+	dry(&last)
+	if err2 := apply(last); err2 != nil {
+		return last, errors.Join(err, err2)
+	}
+	return last, err
 }

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/actuate/quotaburst"
 	"github.com/tandemkit/tandem/config/knob"
 	"github.com/tandemkit/tandem/config/slo"
@@ -24,7 +25,8 @@ func (n *nodeParts) quotaBurst(ctx context.Context) component {
 		logger.Info("CFS quota burst off: no cgroup hierarchy", "cgroupRoot", n.st.cgroupRoot)
 		return off
 	}
-	deps := quotaburst.Deps{Latest: n.col.Latest, Containers: burstContainers(n.fe.Store(), n.st.policy.QoS.StaticCPUManager), Cgroups: n.cgroups, Registerer: n.reg}
+	deps := quotaburst.Deps{Latest: n.col.Latest, Containers: burstContainers(n.fe.Store(), n.st.policy.QoS.StaticCPUManager), Cgroups: n.cgroups, Registerer: n.reg,
+		Dry: n.dry}
 	if n.cpus != nil {
 		deps.SharePoolMilli = func() int64 { return int64(n.cpus.Pools().LS.Size()) * 1000 }
 	}
@@ -36,7 +38,16 @@ func (n *nodeParts) quotaBurst(ctx context.Context) component {
 		logger.Error(err, "CFS quota burst off", "cgroupRoot", n.st.cgroupRoot)
 		return off
 	}
-	return &loop{name: "quota-burst", run: l.Run, restore: l.Restore, knobs: l, configure: func(_ context.Context, r slo.Resolved) error {
+	// dry-run-config's cfsQuotaBurst is not cpu-burst-config's: the loop has its own switch for it.
+	dry := func(ctx context.Context, on bool) {
+		if l.SetDryRun(on) {
+			klog.FromContext(ctx).Info("Dry run switched", "action", dryrun.CFSQuotaBurst, "on", on)
+		}
+	}
+	dry(ctx, n.st.colocation.Load().DryRun.CFSQuotaBurst)
+	return &loop{name: "quota-burst", run: l.Run, restore: l.Restore, knobs: l, configure: func(ctx context.Context, r slo.Resolved) error {
+		// Switched whether or not cpu-burst-config is refused: it is a section of its own.
+		dry(ctx, r.DryRun.CFSQuotaBurst)
 		return l.Reconfigure(cpuburst.Config(r.CPUBurst))
 	}}
 }
