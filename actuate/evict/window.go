@@ -75,6 +75,9 @@ type WindowLoop struct {
 	refusedUntil map[string]time.Time
 	// phase is the last phase seen, to log changes once.
 	phase batchwindow.Phase
+	// dry is the last step's dry-run switch: pods a dry run reported are forgotten when it goes off,
+	// or the real run would take them for already evicted.
+	dry bool
 
 	results *prometheus.CounterVec
 }
@@ -133,6 +136,10 @@ func (l *WindowLoop) Step(ctx context.Context, snap *collector.Snapshot) []Pod {
 	now := l.deps.Now()
 	st := l.deps.State(now)
 	logger := klog.FromContext(ctx)
+	if l.dry && !cfg.DryRun {
+		clear(l.handled)
+	}
+	l.dry = cfg.DryRun
 	if st.Phase != l.phase {
 		logger.Info("Batch window", "phase", st.Phase, "window", st.Window, "next", st.Next, "closedAt", st.ClosedAt,
 			"outsideCapacityPercent", st.OutsidePercent, "windows", st.Describe)

@@ -123,3 +123,31 @@ func TestWindowEvict(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowDryRunSwitchedOff: pods a dry run reported are evicted once the switch goes off.
+func TestWindowDryRunSwitchedOff(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	rec := &recorder{}
+	now := time.Date(2026, 12, 8, 8, 0, 0, 0, time.UTC)
+	cfg := evict.DefaultWindowConfig()
+	cfg.DryRun = true
+	l, err := evict.NewWindowLoop(cfg, evict.WindowDeps{
+		Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: func() time.Time { return now },
+		State: func(time.Time) batchwindow.State { return batchwindow.State{Phase: batchwindow.PhaseEvicting, Window: "w"} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshot(now, 8, 32, 8, ctr{pod: "a", qos: qos.BE})
+	if got := l.Step(ctx, snap); len(got) != 1 || len(rec.evicted) != 0 {
+		t.Fatalf("dry run: reported %v, evicted %v", got, rec.evicted)
+	}
+	cfg.DryRun = false
+	if err := l.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	l.Step(ctx, snap)
+	if !slices.Equal(rec.evicted, []string{"a"}) {
+		t.Fatalf("after the dry run: evicted %v, want [a]", rec.evicted)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/tandemkit/tandem/actuate/dryrun"
 	"github.com/tandemkit/tandem/actuate/evict"
 	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/config/slo"
@@ -78,12 +79,14 @@ func (n *nodeParts) batchWindows(ctx context.Context) (component, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batch-window eviction: %w", err)
 	}
+	dry := newDryRunSwitch(ctx, dryrun.WindowEvict, cfg.DryRun)
 	return &loop{name: "batch-windows", run: l.Run, configure: func(ctx context.Context, r slo.Resolved) error {
 		c := evict.DefaultWindowConfig()
 		c.DryRun = r.DryRun.WindowEvict
 		if err := l.Reconfigure(c); err != nil {
 			return err
 		}
+		dry.set(ctx, c.DryRun)
 		return n.windows.set(ctx, r.BatchWindows)
 	}}, nil
 }
