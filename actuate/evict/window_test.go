@@ -133,7 +133,9 @@ func TestWindowDryRunSwitchedOff(t *testing.T) {
 	cfg.DryRun = true
 	l, err := evict.NewWindowLoop(cfg, evict.WindowDeps{
 		Latest: func() *collector.Snapshot { return nil }, Evictor: rec, Now: func() time.Time { return now },
-		State: func(time.Time) batchwindow.State { return batchwindow.State{Phase: batchwindow.PhaseEvicting, Window: "w"} },
+		State: func(time.Time) batchwindow.State {
+			return batchwindow.State{Phase: batchwindow.PhaseEvicting, Window: "w"}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

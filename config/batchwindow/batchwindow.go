@@ -20,9 +20,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	// The agent's image carries no zoneinfo; the database in the binary makes every IANA zone resolve
-	// the same on every node (about 450 KB).
-	_ "time/tzdata"
 )
 
 // Settings is batch-window-config as the operator writes it.

@@ -49,7 +49,7 @@ func TestTandemSectionsRefused(t *testing.T) {
 		want             []string
 	}{
 		{"typo", DryRunConfigKey, `{"evcit": true}`, []string{"dry-run-config.evcit", "unknown"}},
-		{"bad zone", BatchWindowConfigKey, `{"enable": true, "timeZone": "Asia/Shanghia"}`, []string{"batch-window-config.timeZone", "IANA"}},
+		{"bad zone", BatchWindowConfigKey, `{"enable": true, "timeZone": "Asia/Beijing"}`, []string{"batch-window-config.timeZone", "IANA"}},
 		{"bad time in a node config", BatchWindowConfigKey, `{"enable": true, "windows": [{"start": "22:00", "end": "07:00"}],
 		  "nodeConfigs": [{"name": "x", "nodeSelector": {"matchLabels": {"a": "b"}}, "windows": [{"start": "25:00", "end": "07:00"}]}]}`,
 			[]string{"batch-window-config.nodeConfigs[0].windows[0].start", "HH:MM"}},

@@ -136,8 +136,8 @@ type harness struct {
 	// window is the node's batch windows, nil for none; offset the API server's clock minus the node's.
 	window *batchwindow.Schedule
 	offset time.Duration
-	seen    int
-	ctx     context.Context // logs into the test's output
+	seen   int
+	ctx    context.Context // logs into the test's output
 }
 
 func newHarness(t testing.TB, settings slo.ColocationSettings, node *corev1.Node) *harness {
