@@ -389,3 +389,23 @@ func startTime(p *corev1.Pod) time.Time {
 	}
 	return p.CreationTimestamp.Time
 }
+
+// Target is the coldest cold node with room for pod, "" when none has; for a job whose creator named
+// no node.
+func Target(s Settings, statuses []Status, pod *corev1.Pod) string {
+	best, bestCPU := "", 0.0
+	pc, pm := BatchRequests(pod)
+	for _, st := range statuses {
+		if st.Class != Cold || st.Name == pod.Spec.NodeName {
+			continue
+		}
+		r := freeBatch(st.info)
+		if r[0] < pc || r[1] < pm || (s.NodeFit && !fits(pod, st.info.Node)) {
+			continue
+		}
+		if best == "" || st.CPUPercent < bestCPU {
+			best, bestCPU = st.Name, st.CPUPercent
+		}
+	}
+	return best
+}
