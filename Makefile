@@ -4,8 +4,8 @@
 # Go may be installed but not on root's PATH: fall back to where the Go tarball installs.
 GO       ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 BIN      ?= bin
-# Tag of the images `make images` builds; deploy/extender/daemonset.yaml, deploy/webhook/deployment.yaml and
-# deploy/nri/daemonset.yaml name the same one.
+# Tag of the images `make images` builds; deploy/extender/daemonset.yaml, deploy/webhook/deployment.yaml,
+# deploy/descheduler/deployment.yaml and deploy/nri/daemonset.yaml name the same one.
 VERSION  ?= v0.1.0
 E2E_FLAGS ?= -count=1 -p 1 -timeout 40m
 # Build tags of every binary. grpcnotrace leaves out gRPC's golang.org/x/net/trace, which Tandem never
@@ -26,7 +26,7 @@ IMAGE_REPO ?= ghcr.io/tandemkit
 # a DaemonSet (deploy/nri). tandem-proxy, the CRI proxy, is installed on the nodes by tandemctl.
 # tandem-scheduler (kube-scheduler with the TandemLoadAware plugin) is built from its own module,
 # scheduler-plugin, which carries k8s.io/kubernetes so that Tandem's go.mod does not.
-IMAGES     ?= tandem-extender tandem-webhook tandem-nri
+IMAGES     ?= tandem-extender tandem-webhook tandem-descheduler tandem-nri
 SCHED_GO    = cd scheduler-plugin && GOWORK=off GOFLAGS=-mod=mod $(GO)
 
 .PHONY: all build images test unit lint e2e bench bench-unit demo deps generate clean

@@ -139,7 +139,7 @@ var notInstalled = map[string]string{
 }
 
 // TestKustomizationListsEveryManifest: every manifest of this directory, of
-// extender/ and of webhook/ is installed by `kubectl apply -k`, except notInstalled, and
+// extender/, of webhook/ and of descheduler/ is installed by `kubectl apply -k`, except notInstalled, and
 // everything it lists exists.
 func TestKustomizationListsEveryManifest(t *testing.T) {
 	k := readKustomization(t)
@@ -147,7 +147,7 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 		t.Errorf("kustomization.yaml is %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization", k.APIVersion, k.Kind)
 	}
 	var manifests []string
-	for _, pattern := range []string{"*.yaml", "extender/*.yaml", "webhook/*.yaml"} {
+	for _, pattern := range []string{"*.yaml", "extender/*.yaml", "webhook/*.yaml", "descheduler/*.yaml"} {
 		m, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)
@@ -250,7 +250,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			sas = append(sas, s.Namespace+"/"+s.Name)
 		}
 		slices.Sort(sas)
-		if want := []string{"koordinator-system/tandem-webhook", "kube-system/tandem-extender"}; !slices.Equal(sas, want) {
+		if want := []string{"koordinator-system/tandem-descheduler", "koordinator-system/tandem-webhook", "kube-system/tandem-extender"}; !slices.Equal(sas, want) {
 			t.Errorf("ServiceAccounts %v, want exactly %v: the node agent uses the node's credentials", sas, want)
 		}
 		roles := map[string]*rbacv1.Role{}
