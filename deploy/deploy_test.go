@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -39,6 +40,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tandemkit/tandem/admission"
+	schedv1alpha1 "github.com/tandemkit/tandem/apis/scheduling/v1alpha1"
 	"github.com/tandemkit/tandem/config/slo"
 	"github.com/tandemkit/tandem/hooks/policy/cpuset"
 	"github.com/tandemkit/tandem/resource/batch"
@@ -139,8 +141,8 @@ var notInstalled = map[string]string{
 }
 
 // TestKustomizationListsEveryManifest: every manifest of this directory, of
-// extender/, of webhook/ and of descheduler/ is installed by `kubectl apply -k`, except notInstalled, and
-// everything it lists exists.
+// extender/, webhook/ and descheduler/ is installed by `kubectl apply -k`, except
+// notInstalled, and everything it lists exists.
 func TestKustomizationListsEveryManifest(t *testing.T) {
 	k := readKustomization(t)
 	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
@@ -393,6 +395,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	})
 
 	t.Run("CRD", func(t *testing.T) { checkProfileCRD(t, crds) })
+	t.Run("SchedulingCRDs", func(t *testing.T) { checkSchedulingCRDs(t, crds) })
 	t.Run("Webhook", func(t *testing.T) { checkWebhook(t, byKind) })
 }
 
@@ -478,10 +481,11 @@ type crd struct {
 	Spec       struct {
 		Group string `json:"group"`
 		Names struct {
-			Kind     string `json:"kind"`
-			ListKind string `json:"listKind"`
-			Plural   string `json:"plural"`
-			Singular string `json:"singular"`
+			Kind       string   `json:"kind"`
+			ListKind   string   `json:"listKind"`
+			Plural     string   `json:"plural"`
+			Singular   string   `json:"singular"`
+			ShortNames []string `json:"shortNames"`
 		} `json:"names"`
 		Scope    string `json:"scope"`
 		Versions []struct {
@@ -561,10 +565,16 @@ func checkStructural(t *testing.T, path string, s jsonSchema) {
 // the webhook watches it, with Koordinator's names, and its schema's spec has
 // exactly the fields of admission.ClusterColocationProfileSpec.
 func checkProfileCRD(t *testing.T, crds []*crd) {
-	if len(crds) != 1 {
-		t.Fatalf("%d CustomResourceDefinitions, want ClusterColocationProfile's", len(crds))
+	var profiles []*crd
+	for _, c := range crds {
+		if c.Spec.Names.Kind == "ClusterColocationProfile" {
+			profiles = append(profiles, c)
+		}
 	}
-	c := crds[0]
+	if len(profiles) != 1 {
+		t.Fatalf("%d CustomResourceDefinitions of ClusterColocationProfile, want one", len(profiles))
+	}
+	c := profiles[0]
 	gvr := admission.ProfileResource
 	if c.Spec.Group != "config.koordinator.sh" || c.Spec.Group != gvr.Group {
 		t.Errorf("CRD group %s, want config.koordinator.sh (Koordinator's; admission.ProfileResource has %s)", c.Spec.Group, gvr.Group)
@@ -1310,6 +1320,65 @@ func TestNodeFilesEmbedded(t *testing.T) {
 		got, err := fs.ReadFile(NodeFiles(), name)
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("NodeFiles %s = %d bytes, %v; want the %d bytes of the file", name, len(got), err, len(want))
+		}
+	}
+}
+
+// checkSchedulingCRDs: Reservation and PodMigrationJob are served where
+// apis/scheduling/v1alpha1 reads and writes them, with Koordinator's names,
+// scope, short names and printer columns, and a schema that keeps every field
+// of spec and status (Koordinator's objects hold fields Tandem does not model).
+func checkSchedulingCRDs(t *testing.T, crds []*crd) {
+	want := []struct {
+		gvr                       schema.GroupVersionResource
+		kind, singular, shortName string
+		columns                   map[string]string // name: jsonPath
+	}{
+		{schedv1alpha1.ReservationsResource, "Reservation", "reservation", "rsv", map[string]string{
+			"Phase": ".status.phase", "Node": ".status.nodeName", "TTL": ".spec.ttl", "Age": ".metadata.creationTimestamp"}},
+		{schedv1alpha1.PodMigrationJobsResource, "PodMigrationJob", "podmigrationjob", "pmj", map[string]string{
+			"Phase": ".status.phase", "Status": ".status.status", "Node": ".status.nodeName", "Age": ".metadata.creationTimestamp"}},
+	}
+	byName := map[string]*crd{}
+	for _, c := range crds {
+		byName[c.Metadata.Name] = c
+	}
+	for _, w := range want {
+		name := w.gvr.Resource + "." + w.gvr.Group
+		c, ok := byName[name]
+		if !ok {
+			t.Errorf("no CustomResourceDefinition %s", name)
+			continue
+		}
+		if c.Spec.Group != w.gvr.Group || c.Spec.Scope != "Cluster" {
+			t.Errorf("%s: group %s scope %s, want %s Cluster (Koordinator's)", name, c.Spec.Group, c.Spec.Scope, w.gvr.Group)
+		}
+		n := c.Spec.Names
+		if n.Kind != w.kind || n.ListKind != w.kind+"List" || n.Plural != w.gvr.Resource || n.Singular != w.singular || !slices.Equal(n.ShortNames, []string{w.shortName}) {
+			t.Errorf("%s: names %+v, want kind %s, plural %s, short name %s", name, n, w.kind, w.gvr.Resource, w.shortName)
+		}
+		if len(c.Spec.Versions) != 1 {
+			t.Errorf("%s: %d versions, want only %s", name, len(c.Spec.Versions), w.gvr.Version)
+			continue
+		}
+		v := c.Spec.Versions[0]
+		if v.Name != w.gvr.Version || !v.Served || !v.Storage || v.Subresources == nil || v.Subresources.Status == nil {
+			t.Errorf("%s: version %s served=%v storage=%v subresources %+v, want %s served, stored, with the status subresource",
+				name, v.Name, v.Served, v.Storage, v.Subresources, w.gvr.Version)
+		}
+		got := map[string]string{}
+		for _, col := range v.AdditionalPrinterColumns {
+			got[col.Name] = col.JSONPath
+		}
+		if !maps.Equal(got, w.columns) {
+			t.Errorf("%s: printer columns %v, want %v", name, got, w.columns)
+		}
+		root := v.Schema.OpenAPIV3Schema
+		checkStructural(t, name, root)
+		for _, f := range []string{"spec", "status"} {
+			if p, ok := root.Properties[f]; !ok || p.Type != "object" || !p.PreserveUnknownFields {
+				t.Errorf("%s: %s schema %+v, want an object with x-kubernetes-preserve-unknown-fields: true", name, f, p)
+			}
 		}
 	}
 }

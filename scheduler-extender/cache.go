@@ -49,12 +49,18 @@ type nodeState struct {
 	unreportedMemory      int64
 	unreportedHPCPU       int64 // the part of it from non-BE pods, which lowers reclaimable capacity
 	unreportedHPMemory    int64
+
+	// held are the reservations on the node that still hold room (no owner bound there yet),
+	// by name; whether each is active is checked when deciding.
+	held []*heldRoom
 }
 
 // podEntry is one assigned pod as the cache remembers it.
 type podEntry struct {
 	demand
 	running time.Time // see runningSince
+	// pod is the (trimmed) pod, for telling whether it took a reservation.
+	pod *corev1.Pod
 }
 
 // NodeCache keeps a nodeState per node, fed by shared informers on Nodes and assigned Pods.
@@ -66,13 +72,21 @@ type NodeCache struct {
 	pods    map[string]map[types.UID]podEntry // by node name; may exist before the node does
 	podNode map[types.UID]string
 
+	// Reservations that may hold room: by name, by node and name, and those per node no bound
+	// pod took yet (see refreshHeldLocked). Empty unless WithReservations.
+	rooms   map[string]*heldRoom
+	roomsOn map[string]map[string]*heldRoom
+	held    map[string][]*heldRoom
+	// reservationsOn is set while the cache is built, when reservations are watched.
+	reservationsOn bool
+
 	synced []cache.InformerSynced
 	ready  atomic.Bool // latched: informers never become unsynced
 }
 
 // NewNodeCache starts informers on client that run until ctx ends. The cache answers at once,
-// but only knows the cluster once Ready reports true.
-func NewNodeCache(ctx context.Context, client kubernetes.Interface, cfg Config) (*NodeCache, error) {
+// but only knows the cluster once Ready reports true. opts add Reservations (WithReservations).
+func NewNodeCache(ctx context.Context, client kubernetes.Interface, cfg Config, opts ...CacheOption) (*NodeCache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid extender config: %w", err)
 	}
@@ -89,6 +103,9 @@ func NewNodeCache(ctx context.Context, client kubernetes.Interface, cfg Config) 
 	if err := c.watch(logger, nodeFactory.Core().V1().Nodes().Informer(), podFactory.Core().V1().Pods().Informer()); err != nil {
 		return nil, err
 	}
+	if err := c.applyOptions(ctx, opts); err != nil {
+		return nil, err
+	}
 	nodeFactory.Start(ctx.Done())
 	podFactory.Start(ctx.Done())
 	return c, nil
@@ -97,8 +114,9 @@ func NewNodeCache(ctx context.Context, client kubernetes.Interface, cfg Config) 
 // NewNodeCacheOn is NewNodeCache fed by informers the caller owns and starts: those of the
 // process it runs in (kube-scheduler's, for the scheduler plugin), so that the cluster's Nodes
 // and Pods are watched and held once, not twice. It tolerates informers without the extender's
-// transforms and field selector: pending and finished pods are ignored as they arrive.
-func NewNodeCacheOn(ctx context.Context, cfg Config, nodes, pods cache.SharedInformer) (*NodeCache, error) {
+// transforms and field selector: pending and finished pods are ignored as they arrive. A
+// Reservations informer (WithReservations) is the cache's own, started here.
+func NewNodeCacheOn(ctx context.Context, cfg Config, nodes, pods cache.SharedInformer, opts ...CacheOption) (*NodeCache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid extender config: %w", err)
 	}
@@ -106,7 +124,21 @@ func NewNodeCacheOn(ctx context.Context, cfg Config, nodes, pods cache.SharedInf
 	if err := c.watch(klog.FromContext(ctx), nodes, pods); err != nil {
 		return nil, err
 	}
+	if err := c.applyOptions(ctx, opts); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+func (c *NodeCache) applyOptions(ctx context.Context, opts []CacheOption) error {
+	var o cacheOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.reservations != nil {
+		return c.watchReservations(ctx, o.reservations)
+	}
+	return nil
 }
 
 // watch feeds the cache from the informers' events and records when their initial lists are in.
@@ -139,6 +171,9 @@ func newNodeCache(cfg Config) *NodeCache {
 		nodes:   map[string]*nodeState{},
 		pods:    map[string]map[types.UID]podEntry{},
 		podNode: map[types.UID]string{},
+		rooms:   map[string]*heldRoom{},
+		roomsOn: map[string]map[string]*heldRoom{},
+		held:    map[string][]*heldRoom{},
 	}
 }
 
@@ -222,7 +257,7 @@ func (c *NodeCache) onPod(obj any) {
 		c.onPodDelete(pod)
 		return
 	}
-	entry := podEntry{demand: demandOf(pod, c.cfg.DefaultEstimatedUsage), running: runningSince(pod)}
+	entry := podEntry{demand: demandOf(pod, c.cfg.DefaultEstimatedUsage), running: runningSince(pod), pod: pod}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.podNode[pod.UID]; ok && old != pod.Spec.NodeName {
@@ -264,8 +299,10 @@ func (c *NodeCache) removePodLocked(uid types.UID) {
 	c.refreshLocked(node)
 }
 
-// refreshLocked rebuilds the pod-derived figures of a node after its pods changed.
+// refreshLocked rebuilds the pod-derived figures of a node after its pods or its reservations
+// changed.
 func (c *NodeCache) refreshLocked(nodeName string) {
+	c.refreshHeldLocked(nodeName)
 	old := c.nodes[nodeName]
 	if old == nil {
 		return
@@ -342,6 +379,7 @@ func (c *NodeCache) aggregate(st *nodeState) {
 	st.batchCPU, st.batchMemory = 0, 0
 	st.unreportedPods, st.unreportedCPU, st.unreportedMemory = 0, 0, 0
 	st.unreportedHPCPU, st.unreportedHPMemory = 0, 0
+	st.held = c.held[st.name]
 	var windowStart time.Time
 	if st.metric != nil {
 		windowStart = st.metric.UpdateTime.Add(-time.Duration(st.metric.ReportIntervalSeconds) * time.Second)

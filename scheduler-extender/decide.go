@@ -2,6 +2,7 @@ package extender
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -25,18 +26,26 @@ const (
 	ReasonBatchCPU Reason = "InsufficientBatchCPU"
 	// ReasonBatchMemory means free reclaimable memory cannot hold the pod's kubernetes.io/batch-memory request.
 	ReasonBatchMemory Reason = "InsufficientBatchMemory"
+	// ReasonBatchReserved means the pod would fit in the node's free reclaimable capacity, but not
+	// beside the room active Reservations hold there for other pods.
+	ReasonBatchReserved Reason = "BatchCapacityReserved"
+	// ReasonReservedElsewhere means an active Reservation holds room for the pod on another node.
+	ReasonReservedElsewhere Reason = "ReservedOnAnotherNode"
 )
 
 // reasons is every Reason, for metric initialisation and documentation.
 var reasons = []Reason{
 	ReasonNodeUnknown, ReasonNodeMetricMissing, ReasonNodeMetricExpired,
 	ReasonCPUUsage, ReasonMemoryUsage, ReasonBatchCPU, ReasonBatchMemory,
+	ReasonBatchReserved, ReasonReservedElsewhere,
 }
 
 // resolvable reports whether preempting pods on the node could make room. Only batch capacity
 // frees up when pods go; load and metric age change with the next report, so kube-scheduler must
-// not evict for them.
-func (r Reason) resolvable() bool { return r == ReasonBatchCPU || r == ReasonBatchMemory }
+// not evict for them, and no preemption on another node makes room reserved elsewhere.
+func (r Reason) resolvable() bool {
+	return r == ReasonBatchCPU || r == ReasonBatchMemory || r == ReasonBatchReserved
+}
 
 // message is what kube-scheduler shows for a rejected node. It is the same for every node with
 // the same reason so that kube-scheduler's "0/N nodes are available" event groups them; the
@@ -57,8 +66,30 @@ func (r Reason) message() string {
 		return "tandem: insufficient reclaimable batch-cpu"
 	case ReasonBatchMemory:
 		return "tandem: insufficient reclaimable batch-memory"
+	case ReasonBatchReserved:
+		return "tandem: reclaimable batch capacity reserved for other pods"
+	case ReasonReservedElsewhere:
+		return "tandem: room reserved for this pod on another node"
 	}
 	return "tandem: " + string(r)
+}
+
+// rejectMessage is filter's message for a node rejected for r. The reservation reasons name the
+// reservations (and, for the pod's own, the node), as an operator needs to find them; the others
+// are r.message().
+func rejectMessage(r Reason, st *nodeState, cl claims, now time.Time) string {
+	switch r {
+	case ReasonReservedElsewhere:
+		return cl.elsewhereMessage(now)
+	case ReasonBatchReserved:
+		names := st.othersOn(cl, now)
+		noun := "reservation"
+		if len(names) > 1 {
+			noun = "reservations"
+		}
+		return fmt.Sprintf("%s (%s %s)", r.message(), noun, strings.Join(names, ", "))
+	}
+	return r.message()
 }
 
 // fresh reports whether st has a metric young enough to trust at now.
@@ -73,10 +104,14 @@ func (cfg *Config) staleMetricPolicy(d demand) MetricPolicy {
 	return cfg.ExpiredMetricPolicy.OtherPods
 }
 
-// filterNode decides whether a pod with demand d may go to the node st (nil: unknown node); an
-// empty Reason passes. Load and metric age never reject an exempt pod (DaemonSet, system-critical):
-// that would only leave it pending.
-func (cfg *Config) filterNode(st *nodeState, d demand, now time.Time) Reason {
+// filterNode decides whether a pod with demand d, claiming the reservations cl, may go to the node
+// st (nil: unknown node) named node; an empty Reason passes. Load and metric age never reject an
+// exempt pod (DaemonSet, system-critical): that would only leave it pending. A pod with room
+// reserved goes to a node holding it and nowhere else; there, the reserved room is its own.
+func (cfg *Config) filterNode(st *nodeState, node string, d demand, cl claims, now time.Time) Reason {
+	if len(cl) > 0 && d.batch() && cl.anyActive(now) && !cl.activeOn(node, now) {
+		return ReasonReservedElsewhere
+	}
 	fresh := cfg.fresh(st, now)
 	if !fresh && !d.exempt() && cfg.staleMetricPolicy(d) == Reject {
 		switch {
@@ -101,11 +136,14 @@ func (cfg *Config) filterNode(st *nodeState, d demand, now time.Time) Reason {
 	}
 	if d.batch() {
 		freeCPU, freeMemory := st.freeBatch()
-		if d.batchCPU > freeCPU {
+		availCPU, availMemory := st.availableBatch(cl, now)
+		switch {
+		case d.batchCPU > availCPU && d.batchCPU > freeCPU:
 			return ReasonBatchCPU
-		}
-		if d.batchMemory > freeMemory {
+		case d.batchMemory > availMemory && d.batchMemory > freeMemory:
 			return ReasonBatchMemory
+		case d.batchCPU > availCPU || d.batchMemory > availMemory:
+			return ReasonBatchReserved
 		}
 	}
 	return ""
@@ -115,8 +153,9 @@ func overThreshold(used, allocatable, threshold int64) bool {
 	return threshold > 0 && allocatable > 0 && used*100 > threshold*allocatable
 }
 
-// explain gives the figures behind a rejection, for the log.
-func (cfg *Config) explain(r Reason, st *nodeState, d demand, now time.Time) string {
+// explain gives the figures behind a rejection, for the log. st is nil only for
+// ReasonNodeUnknown and ReasonReservedElsewhere.
+func (cfg *Config) explain(r Reason, st *nodeState, d demand, cl claims, now time.Time) string {
 	percent := func(v, of int64) int64 {
 		if of <= 0 {
 			return 0
@@ -142,6 +181,13 @@ func (cfg *Config) explain(r Reason, st *nodeState, d demand, now time.Time) str
 	case ReasonBatchMemory:
 		_, free := st.freeBatch()
 		return fmt.Sprintf("free batch-memory %d bytes cannot hold the request of %d bytes", free, d.batchMemory)
+	case ReasonBatchReserved:
+		freeCPU, freeMemory := st.freeBatch()
+		_, _, otherCPU, otherMemory := st.reservedFor(cl, now)
+		return fmt.Sprintf("free batch-cpu %dm and batch-memory %d bytes, of which %dm and %d bytes reserved for other pods (%s), cannot hold the request of %dm and %d bytes",
+			freeCPU, freeMemory, otherCPU, otherMemory, strings.Join(st.othersOn(cl, now), ", "), d.batchCPU, d.batchMemory)
+	case ReasonReservedElsewhere:
+		return cl.elsewhereMessage(now)
 	}
 	return r.message()
 }
@@ -168,8 +214,12 @@ func (st *nodeState) freeBatch() (cpu, memory int64) {
 // scoreNode ranks a node 0–10 by the share of allocatable that would stay free after the pod
 // lands, weighted per resource. Usage counts pods not reported yet, so a burst of pods spreads
 // instead of piling onto the node that looked coldest at the last report. A node without a
-// fresh metric scores the minimum: nothing says it is cold.
-func (cfg *Config) scoreNode(st *nodeState, d demand, now time.Time) int64 {
+// fresh metric scores the minimum: nothing says it is cold. A node holding room reserved for the
+// pod scores the maximum.
+func (cfg *Config) scoreNode(st *nodeState, node string, d demand, cl claims, now time.Time) int64 {
+	if len(cl) > 0 && cl.activeOn(node, now) {
+		return extenderv1.MaxExtenderPriority
+	}
 	if !cfg.fresh(st, now) {
 		return extenderv1.MinExtenderPriority
 	}

@@ -160,11 +160,11 @@ func TestFilterNode(t *testing.T) {
 			c := cacheWith(t, cfg, []testNode{n}, tt.pods)
 			states := make([]*nodeState, 1)
 			c.lookup([]string{"n1"}, states)
-			got := cfg.filterNode(states[0], demandOf(tt.pod.build(), cfg.DefaultEstimatedUsage), testNow)
+			got := cfg.filterNode(states[0], "n1", demandOf(tt.pod.build(), cfg.DefaultEstimatedUsage), nil, testNow)
 			if got != tt.want {
 				detail := ""
 				if got != "" {
-					detail = cfg.explain(got, states[0], demandOf(tt.pod.build(), cfg.DefaultEstimatedUsage), testNow)
+					detail = cfg.explain(got, states[0], demandOf(tt.pod.build(), cfg.DefaultEstimatedUsage), nil, testNow)
 				}
 				t.Fatalf("filterNode() = %q (%s), want %q", got, detail, tt.want)
 			}
@@ -254,7 +254,7 @@ func TestScoreNode(t *testing.T) {
 			for name, want := range tt.want {
 				states := make([]*nodeState, 1)
 				c.lookup([]string{name}, states)
-				if got := cfg.scoreNode(states[0], d, testNow); got != want {
+				if got := cfg.scoreNode(states[0], name, d, nil, testNow); got != want {
 					t.Errorf("scoreNode(%s) = %d, want %d", name, got, want)
 				}
 			}

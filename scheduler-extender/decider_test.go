@@ -12,7 +12,8 @@ import (
 
 // TestDeciderAgreesWithHandler holds the scheduler plugin's answers to the extender's: for each
 // pod, the nodes Decider rejects, with the same message and resolvability, are those filter
-// rejects over HTTP, and Decider's scores are prioritize's, from one cache at one time.
+// rejects over HTTP, and Decider's scores are prioritize's, from one cache at one time. A
+// Reservation on cold holds room for web-1's pods there; an expired one on stale holds nothing.
 func TestDeciderAgreesWithHandler(t *testing.T) {
 	t.Parallel()
 	nodes := append(cluster(),
@@ -21,7 +22,10 @@ func TestDeciderAgreesWithHandler(t *testing.T) {
 		testNode{name: "nobatch", metric: metricAt(30*time.Second, 1000, 4*gi, 1000, 4*gi, 0, 0), batchCPU: -1},
 	)
 	pods := []testPod{batchPod("running-be", "cold", "2000", "2Gi"), lsPod("fresh-ls", "hot", "1", "1Gi")}
-	s := startExtender(t, DefaultConfig(), nodes, pods)
+	s := startExtender(t, DefaultConfig(), nodes, pods, WithReservations(reservationClient(t,
+		testReservation{name: "web-1-rsv", node: "cold", controller: "web-1", cpu: "600", memory: "1Gi"},
+		testReservation{name: "old-rsv", node: "stale", controller: "web-2", cpu: "600", memory: "1Gi", age: time.Hour},
+	)))
 	d := NewDecider(DefaultConfig(), s.nodes)
 	d.now = func() time.Time { return testNow }
 	names := []string{"cold", "hot", "stale", "nometric", "strict", "nobatch", "gone"}
@@ -30,6 +34,8 @@ func TestDeciderAgreesWithHandler(t *testing.T) {
 		batchPod("be-small", "", "500", "1Gi"),
 		batchPod("be-large", "", "2500", "1Gi"),
 		batchPod("be-memory", "", "100", "12Gi"),
+		ownedPod("web-1-owner", "web-1", "1000"),
+		ownedPod("web-2-owner", "web-2", "500"),
 		lsPod("ls", "", "2", "4Gi"),
 		{name: "besteffort"},
 		{name: "daemon", daemonSet: true, requests: map[corev1.ResourceName]string{corev1.ResourceCPU: "7"}},

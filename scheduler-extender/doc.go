@@ -13,4 +13,11 @@
 // assigned to a node since its last report, which the annotation cannot show yet and which
 // kube-scheduler does not tell extenders about. All per-node figures are computed on informer
 // events, so a request only looks nodes up and compares numbers.
+//
+// With WithReservations the cache also watches Koordinator Reservations
+// (scheduling.koordinator.sh/v1alpha1, made by tandem-descheduler before it evicts a pod): the
+// batch room an active reservation holds on its node is kept from other pods, and a batch pod
+// owning one may go to that node only, where the room is its own and scores the maximum. A
+// reservation stops holding room once an owner pod is bound to its node, or when it leaves
+// Available or expires.
 package extender

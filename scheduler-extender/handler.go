@@ -52,6 +52,13 @@ func NewHandler(cfg Config, nodes *NodeCache, reg prometheus.Registerer) (*Handl
 	}
 	h := &Handler{cfg: cfg, nodes: nodes, metrics: m, now: time.Now, mux: http.NewServeMux(),
 		inflight: &inflight{maxRequests: cfg.MaxRequestsInflight}, limits: defaultDecodeLimits()}
+	reservations := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "tandem", Subsystem: "extender", Name: "reservations",
+		Help: "Reservations holding batch room: Available on a node, not expired, no owner pod bound there yet. 0 where they are not watched.",
+	}, func() float64 { return float64(nodes.activeReservations(h.now())) })
+	if err := reg.Register(reservations); err != nil {
+		return nil, fmt.Errorf("register extender metrics: %w", err)
+	}
 	h.scratch.New = func() any { return new(scratch) }
 	h.mux.Handle("POST "+FilterPath, h.verb(verbFilter, h.filter))
 	h.mux.Handle("POST "+PrioritizePath, h.verb(verbPrioritize, h.prioritize))
@@ -260,16 +267,28 @@ func (h *Handler) filter(ctx context.Context, req *request, sc *scratch) {
 	logger := klog.FromContext(ctx)
 	now := h.now()
 	d := demandOf(req.pod, h.cfg.DefaultEstimatedUsage)
+	cl := h.nodes.claimsOf(req.pod, d, now)
 	sc.passed, sc.rejected = sc.passed[:0], sc.rejected[:0]
+	var elsewhere string // the same for every node, so worked out once
 	for i, st := range sc.states {
-		r := h.cfg.filterNode(st, d, now)
+		r := h.cfg.filterNode(st, sc.names[i], d, cl, now)
 		if r == "" {
 			sc.passed = append(sc.passed, i)
 			continue
 		}
-		sc.rejected = append(sc.rejected, rejection{name: sc.names[i], reason: r})
+		rej := rejection{name: sc.names[i], reason: r}
+		switch r {
+		case ReasonReservedElsewhere:
+			if elsewhere == "" {
+				elsewhere = rejectMessage(r, st, cl, now)
+			}
+			rej.message = elsewhere
+		case ReasonBatchReserved:
+			rej.message = rejectMessage(r, st, cl, now)
+		}
+		sc.rejected = append(sc.rejected, rej)
 		if v := logger.V(5); v.Enabled() {
-			v.Info("Rejected node", "pod", klog.KObj(req.pod), "node", sc.names[i], "reason", r, "detail", h.cfg.explain(r, st, d, now))
+			v.Info("Rejected node", "pod", klog.KObj(req.pod), "node", sc.names[i], "reason", r, "detail", h.cfg.explain(r, st, d, cl, now))
 		}
 	}
 	if req.names != nil {
@@ -302,9 +321,10 @@ func (h *Handler) filter(ctx context.Context, req *request, sc *scratch) {
 func (h *Handler) prioritize(ctx context.Context, req *request, sc *scratch) {
 	now := h.now()
 	d := demandOf(req.pod, h.cfg.DefaultEstimatedUsage)
+	cl := h.nodes.claimsOf(req.pod, d, now)
 	sc.scores = slices.Grow(sc.scores[:0], len(sc.names))[:len(sc.names)]
 	for i, st := range sc.states {
-		sc.scores[i] = h.cfg.scoreNode(st, d, now)
+		sc.scores[i] = h.cfg.scoreNode(st, sc.names[i], d, cl, now)
 	}
 	sc.out = appendPriorities(sc.out[:0], sc.names, sc.scores)
 	sc.pieces = append(sc.pieces[:0], sc.out)

@@ -37,7 +37,7 @@ type extenderServer struct {
 	reg    *prometheus.Registry
 }
 
-func startExtender(t *testing.T, cfg Config, nodes []testNode, pods []testPod) *extenderServer {
+func startExtender(t *testing.T, cfg Config, nodes []testNode, pods []testPod, opts ...CacheOption) *extenderServer {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -50,7 +50,7 @@ func startExtender(t *testing.T, cfg Config, nodes []testNode, pods []testPod) *
 		objs = append(objs, p.build())
 	}
 	client := fake.NewClientset(objs...)
-	cache, err := NewNodeCache(ctx, client, cfg)
+	cache, err := NewNodeCache(ctx, client, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,6 +398,7 @@ tandem_extender_filter_decisions_total{decision="pass"} 1
 tandem_extender_filter_decisions_total{decision="reject"} 2
 # HELP tandem_extender_filter_rejections_total Nodes that filter rejected, by reason.
 # TYPE tandem_extender_filter_rejections_total counter
+tandem_extender_filter_rejections_total{reason="BatchCapacityReserved"} 0
 tandem_extender_filter_rejections_total{reason="CPUUsageAboveThreshold"} 1
 tandem_extender_filter_rejections_total{reason="InsufficientBatchCPU"} 0
 tandem_extender_filter_rejections_total{reason="InsufficientBatchMemory"} 0
@@ -405,6 +406,7 @@ tandem_extender_filter_rejections_total{reason="MemoryUsageAboveThreshold"} 0
 tandem_extender_filter_rejections_total{reason="NodeMetricExpired"} 1
 tandem_extender_filter_rejections_total{reason="NodeMetricMissing"} 0
 tandem_extender_filter_rejections_total{reason="NodeUnknown"} 0
+tandem_extender_filter_rejections_total{reason="ReservedOnAnotherNode"} 0
 `
 	if err := testutil.GatherAndCompare(s.reg, strings.NewReader(want), "tandem_extender_filter_decisions_total", "tandem_extender_filter_rejections_total"); err != nil {
 		t.Error(err)
@@ -484,8 +486,8 @@ func FuzzDecodeArgs(f *testing.F) {
 				names = append(names, n.Name)
 				st := c.stateFor(n)
 				d := demandOf(req.pod, cfg.DefaultEstimatedUsage)
-				cfg.filterNode(st, d, testNow)
-				cfg.scoreNode(st, d, testNow)
+				cfg.filterNode(st, n.Name, d, nil, testNow)
+				cfg.scoreNode(st, n.Name, d, nil, testNow)
 			})
 			if errors.Is(err, errTooLarge) {
 				return
@@ -514,16 +516,16 @@ func FuzzDecodeArgs(f *testing.F) {
 			d := demandOf(req.pod, cfg.DefaultEstimatedUsage)
 			states := make([]*nodeState, len(names))
 			c.lookup(names, states)
-			for _, st := range states {
-				cfg.filterNode(st, d, testNow)
-				cfg.scoreNode(st, d, testNow)
+			for i, st := range states {
+				cfg.filterNode(st, names[i], d, nil, testNow)
+				cfg.scoreNode(st, names[i], d, nil, testNow)
 			}
 		}
 		var rejected []rejection
 		all := make([]int, len(names))
 		for i, n := range names {
 			all[i] = i
-			rejected = append(rejected, rejection{n, ReasonBatchCPU}, rejection{n, ReasonNodeUnknown})
+			rejected = append(rejected, rejection{name: n, reason: ReasonBatchCPU}, rejection{name: n, reason: ReasonNodeUnknown})
 		}
 		var res extenderv1.ExtenderFilterResult
 		if err := json.Unmarshal(appendFilterResult(nil, names, all, rejected), &res); err != nil {

@@ -77,6 +77,10 @@ type testPod struct {
 	labels     map[string]string
 	daemonSet  bool
 	priority   *int32
+	// controller names the ReplicaSet controlling the pod (UID "uid-" + controller).
+	controller string
+	// created is the pod's creation time; zero is testNow minus an hour.
+	created time.Time
 }
 
 func (p testPod) build() *corev1.Pod {
@@ -93,6 +97,14 @@ func (p testPod) build() *corev1.Pod {
 		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}
 	pod.Spec.Priority = p.priority
+	pod.CreationTimestamp = metav1.NewTime(testNow.Add(-time.Hour))
+	if !p.created.IsZero() {
+		pod.CreationTimestamp = metav1.NewTime(p.created)
+	}
+	if p.controller != "" {
+		yes := true
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: p.controller, UID: types.UID("uid-" + p.controller), Controller: &yes}}
+	}
 	if p.daemonSet {
 		yes := true
 		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", UID: "ds", Controller: &yes}}

@@ -140,6 +140,14 @@ func TestManifests(t *testing.T) {
 	if !readsNodes || !readsPods {
 		t.Errorf("ClusterRole %+v does not let the informers list and watch nodes and pods", role.Rules)
 	}
+	readsReservations := false
+	for _, r := range role.Rules {
+		readsReservations = readsReservations || contains(r.APIGroups, "scheduling.koordinator.sh") && contains(r.Resources, "reservations") &&
+			contains(r.Verbs, "get") && contains(r.Verbs, "list") && contains(r.Verbs, "watch")
+	}
+	if !readsReservations {
+		t.Errorf("ClusterRole %+v does not let the informer list and watch reservations.scheduling.koordinator.sh", role.Rules)
+	}
 
 	// The mounted file must decode into Config with no unknown key and validate.
 	raw, err := yaml.YAMLToJSON([]byte(cm.Data["extender.yaml"]))

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	"github.com/tandemkit/tandem/resource/qos"
@@ -174,6 +176,13 @@ func trimPod(obj any) (any, error) {
 	t := &corev1.Pod{}
 	t.Name, t.Namespace, t.UID, t.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
 	t.DeletionTimestamp = pod.DeletionTimestamp
+	// Whether a bound pod took a reservation: its controller and its age (heldRoom.takenBy).
+	// Labels are not kept, so a reservation naming its owners by label selector is taken only
+	// once it leaves Available.
+	t.CreationTimestamp = pod.CreationTimestamp
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		t.OwnerReferences = []metav1.OwnerReference{{Kind: ref.Kind, Name: ref.Name, UID: ref.UID, Controller: ptr.To(true)}}
+	}
 	if v, ok := pod.Labels[qos.LabelKoordinator]; ok {
 		t.Labels = map[string]string{qos.LabelKoordinator: v}
 	}

@@ -176,7 +176,9 @@ func TestRunningSince(t *testing.T) {
 // must produce the same figures as the original.
 func TestTrimKeepsWhatTheCacheReads(t *testing.T) {
 	t.Parallel()
-	pod := withRunning(batchPod("be", "n1", "1500", "2Gi"), time.Minute).build()
+	owned := batchPod("be", "n1", "1500", "2Gi")
+	owned.controller = "job"
+	pod := withRunning(owned, time.Minute).build()
 	pod.Labels = map[string]string{qos.LabelKoordinator: string(qos.BE), "app": "spark"}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "data"}}
 	trimmed, err := trimPod(pod)
@@ -187,6 +189,10 @@ func TestTrimKeepsWhatTheCacheReads(t *testing.T) {
 	def := DefaultConfig().DefaultEstimatedUsage
 	if demandOf(tp, def) != demandOf(pod, def) || !runningSince(tp).Equal(runningSince(pod)) || tp.Spec.NodeName != "n1" || tp.UID != pod.UID {
 		t.Fatalf("trimmed pod %+v lost data", tp)
+	}
+	// What tells whether a bound pod took a reservation (heldRoom.takenBy).
+	if ref := metav1.GetControllerOf(tp); ref == nil || ref.UID != "uid-job" || ref.Kind != "ReplicaSet" || !tp.CreationTimestamp.Equal(&pod.CreationTimestamp) {
+		t.Fatalf("trimmed pod %+v lost its controller or creation time", tp.ObjectMeta)
 	}
 	if len(tp.Spec.Volumes) != 0 || tp.Labels["app"] != "" {
 		t.Errorf("trimmed pod kept fields the cache does not read")

@@ -492,6 +492,9 @@ func skipString(b []byte, i int) (int, bool) {
 type rejection struct {
 	name   string
 	reason Reason
+	// message, when set, is the node's message instead of reason.message(): the reservation
+	// reasons name the reservations.
+	message string
 }
 
 func appendFilterResult(out []byte, names []string, passed []int, rejected []rejection) []byte {
@@ -532,7 +535,11 @@ func appendFailed(out []byte, rejected []rejection, resolvable bool) []byte {
 		first = false
 		out = appendString(out, r.name)
 		out = append(out, ':')
-		out = appendString(out, r.reason.message())
+		if r.message != "" {
+			out = appendString(out, r.message)
+		} else {
+			out = appendString(out, r.reason.message())
+		}
 	}
 	return append(out, '}')
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -76,9 +77,14 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("build kubernetes client: %w", err)
 	}
 
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("build dynamic client for reservations: %w", err)
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	nodes, err := extender.NewNodeCache(ctx, client, opts.Config)
+	nodes, err := extender.NewNodeCache(ctx, client, opts.Config, extender.WithReservations(dyn))
 	if err != nil {
 		return err
 	}
@@ -127,7 +133,8 @@ func run(ctx context.Context) error {
 	logger.Info("Serving kube-scheduler extender", "address", servers[0].lis.Addr().String(), "tls", opts.TLSCertFile != "",
 		"clientCertificates", opts.TLSClientCAFile != "", "metricsAddress", opts.MetricsListen,
 		"maxRequestsInflight", opts.MaxRequestsInflight, "maxRequestBodyBytes", opts.MaxRequestBodyBytes,
-		"usageThresholds", opts.UsageThresholds, "nodeMetricExpirationSeconds", opts.NodeMetricExpirationSeconds)
+		"usageThresholds", opts.UsageThresholds, "nodeMetricExpirationSeconds", opts.NodeMetricExpirationSeconds,
+		"reservations", nodes.ReservationsWatched())
 	go func() {
 		if nodes.WaitForSync(ctx) {
 			logger.Info("Informer caches synced; ready")

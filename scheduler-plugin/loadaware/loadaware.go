@@ -5,6 +5,12 @@
 // and Pod. bench/scale measured the extender's two round trips per pod as what costs Tandem most
 // of kube-scheduler's throughput (docs/scale.md); tandem-extender stays for clusters that cannot
 // replace their kube-scheduler binary.
+//
+// Like tandem-extender, it honours Koordinator Reservations (scheduling.koordinator.sh/v1alpha1,
+// made by tandem-descheduler): reserved batch room is kept from other pods and an owner goes to
+// its reserved node. They are read through a dynamic client from kube-scheduler's kubeconfig, by
+// an informer of the plugin's own; without the CRD, or without RBAC for kube-scheduler's user to
+// read them, the plugin logs so once and runs without.
 package loadaware
 
 import (
@@ -14,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -47,14 +54,23 @@ func New(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, er
 	if err != nil {
 		return nil, err
 	}
+	var opts []extender.CacheOption
+	if kc := h.KubeConfig(); kc != nil {
+		dyn, err := dynamic.NewForConfig(kc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: build a dynamic client for reservations from kube-scheduler's kubeconfig: %w", Name, err)
+		}
+		opts = append(opts, extender.WithReservations(dyn))
+	}
 	f := h.SharedInformerFactory()
-	return newLoadAware(ctx, cfg, f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer())
+	return newLoadAware(ctx, cfg, f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer(), opts...)
 }
 
 // newLoadAware registers on the informers, which kube-scheduler starts after building its
-// plugins; until their initial lists are in, PreFilter sends pods back to be retried.
-func newLoadAware(ctx context.Context, cfg extender.Config, nodes, pods cache.SharedInformer) (*LoadAware, error) {
-	c, err := extender.NewNodeCacheOn(ctx, cfg, nodes, pods)
+// plugins; until their initial lists are in, PreFilter sends pods back to be retried. A
+// reservations informer (opts) is the cache's own and starts at once.
+func newLoadAware(ctx context.Context, cfg extender.Config, nodes, pods cache.SharedInformer, opts ...extender.CacheOption) (*LoadAware, error) {
+	c, err := extender.NewNodeCacheOn(ctx, cfg, nodes, pods, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
@@ -116,9 +132,10 @@ func (p *LoadAware) demand(state fwk.CycleState, pod *corev1.Pod) extender.Deman
 	return p.decider.DemandOf(pod)
 }
 
-// Filter rejects a node as tandem-extender's filter would: for its load, its metric's age, or
-// its free batch capacity. Only batch capacity can be freed by preemption, so only that
-// rejection is resolvable.
+// Filter rejects a node as tandem-extender's filter would: for its load, its metric's age, its
+// free batch capacity, or reservations (room held for other pods; for an owner, every node but
+// its reserved one). Only batch capacity can be freed by preemption, so only those rejections
+// are resolvable.
 func (p *LoadAware) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	node := ni.Node()
 	if node == nil {

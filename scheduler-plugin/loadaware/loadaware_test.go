@@ -9,13 +9,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
 
+	schedv1alpha1 "github.com/tandemkit/tandem/apis/scheduling/v1alpha1"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
 	extender "github.com/tandemkit/tandem/scheduler-extender"
 )
@@ -152,5 +156,73 @@ func TestPlugin(t *testing.T) {
 	}
 	if got := p.Filter(ctx, state, be, info["cold"]); got.Code() != fwk.Unschedulable || !strings.Contains(got.Message(), "batch-cpu") {
 		t.Errorf("Filter(cold) after the bind = %v, want batch-cpu, resolvable", got)
+	}
+}
+
+// TestPluginReservations: with a Reservation on cold for web-1's pods, a pod of web-1 may go to
+// cold only, scoring the maximum there, and another batch pod may not take the reserved room.
+func TestPluginReservations(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	nodes := []*corev1.Node{node(t, "cold", 1000, 800, 4000), node(t, "cold2", 1000, 800, 4000)}
+	client := fake.NewClientset(nodes[0], nodes[1])
+	rsv := &schedv1alpha1.Reservation{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1-rsv", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Minute))},
+		Spec: schedv1alpha1.ReservationSpec{
+			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: batch(3000)}}}}},
+			Owners: []schedv1alpha1.ReservationOwner{{Controller: &schedv1alpha1.ReservationControllerReference{
+				OwnerReference: metav1.OwnerReference{Kind: "ReplicaSet", Name: "web-1", UID: "rs-web-1"}, Namespace: "default"}}},
+			TTL: &metav1.Duration{Duration: 5 * time.Minute},
+		},
+		Status: schedv1alpha1.ReservationStatus{Phase: schedv1alpha1.ReservationAvailable, NodeName: "cold"},
+	}
+	u, err := schedv1alpha1.ToUnstructured(rsv, "Reservation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{schedv1alpha1.ReservationsResource: "ReservationList"}, u)
+	f := informers.NewSharedInformerFactory(client, 0)
+	p, err := newLoadAware(ctx, extender.DefaultConfig(), f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer(), extender.WithReservations(dyn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	deadline := time.Now().Add(10 * time.Second)
+	for !p.decider.Ready() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	info := map[string]fwk.NodeInfo{}
+	for _, n := range nodes {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		info[n.Name] = ni
+	}
+	owner := pod("web-1-x", "", batch(3000))
+	owner.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs-web-1", Controller: ptr.To(true)}}
+	other := pod("other", "", batch(2000))
+	for _, tt := range []struct {
+		pod     *corev1.Pod
+		node    string
+		want    fwk.Code
+		message string
+	}{
+		{owner, "cold", fwk.Success, ""},
+		{owner, "cold2", fwk.UnschedulableAndUnresolvable, "room reserved for this pod on node cold (reservation web-1-rsv)"},
+		{other, "cold", fwk.Unschedulable, "reserved for other pods (reservation web-1-rsv)"},
+		{other, "cold2", fwk.Success, ""},
+	} {
+		state := framework.NewCycleState()
+		if _, st := p.PreFilter(ctx, state, tt.pod, nil); !st.IsSuccess() {
+			t.Fatalf("PreFilter(%s) = %v", tt.pod.Name, st)
+		}
+		got := p.Filter(ctx, state, tt.pod, info[tt.node])
+		if got.Code() != tt.want || !strings.Contains(got.Message(), tt.message) {
+			t.Errorf("Filter(%s on %s) = %v, want %v %q", tt.pod.Name, tt.node, got, tt.want, tt.message)
+		}
+		if tt.pod == owner && tt.want == fwk.Success {
+			if score, _ := p.Score(ctx, state, tt.pod, info[tt.node]); score != fwk.MaxScore {
+				t.Errorf("Score(%s on %s) = %d, want %d", tt.pod.Name, tt.node, score, fwk.MaxScore)
+			}
+		}
 	}
 }
