@@ -150,7 +150,7 @@ type Config struct {
 	// DryRun: decide and report, never reserve or evict.
 	DryRun bool
 	// Paused: decide nothing.
-	Paused bool
+	Paused  bool
 	LowLoad lowload.Settings
 	// The migration limits, 0 for none, and each job's lifetime.
 	MaxMigratingGlobally, MaxMigratingPerNode, MaxMigratingPerNamespace int

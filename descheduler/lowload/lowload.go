@@ -83,7 +83,7 @@ type Status struct {
 	// Streak is how many rounds in a row the node was abnormal.
 	Streak int
 	// Why says what made the class, in words.
-	Why string
+	Why  string
 	info *NodeInfo
 	m    *nodemetric.NodeMetric
 }

@@ -111,7 +111,7 @@ func TestPlan(t *testing.T) {
 			limit: func(p *corev1.Pod, _ string) bool { return p.Name != "low" }, want: []string{"young→cold", "old→cold"}},
 		{name: "namespace excluded", cold: []*corev1.Node{node("cold", 400, 4000, time.Minute)}, s: func(s *Settings) { s.Exclude = []string{"batch"} }},
 		{name: "pod selector", cold: []*corev1.Node{node("cold", 400, 4000, time.Minute)},
-			s:    func(s *Settings) { s.PodSelectors = []labels.Selector{labels.SelectorFromSet(labels.Set{"app": "x"})} }},
+			s: func(s *Settings) { s.PodSelectors = []labels.Selector{labels.SelectorFromSet(labels.Set{"app": "x"})} }},
 		{name: "node fit: a taint the pods do not tolerate", cold: func() []*corev1.Node {
 			n := node("cold", 400, 4000, time.Minute)
 			n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}

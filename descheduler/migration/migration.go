@@ -61,7 +61,7 @@ type Config struct {
 	Retention time.Duration
 }
 
-// DefaultConfig: a 5-minute TTL, a 2 s settle, an hour of retention.
+// DefaultConfig is a 5-minute TTL, a 2 s settle and an hour of retention.
 func DefaultConfig() Config {
 	return Config{JobTTL: 5 * time.Minute, Settle: 2 * time.Second, Retention: time.Hour}
 }
