@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -58,6 +59,9 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":10263", "serves /metrics, /healthz and /readyz (ready: leading, or standing by); empty disables")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "decide and report (Events WouldMigrate, logs, metrics) without reserving or evicting; overrides the file")
 	fs.StringVar(&o.identity, "identity", "", "this replica's name in the Lease; empty means the pod's hostname")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
 	err := fs.Parse(args)
 	return o, err
 }
