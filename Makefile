@@ -126,7 +126,7 @@ e2e-cluster: cluster-unit
 	  ctrd=$$f mode= vm= run=.; \
 	  case $$f in \
 	    nri) ctrd=2 mode=nri ;; \
-	    vm) ctrd=1.6 vm=debian run='^(TestVMNode|TestKubeadmSchedulerConfig|TestKubeadmSchedulerPlugin|TestDescheduler)$$' ;; \
+	    vm) ctrd=1.6 vm=debian run='^(TestVMNode|TestKubeadmSchedulerConfig|TestKubeadmSchedulerPlugin)$$' ;; \
 	    vm-nri) ctrd=1.6 vm=2 run='^TestVMNodeNRI$$' ;; \
 	  esac; \
 	  echo "== e2e-cluster: containerd $$ctrd$${mode:+, Tandem as an NRI plugin}$${vm:+, a VM node with containerd $$vm}"; \

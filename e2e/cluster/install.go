@@ -447,9 +447,10 @@ func imageNames(tarball string) ([]string, error) {
 // the container's own KUBERNETES_SERVICE_HOST/PORT, which kubelet lets win
 // over the Service's:
 //   - the tandem-extender DaemonSet runs on the host network: 127.0.0.1;
-//   - the tandem-webhook Deployment runs on the pod network, where loopback
-//     is the pod's own: this machine's address (APIServerForPods). Until
-//     deploy/webhook/ exists, a missing Deployment is only logged.
+//   - the tandem-webhook and tandem-descheduler Deployments run on the pod
+//     network, where loopback is the pod's own: this machine's address
+//     (APIServerForPods). Until deploy/webhook/ exists, a missing webhook
+//     Deployment is only logged.
 //
 // It returns what it could not do.
 func (c *Cluster) pointAtAPIServer(ctx context.Context, root string) []error {
@@ -485,10 +486,10 @@ func (c *Cluster) pointAtAPIServer(ctx context.Context, root string) []error {
 	}
 	found = false
 	for _, d := range deployments.Items {
-		if d.Name != TandemWebhook {
+		if d.Name != TandemWebhook && d.Name != TandemDescheduler {
 			continue
 		}
-		found = true
+		found = found || d.Name == TandemWebhook
 		host, port, err := c.APIServerForPods()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("deployment %s/%s: %w", d.Namespace, d.Name, err))
@@ -543,3 +544,6 @@ const TandemExtender = "tandem-extender"
 // TandemWebhook is the name of deploy/'s admission webhook Deployment (and
 // of its Service).
 const TandemWebhook = "tandem-webhook"
+
+// TandemDescheduler is the name of deploy/'s tandem-descheduler Deployment.
+const TandemDescheduler = "tandem-descheduler"

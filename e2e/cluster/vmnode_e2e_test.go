@@ -137,6 +137,7 @@ func TestVMNode(t *testing.T) {
 	t.Run("prioritize across kernels: a CPU hog on the VM sends the next pods to the host", func(t *testing.T) {
 		checkPrioritizeAcrossKernels(ctx, t, cs)
 	})
+	t.Run("descheduler: batch pods move off the hot VM onto room reserved on the host", func(t *testing.T) { checkDescheduler(ctx, t, cs) })
 	// Last before the uninstall, so that the tests since tandem-proxy's last start fill most of the
 	// certificate's lifetime.
 	t.Run("tandem-proxy follows kubelet's client certificate rotation", func(t *testing.T) {
