@@ -212,19 +212,23 @@ func (d *Descheduler) Decide(ctx context.Context) {
 	}
 }
 
-// limiter allows a move while the jobs under way, and those of this round, stay within the limits; a
-// pod with a job under way is not moved again.
+// limiter allows a move while the jobs under way, and those of this round, stay within the limits. A
+// pod that has a job, under way or finished, is not moved again: its job is named after it, and one
+// that failed (a PodDisruptionBudget) would fail again; it may be chosen again once the job is collected.
 func (d *Descheduler) limiter(jobs []*v1alpha1.PodMigrationJob) func(*corev1.Pod, string) bool {
 	perNode, perNS, total := map[string]int{}, map[string]int{}, 0
 	busy := map[types.UID]bool{}
 	for _, j := range jobs {
-		if j.Done() || j.Spec.PodRef == nil {
+		if j.Spec.PodRef == nil {
+			continue
+		}
+		busy[j.Spec.PodRef.UID] = true
+		if j.Done() {
 			continue
 		}
 		perNode[j.Annotations[migration.SourceAnnotation]]++
 		perNS[j.Spec.PodRef.Namespace]++
 		total++
-		busy[j.Spec.PodRef.UID] = true
 	}
 	within := func(n, limit int) bool { return limit <= 0 || n < limit }
 	return func(p *corev1.Pod, from string) bool {

@@ -2,6 +2,7 @@ package descheduler
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +132,36 @@ func TestDecide(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFailedJobHoldsNoSlot: a pod whose job failed is not chosen again, and does not take the node's
+// one migration slot from the next pod.
+func TestFailedJobHoldsNoSlot(t *testing.T) {
+	hot, cold := testNode("hot", 3600, time.Minute), testNode("cold", 400, time.Minute)
+	guarded, free := testPod("guarded", "hot"), testPod("free", "hot")
+	guarded.CreationTimestamp = metav1.NewTime(now) // the youngest: chosen first
+	d, dyn, _, ctx := newTest(t, testConfig(), hot, cold, guarded, free)
+	failed := &v1alpha1.PodMigrationJob{ObjectMeta: metav1.ObjectMeta{Name: "tandem-guarded-uid-guar"},
+		Spec:   v1alpha1.PodMigrationJobSpec{PodRef: &corev1.ObjectReference{Namespace: "batch", Name: "guarded", UID: guarded.UID}},
+		Status: v1alpha1.PodMigrationJobStatus{Phase: v1alpha1.PodMigrationJobFailed, Reason: v1alpha1.PodMigrationJobReasonFailedEvict}}
+	u, _ := v1alpha1.ToUnstructured(failed, "PodMigrationJob")
+	if _, err := dyn.Resource(v1alpha1.PodMigrationJobsResource).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), func() bool { return len(d.jobList()) == 1 }) {
+		t.Fatal("the informer never saw the job")
+	}
+	d.Decide(ctx)
+	list, _ := dyn.Resource(v1alpha1.PodMigrationJobsResource).List(ctx, metav1.ListOptions{})
+	var pods []string
+	for i := range list.Items {
+		var j v1alpha1.PodMigrationJob
+		if err := v1alpha1.FromUnstructured(&list.Items[i], &j); err == nil {
+			pods = append(pods, j.Spec.PodRef.Name)
+		}
+	}
+	if len(pods) != 2 || !slices.Contains(pods, "free") {
+		t.Errorf("jobs for %v, want the failed one and one for free", pods)
 	}
 }
