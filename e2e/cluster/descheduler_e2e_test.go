@@ -32,10 +32,21 @@ import (
 const deschedNS = "tandem-desched"
 
 // deschedulerConfig is the test's DeschedulerConfiguration: rounds of 5 s, the VM hot once its LS pods
-// use 60% of it for two rounds (the hog's four threads), node-a cold under 95% (it runs the control
+// use half of it for two rounds (the hog's four threads, emulated on one host CPU, measure about 60%), node-a cold under 95% (it runs the control
 // plane and the VM's emulator, capped at one of its two CPUs: busy, but with room), only the test's
 // namespace.
-func deschedulerConfig(dryRun bool) string {
+//
+// Until all is set, pods labelled e2e-phase (the last check's) are not chosen.
+func deschedulerConfig(dryRun, all bool) string {
+	selectors := `
+          podSelectors:
+            - name: not-yet
+              selector:
+                matchExpressions:
+                  - {key: e2e-phase, operator: DoesNotExist}`
+	if all {
+		selectors = ""
+	}
 	return fmt.Sprintf(`apiVersion: descheduler/v1alpha2
 kind: DeschedulerConfiguration
 deschedulingInterval: 5s
@@ -55,18 +66,18 @@ profiles:
           highThresholds:
             cpu: 99
           prodHighThresholds:
-            cpu: 60
+            cpu: 50
           lowThresholds:
             cpu: 95
           anomalyCondition:
-            consecutiveAbnormalities: 2
+            consecutiveAbnormalities: 2%s
       - name: MigrationController
         args:
           defaultJobTTL: 3m
           maxMigratingPerNode: 1
           maxMigratingPerNamespace: 2
           maxMigratingGlobally: 2
-`, dryRun, deschedNS)
+`, dryRun, deschedNS, selectors)
 }
 
 // checkDescheduler runs tandem-descheduler, installed by `kubectl apply -k deploy/`, on the VM node and
@@ -82,8 +93,6 @@ profiles:
 //   - with node-a publishing no batch capacity (a batch window that never opens), nothing is evicted
 //     and the pod gets a MigrationSkipped Event.
 func checkDescheduler(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
-	// Both nodes must publish their load and batch capacity: the descheduler reads nothing else.
-	waitBatchCPU(ctx, t, cs, cluster.NodeVM, 3*time.Minute)
 	rc, err := clientcmd.BuildConfigFromFlags("", suite.c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -96,26 +105,55 @@ func checkDescheduler(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	t.Cleanup(func() { restoreSLO(context.WithoutCancel(ctx), t, cs, origSLO) })
 	// node-a reclaims up to its whole CPU, so that the pods fit there next to the control plane.
 	editSLO(ctx, t, cs, "colocation-config", func(v map[string]any) { v["cpuReclaimThresholdPercent"] = 100 })
+	// Both nodes must publish their load and batch capacity (the descheduler reads nothing else), the
+	// VM room for the test's three pods: a hog before this test leaves a predicted peak for minutes.
+	for _, n := range []string{cluster.NodeVM, cluster.NodeA} {
+		waitWindow(ctx, t, cs, n, 6*time.Minute, func(cpu int64, _ *batchwindow.State) bool { return cpu >= 400 }, "batch-cpu of at least 400m")
+	}
 	cm, err := cs.CoreV1().ConfigMaps("koordinator-system").Get(ctx, "tandem-descheduler", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("tandem-descheduler's ConfigMap (kubectl apply -k deploy/): %v", err)
 	}
 	origConfig := cm.Data["config.yaml"]
 	t.Cleanup(func() { setDeschedulerConfig(context.WithoutCancel(ctx), t, cs, origConfig) })
-	setDeschedulerConfig(ctx, t, cs, deschedulerConfig(false))
+	// Under the hog node-a runs the VM's emulator on one of its two CPUs: above tandem-extender's
+	// default 65%, which would keep every new pod off it (the replacements, and the descheduler's own
+	// at a restart). The test's cold node takes pods up to its whole CPU, as an operator sets a node
+	// of its own.
+	if out, err := suite.c.RunKubectl(ctx, "annotate", "node", cluster.NodeA, `tandem.io/usage-thresholds={"cpu":100}`, "--overwrite"); err != nil {
+		t.Fatalf("annotate %s: %v: %s", cluster.NodeA, err, out)
+	}
+	t.Cleanup(func() { _, _ = suite.c.RunKubectl(context.WithoutCancel(ctx), "annotate", "node", cluster.NodeA, "tandem.io/usage-thresholds-") })
+	setDeschedulerConfig(ctx, t, cs, deschedulerConfig(true, false))
 
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: deschedNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	// A namespace of an earlier run may still be going.
+	_ = wait.PollUntilContextTimeout(ctx, 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, deschedNS, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: deschedNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cs.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), deschedNS, metav1.DeleteOptions{})
+		ctx := context.WithoutCancel(ctx)
+		_ = cs.CoreV1().Namespaces().Delete(ctx, deschedNS, metav1.DeleteOptions{})
+		// The jobs and reservations are cluster-scoped: they outlive the namespace.
+		for _, j := range migrationJobs(ctx, t, dyn) {
+			if o := j.Spec.ReservationOptions; o != nil && o.ReservationRef != nil {
+				_ = dyn.Resource(v1alpha1.ReservationsResource).Delete(ctx, o.ReservationRef.Name, metav1.DeleteOptions{})
+			}
+			_ = dyn.Resource(v1alpha1.PodMigrationJobsResource).Delete(ctx, j.Name, metav1.DeleteOptions{})
+		}
 	})
 	// The batch pods start on the VM: node-a refuses new pods meanwhile.
+	// All start before the hog, which leaves the VM no batch capacity for new ones.
 	onVM(ctx, t, cs, func() {
-		createBatchDeployment(ctx, t, cs, "move", 2)
-		createBatchDeployment(ctx, t, cs, "guarded", 1)
+		createBatchDeployment(ctx, t, cs, "move", 2, false)
+		createBatchDeployment(ctx, t, cs, "guarded", 1, false)
+		createBatchDeployment(ctx, t, cs, "full", 1, true)
 		waitDeployment(ctx, t, cs, "move", 2, cluster.NodeVM)
 		waitDeployment(ctx, t, cs, "guarded", 1, cluster.NodeVM)
+		waitDeployment(ctx, t, cs, "full", 1, cluster.NodeVM)
 	})
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: deschedNS},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
@@ -123,10 +161,19 @@ func checkDescheduler(ctx context.Context, t *testing.T, cs kubernetes.Interface
 		t.Fatal(err)
 	}
 	guarded := podsOf(ctx, t, cs, "guarded")[0]
+	moving := podsOf(ctx, t, cs, "move")
 
+	// Dry run: decided and reported, nothing made, nothing evicted.
 	startVMHog(ctx, t, cs)
+	// One pod at a time leaves a node (maxMigratingPerNode 1): the first in line is reported.
+	wantEventIn(ctx, t, cs, deschedNS, "", "WouldMigrate", "would reserve room on "+cluster.NodeA)
+	for _, p := range append(moving, guarded) {
+		assertStays(ctx, t, cs, dyn, p, 5*time.Second)
+	}
+
+	// For real: the two pods of "move" leave the VM for node-a, one migration at a time.
+	setDeschedulerConfig(ctx, t, cs, deschedulerConfig(false, false))
 	start := time.Now()
-	// The two pods of "move" leave the VM for node-a, one migration at a time.
 	var jobs []v1alpha1.PodMigrationJob
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
 		jobs = migrationJobs(ctx, t, dyn)
@@ -140,9 +187,9 @@ func checkDescheduler(ctx context.Context, t *testing.T, cs kubernetes.Interface
 		return onA == 2 && succeeded(jobs, "move") == 2, nil
 	})
 	if err != nil {
-		t.Fatalf("the Deployment's pods did not both move to %s within 8 minutes of the hog; jobs: %s; see kubectl -n koordinator-system logs deploy/tandem-descheduler", cluster.NodeA, describeJobs(jobs))
+		t.Fatalf("the Deployment's pods did not both move to %s within 8 minutes of the restart; jobs: %s; see kubectl -n koordinator-system logs deploy/tandem-descheduler", cluster.NodeA, describeJobs(jobs))
 	}
-	t.Logf("both pods moved %s after the hog started: %s", time.Since(start).Round(time.Second), describeJobs(jobs))
+	t.Logf("both pods moved %s after the descheduler restarted for real: %s", time.Since(start).Round(time.Second), describeJobs(jobs))
 	for _, j := range jobs {
 		if !strings.HasPrefix(j.Spec.PodRef.Name, "move-") {
 			continue
@@ -185,24 +232,16 @@ func checkDescheduler(ctx context.Context, t *testing.T, cs kubernetes.Interface
 		t.Errorf("the guarded pod was taken down: %v", err)
 	}
 
-	// Dry run: decided and reported, nothing made, nothing evicted.
-	setDeschedulerConfig(ctx, t, cs, deschedulerConfig(true))
-	onVM(ctx, t, cs, func() {
-		createBatchDeployment(ctx, t, cs, "dry", 1)
-		waitDeployment(ctx, t, cs, "dry", 1, cluster.NodeVM)
-	})
-	dry := podsOf(ctx, t, cs, "dry")[0]
-	wantEventIn(ctx, t, cs, deschedNS, dry.Name, "WouldMigrate", "would reserve room on "+cluster.NodeA)
-	assertStays(ctx, t, cs, dyn, dry, 15*time.Second)
-
 	// node-a full: a batch window that never opens leaves it no batch capacity; nothing is evicted.
 	b, _ := json.Marshal(map[string]any{"nodeConfigs": []map[string]any{{"name": "node-a-full",
 		"nodeSelector": map[string]any{"matchLabels": map[string]string{"kubernetes.io/hostname": cluster.NodeA}}, "enable": true, "windows": []any{}}}})
 	setSLO(ctx, t, cs, "batch-window-config", string(b))
 	waitWindow(ctx, t, cs, cluster.NodeA, time.Minute, func(cpu int64, _ *batchwindow.State) bool { return cpu == 0 }, "node-a publishing no batch capacity")
-	setDeschedulerConfig(ctx, t, cs, deschedulerConfig(false))
-	wantEventIn(ctx, t, cs, deschedNS, dry.Name, "MigrationSkipped", "no cold node has")
-	assertStays(ctx, t, cs, dyn, dry, 15*time.Second)
+	full := podsOf(ctx, t, cs, "full")[0]
+	setDeschedulerConfig(ctx, t, cs, deschedulerConfig(false, true))
+	wantEventIn(ctx, t, cs, deschedNS, full.Name, "MigrationSkipped", "no cold node has")
+	assertStays(ctx, t, cs, dyn, full, 15*time.Second)
+	stopVMHog(ctx, t, cs)
 }
 
 // setDeschedulerConfig writes the descheduler's configuration and restarts it, as an operator would
@@ -222,7 +261,8 @@ func setDeschedulerConfig(ctx context.Context, t *testing.T, cs kubernetes.Inter
 		{"-n", "koordinator-system", "rollout", "status", "deployment/tandem-descheduler", "--timeout=3m"},
 	} {
 		if out, err := suite.c.RunKubectl(ctx, args...); err != nil {
-			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
+			pods, _ := suite.c.RunKubectl(ctx, "-n", "koordinator-system", "describe", "pods", "-l", "app.kubernetes.io/name=tandem-descheduler")
+			t.Fatalf("kubectl %s: %v: %s\n%s", strings.Join(args, " "), err, out, pods)
 		}
 	}
 }
@@ -242,10 +282,14 @@ func onVM(ctx context.Context, t *testing.T, cs kubernetes.Interface, create fun
 	create()
 }
 
-// createBatchDeployment creates a Deployment of BE pods asking 100m batch-cpu each, tolerating the VM.
-func createBatchDeployment(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, replicas int32) {
+// createBatchDeployment creates a Deployment of BE pods asking 100m batch-cpu each, tolerating the VM;
+// later labels them e2e-phase, which the descheduler skips until the last check.
+func createBatchDeployment(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, replicas int32, later bool) {
 	t.Helper()
 	p := batchPod(name, 100)
+	if later {
+		p.Labels["e2e-phase"] = "last"
+	}
 	p.Spec.Tolerations = []corev1.Toleration{{Key: cluster.VMTaint, Operator: corev1.TolerationOpExists}}
 	p.Spec.Containers[0].Image = framework.TestImage
 	d := &appsv1.Deployment{
@@ -299,12 +343,18 @@ func podsOf(ctx context.Context, t *testing.T, cs kubernetes.Interface, app stri
 	return out
 }
 
-// startVMHog runs an LS pod spinning on the VM's four CPUs until the test ends.
+// startVMHog runs an LS pod spinning on the VM's four CPUs, until stopVMHog or the test's end.
 func startVMHog(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	hog := vmPod("desched-hog", deschedNS, "LS", cpuMem("100m", "16Mi"), nil)
 	hog.Spec.Containers[0].Command = []string{"/bin/sh", "-c", "for i in 1 2 3 4; do (while :; do :; done) & done; wait"}
 	createVMPods(ctx, t, t, cs, hog)
+}
+
+// stopVMHog deletes the hog.
+func stopVMHog(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	deletePodIn(ctx, t, cs, deschedNS, "desched-hog")
 }
 
 func migrationJobs(ctx context.Context, t *testing.T, dyn dynamic.Interface) []v1alpha1.PodMigrationJob {
@@ -381,12 +431,17 @@ func assertStays(ctx context.Context, t *testing.T, cs kubernetes.Interface, dyn
 	}
 }
 
-// wantEventIn waits for an Event of reason on pod name in ns whose message contains text.
+// wantEventIn waits for an Event of reason on pod name in ns (any pod there when name is "") whose
+// message contains text.
 func wantEventIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, reason, text string) {
 	t.Helper()
 	var seen []string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+		sel := "reason=" + reason
+		if name != "" {
+			sel += ",involvedObject.name=" + name
+		}
+		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
 			return false, nil
 		}
@@ -394,7 +449,7 @@ func wantEventIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns,
 		for _, e := range evs.Items {
 			seen = append(seen, e.Message)
 			if strings.Contains(e.Message, text) {
-				t.Logf("Event %s on %s: %s", reason, name, e.Message)
+				t.Logf("Event %s on %s: %s", reason, e.InvolvedObject.Name, e.Message)
 				return true, nil
 			}
 		}
