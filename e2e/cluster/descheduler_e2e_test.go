@@ -123,7 +123,9 @@ func checkDescheduler(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	if out, err := suite.c.RunKubectl(ctx, "annotate", "node", cluster.NodeA, `tandem.io/usage-thresholds={"cpu":100}`, "--overwrite"); err != nil {
 		t.Fatalf("annotate %s: %v: %s", cluster.NodeA, err, out)
 	}
-	t.Cleanup(func() { _, _ = suite.c.RunKubectl(context.WithoutCancel(ctx), "annotate", "node", cluster.NodeA, "tandem.io/usage-thresholds-") })
+	t.Cleanup(func() {
+		_, _ = suite.c.RunKubectl(context.WithoutCancel(ctx), "annotate", "node", cluster.NodeA, "tandem.io/usage-thresholds-")
+	})
 	setDeschedulerConfig(ctx, t, cs, deschedulerConfig(true, false))
 
 	// A namespace of an earlier run may still be going.
