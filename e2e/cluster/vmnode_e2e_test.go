@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/tandemkit/tandem/actuate/evict"
+	"github.com/tandemkit/tandem/config/batchwindow"
 	"github.com/tandemkit/tandem/e2e/cluster"
 	"github.com/tandemkit/tandem/e2e/framework"
 	"github.com/tandemkit/tandem/metrics/nodemetric"
@@ -661,6 +662,10 @@ func withSuppression(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 // certificate then.
 func checkVMClampLiftedOnStop(ctx context.Context, t *testing.T, cs kubernetes.Interface, be *corev1.Pod) (time.Time, vmCert) {
 	// A batch pod above the clamp (one CPU): cgroup v2, unlike v1, lets its quota stay above its parent's.
+	// The restarts before leave the VM's predicted peak high for a while, and kubelet refuses a pod
+	// over the batch-cpu its node publishes (OutOfkubernetes.io/batch-cpu): wait for room, with margin.
+	waitWindow(ctx, t, cs, cluster.NodeVM, 6*time.Minute, func(cpu int64, _ *batchwindow.State) bool { return cpu >= 1900 },
+		"batch-cpu of at least 1900m for a 1500m batch pod")
 	big := createVMPods(ctx, t, t, cs, batchVMPod("vm-be-big", metav1.NamespaceSystem, 1500))["vm-be-big"]
 	restore := withSuppression(ctx, t, cs, "cfsQuota")
 	defer restore()
